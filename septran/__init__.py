@@ -1,0 +1,31 @@
+"""SepTran: an operator's logic written once, mapped to each target by a YAML file.
+
+    from septran import task          # write the logic
+    kernel = septran.compile(logic_file="examples/gemm/gemm.py", mapping_file="mappings/sm90/gemm.yaml")
+    c = kernel(a, b)
+"""
+import logging
+
+from septran.errors import (
+    BuildError,
+    CallError,
+    FrontendError,
+    InternalError,
+    LoweringError,
+    MappingError,
+    SepTranError,
+    SourceLoc,
+)
+from septran.frontend import task
+from septran.runtime.api import JITKernel, compile, jit
+from septran.runtime.kernel import Kernel, Variant
+from septran.target import available_targets
+
+__version__ = "0.1.0"
+__all__ = [
+    "task", "compile", "jit", "Kernel", "JITKernel", "Variant", "available_targets",
+    "SepTranError", "FrontendError", "MappingError", "LoweringError", "BuildError", "CallError",
+    "InternalError", "SourceLoc", "__version__",
+]
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())

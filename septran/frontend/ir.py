@@ -1,0 +1,192 @@
+"""The task graph: what tracing a logic file produces.
+
+Frozen dataclasses, one per construct of Task Lang, each with the logic
+file:line it came from. Shapes are symbolic (``septran.expr``) until a call
+fixes them.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, Optional, Union
+
+from septran.errors import SourceLoc
+from septran.expr import Dim, Expr, Sym, ceildiv, Const
+
+
+class Privilege(enum.Enum):
+    """How a task uses a parameter; inferred from the primitives it reaches."""
+
+    NONE = "none"
+    READ = "read"
+    WRITE = "write"
+    REDUCE = "reduce"
+    READ_WRITE = "read_write"
+
+    def join(self, other: "Privilege") -> "Privilege":
+        if self is other or other is Privilege.NONE:
+            return self
+        if self is Privilege.NONE:
+            return other
+        return Privilege.READ_WRITE
+
+    @property
+    def reads(self) -> bool:
+        return self in (Privilege.READ, Privilege.READ_WRITE)
+
+    @property
+    def writes(self) -> bool:
+        return self in (Privilege.WRITE, Privilege.REDUCE, Privilege.READ_WRITE)
+
+
+class _Full:
+    """The ``:`` index: the whole extent of a partitioned dimension."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return ":"
+
+
+FULL = _Full()
+Index = Union[Expr, _Full]
+
+
+@dataclass(frozen=True)
+class Param:
+    sym: Sym
+    position: int
+    loc: SourceLoc
+
+    @property
+    def name(self) -> str:
+        return self.sym.name
+
+
+@dataclass(frozen=True)
+class Partition:
+    """``task.partition(source, by="blocks", tile=...)``: a grid of tiles over ``source``."""
+
+    sym: Sym
+    source: "Arg"
+    tile: tuple[Optional[Expr], ...]  # None: the whole dimension
+    loc: SourceLoc
+
+    @property
+    def rank(self) -> int:
+        return len(self.tile)
+
+    @property
+    def shape(self) -> tuple[Expr, ...]:
+        return tuple(
+            Const(1) if t is None else ceildiv(source_dim(self.source, d), t)
+            for d, t in enumerate(self.tile)
+        )
+
+
+@dataclass(frozen=True)
+class TileRef:
+    """``Ap[i, k]``: one tile (or a slab, with ``:``) of a partition."""
+
+    partition: Partition
+    index: tuple[Index, ...]
+    loc: SourceLoc
+
+    @property
+    def rank(self) -> int:
+        return self.partition.rank
+
+    def is_whole(self, axis: int) -> bool:
+        """True where the tile spans the source's whole extent along ``axis``."""
+        return self.partition.tile[axis] is None or self.index[axis] is FULL
+
+
+Arg = Union[Param, TileRef]
+
+
+def root_param(arg: Arg) -> Param:
+    while isinstance(arg, TileRef):
+        arg = arg.partition.source
+    return arg
+
+
+def source_dim(arg: Arg, axis: int) -> Expr:
+    """The symbolic extent of ``arg`` along ``axis``."""
+    if isinstance(arg, Param):
+        return Dim(arg.sym, axis)
+    if arg.is_whole(axis):
+        return source_dim(arg.partition.source, axis)
+    return arg.partition.tile[axis]
+
+
+@dataclass(frozen=True)
+class Loop:
+    """``task.parallel_range`` (parallel=True) or ``task.range``."""
+
+    vars: tuple[Sym, ...]
+    extents: tuple[Expr, ...]
+    parallel: bool
+    body: tuple["Stmt", ...]
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class Launch:
+    callee: str
+    args: tuple[Arg, ...]
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class PrimCall:
+    name: str
+    args: tuple[Arg, ...]
+    loc: SourceLoc
+
+
+Stmt = Union[Loop, Launch, PrimCall]
+
+
+@dataclass(frozen=True)
+class TaskDef:
+    name: str
+    params: tuple[Param, ...]
+    leaf: bool
+    body: tuple[Stmt, ...]
+    partitions: tuple[Partition, ...]
+    loc: SourceLoc
+
+    def param(self, name: str) -> Optional[Param]:
+        return next((p for p in self.params if p.name == name), None)
+
+
+@dataclass(frozen=True)
+class TaskGraph:
+    """Every task reachable from the entry, with inferred privileges and ranks."""
+
+    entry: str
+    tasks: Mapping[str, TaskDef]
+    privileges: Mapping[tuple[str, str], Privilege]  # (task, param) -> privilege
+    ranks: Mapping[tuple[str, str], int]  # (task, param) -> rank, where known
+    rank_locs: Mapping[tuple[str, str], SourceLoc] = field(default_factory=lambda: MappingProxyType({}))
+
+    def privilege(self, task: str, param: str) -> Privilege:
+        return self.privileges.get((task, param), Privilege.NONE)
+
+    @property
+    def entry_task(self) -> TaskDef:
+        return self.tasks[self.entry]
+
+
+def walk(body: tuple[Stmt, ...], loops: tuple[Loop, ...] = ()):
+    """Yields every statement of ``body``, depth first, with the loops that enclose it."""
+    for s in body:
+        yield s, loops
+        if isinstance(s, Loop):
+            yield from walk(s.body, loops + (s,))

@@ -1,0 +1,41 @@
+"""A readable dump of a task graph (what SEPTRAN_DUMP_DIR writes as *.taskgraph.txt)."""
+from __future__ import annotations
+
+from septran.frontend.ir import FULL, Arg, Launch, Loop, Param, PrimCall, TaskGraph, TileRef
+
+
+def _arg(a: Arg) -> str:
+    if isinstance(a, Param):
+        return a.name
+    idx = ", ".join(":" if i is FULL else str(i) for i in a.index)
+    return f"{a.partition.sym.name}[{idx}]"
+
+
+def _body(stmts, depth: int, out: list[str]) -> None:
+    pad = "    " * depth
+    for s in stmts:
+        where = f"  # line {s.loc.line}"
+        if isinstance(s, Loop):
+            kind = "parallel_range" if s.parallel else "range"
+            names = ", ".join(v.name for v in s.vars)
+            exts = ", ".join(str(e) for e in s.extents)
+            out.append(f"{pad}for {names} in {kind}({exts}):{where}")
+            _body(s.body, depth + 1, out)
+        elif isinstance(s, Launch):
+            out.append(f"{pad}launch {s.callee}({', '.join(_arg(a) for a in s.args)}){where}")
+        elif isinstance(s, PrimCall):
+            out.append(f"{pad}primitive {s.name}({', '.join(_arg(a) for a in s.args)}){where}")
+
+
+def format_graph(graph: TaskGraph) -> str:
+    out = [f"task graph, entry {graph.entry}"]
+    for name, task in graph.tasks.items():
+        params = ", ".join(
+            f"{p.name}: {graph.privilege(name, p.name).value}, rank {graph.ranks.get((name, p.name), '?')}" for p in task.params
+        )
+        out.append(f"\ntask {name}({params}){' leaf' if task.leaf else ''}  # {task.loc}")
+        for part in task.partitions:
+            tile = ", ".join("None" if t is None else str(t) for t in part.tile)
+            out.append(f"    {part.sym.name} = partition({_arg(part.source)}, tile=({tile}))  # line {part.loc.line}")
+        _body(task.body, 1, out)
+    return "\n".join(out) + "\n"

@@ -1,0 +1,158 @@
+"""Which tensor dimensions the logic says are equal: how outputs get their shapes.
+
+``kernel(a, b)`` must allocate C without being told its shape. Three rules
+tie dimensions together, on the tree of launches from the entry task:
+
+1. a primitive's signature (gemm: C[m, n], A[m, k], B[k, n]);
+2. a launch that passes a whole dimension (a parameter, a ``None`` tile entry
+   or a ``:`` index): the callee's dimension *is* the caller's;
+3. two tiles indexed by the same loop variable with the same tile size cover
+   the same iteration space, so the dimensions they split are equal
+   (``Cp[i, j]`` and ``Ap[i, 0]`` with tile BM: C.shape[0] == A.shape[0]).
+
+Dimensions tied this way form classes; a call binds the classes that hold an
+input's dimension and reads the outputs' shapes off them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from septran.errors import CallError, SourceLoc
+from septran.expr import Var
+from septran.frontend.ir import Arg, Launch, Param, PrimCall, TaskGraph, TileRef, walk
+from septran.frontend.primitives import PRIMITIVES
+
+Node = tuple  # (launch path, task name, param name, axis)
+
+
+@dataclass(frozen=True)
+class DimClass:
+    """Entry dimensions that must be equal, with the logic line that says so."""
+
+    members: tuple[tuple[str, int], ...]  # (entry param, axis), in parameter order
+    reasons: tuple[SourceLoc, ...]
+
+
+class ShapeRelations:
+    def __init__(self, graph: TaskGraph):
+        self.graph = graph
+        self._parent: dict[Node, Node] = {}
+        self._reason: dict[Node, SourceLoc] = {}
+        self._walk(graph.entry, ())
+        entry = graph.entry_task
+        groups: dict[Node, list[tuple[str, int]]] = {}
+        for p in entry.params:
+            for axis in range(graph.ranks.get((entry.name, p.name), 0)):
+                groups.setdefault(self._find(((), entry.name, p.name, axis)), []).append((p.name, axis))
+        self.classes: tuple[DimClass, ...] = tuple(
+            DimClass(tuple(m), tuple(sorted({self._reason[n] for n in self._nodes_in(root) if n in self._reason},
+                                            key=lambda l: (l.file, l.line))))
+            for root, m in groups.items()
+        )
+
+    # union-find -----------------------------------------------------------
+    def _find(self, n: Node) -> Node:
+        self._parent.setdefault(n, n)
+        while self._parent[n] != n:
+            self._parent[n] = self._parent[self._parent[n]]
+            n = self._parent[n]
+        return n
+
+    def _union(self, a: Optional[Node], b: Optional[Node], loc: SourceLoc) -> None:
+        if a is None or b is None:
+            return
+        ra, rb = self._find(a), self._find(b)
+        if ra != rb:
+            self._parent[ra] = rb
+            self._reason.setdefault(a, loc)
+            self._reason.setdefault(b, loc)
+
+    def _nodes_in(self, root: Node):
+        return [n for n in list(self._parent) if self._find(n) == root]
+
+    # the three rules -------------------------------------------------------
+    def _dim(self, path, task: str, arg: Arg, axis: int) -> Optional[Node]:
+        """The node of ``arg``'s extent along ``axis``, or None where it is a tile size."""
+        while isinstance(arg, TileRef):
+            if not arg.is_whole(axis):
+                return None
+            arg = arg.partition.source
+        return (path, task, arg.name, axis)
+
+    def _walk(self, name: str, path: tuple) -> None:
+        task = self.graph.tasks[name]
+        co_indexed: dict[tuple, Node] = {}
+        for stmt, _ in walk(task.body):
+            if isinstance(stmt, PrimCall):
+                sig = PRIMITIVES[stmt.name]
+                for (a, da), (b, db) in sig.equal_dims:
+                    self._union(self._dim(path, name, stmt.args[a], da), self._dim(path, name, stmt.args[b], db), stmt.loc)
+            if isinstance(stmt, Launch):
+                callee = self.graph.tasks[stmt.callee]
+                inner = path + (stmt,)
+                for k, arg in enumerate(stmt.args):
+                    rank = self.graph.ranks.get((callee.name, callee.params[k].name), 0)
+                    for axis in range(rank):
+                        self._union((inner, callee.name, callee.params[k].name, axis),
+                                    self._dim(path, name, arg, axis), stmt.loc)
+                self._walk(stmt.callee, inner)
+            if isinstance(stmt, (Launch, PrimCall)):
+                for arg in stmt.args:
+                    self._co_index(path, name, arg, co_indexed, stmt.loc)
+
+    def _co_index(self, path, name, arg: Arg, seen: dict, loc: SourceLoc) -> None:
+        while isinstance(arg, TileRef):
+            part = arg.partition
+            for axis, (idx, tile) in enumerate(zip(arg.index, part.tile)):
+                if isinstance(idx, Var) and tile is not None:
+                    node = self._dim(path, name, part.source, axis)
+                    key = (idx, tile)
+                    if key in seen:
+                        self._union(seen[key], node, loc)
+                    elif node is not None:
+                        seen[key] = node
+            arg = part.source
+
+    # binding a call --------------------------------------------------------
+    def solve(self, shapes: Mapping[str, tuple[int, ...]], call_loc: Optional[SourceLoc] = None) -> dict[str, tuple[int, ...]]:
+        """Every entry parameter's shape, from the shapes of those the caller passed.
+
+        Raises ``CallError`` where two passed dimensions that the logic ties
+        differ, or where an output dimension is tied to no input.
+        """
+        entry = self.graph.entry_task
+        value: dict[int, tuple[int, str]] = {}
+        for ci, cls in enumerate(self.classes):
+            for pname, axis in cls.members:
+                if pname in shapes:
+                    size = shapes[pname][axis]
+                    if ci in value and value[ci][0] != size:
+                        where = cls.reasons[0] if cls.reasons else call_loc
+                        raise CallError(
+                            f"{value[ci][1]} is {value[ci][0]} but {pname}.shape[{axis}] is {size}; "
+                            f"the logic needs them equal",
+                            where,
+                            hint="check the shapes of the tensors you pass",
+                        )
+                    value.setdefault(ci, (size, f"{pname}.shape[{axis}]"))
+        out: dict[str, tuple[int, ...]] = {}
+        for p in entry.params:
+            if p.name in shapes:
+                out[p.name] = tuple(shapes[p.name])
+                continue
+            dims = []
+            for axis in range(self.graph.ranks.get((entry.name, p.name), 0)):
+                ci = next(i for i, c in enumerate(self.classes) if (p.name, axis) in c.members)
+                if ci not in value:
+                    raise CallError(
+                        f"cannot tell the shape of output {p.name}: its dimension {axis} is tied to no input",
+                        entry.loc,
+                        hint="pass the output tensor yourself, or index it with the same loop variable as an input",
+                    )
+                dims.append(value[ci][0])
+            out[p.name] = tuple(dims)
+        return out
+
+    def class_of(self, param: str, axis: int) -> int:
+        return next(i for i, c in enumerate(self.classes) if (param, axis) in c.members)

@@ -1,0 +1,226 @@
+"""Tracing: running a task function on symbolic handles to record its task graph.
+
+A ``@task.define`` function is called once per trace with one ``TensorHandle``
+per parameter; each Task Lang call appends a node to the innermost open
+statement list. Loops are generators, so the body of a ``for`` runs once,
+between the opening and the closing of the loop.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from septran.errors import FrontendError, SourceLoc
+from septran.expr import Expr, Sym, fresh
+from septran.frontend.ir import FULL, Arg, Param, Partition, TaskDef, TileRef, source_dim
+
+_FRONTEND_DIR = os.path.dirname(os.path.abspath(__file__))
+_SEPTRAN_DIR = os.path.dirname(_FRONTEND_DIR)
+
+
+def caller_loc() -> SourceLoc:
+    """The first frame outside SepTran: the user's line that called Task Lang."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_SEPTRAN_DIR + os.sep):
+        frame = frame.f_back
+    if frame is None:  # pragma: no cover - only from inside SepTran itself
+        return SourceLoc("<unknown>", 0)
+    return SourceLoc(frame.f_code.co_filename, frame.f_lineno)
+
+
+class TaskFunction:
+    """What ``@task.define`` returns: a Python function plus what Task Lang needs to know of it."""
+
+    def __init__(self, fn: Callable, leaf: bool):
+        self.fn = fn
+        self.leaf = leaf
+        self.name = fn.__name__
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.__module__ = fn.__module__
+        self.__wrapped__ = fn
+        code = fn.__code__
+        self.loc = SourceLoc(code.co_filename, code.co_firstlineno)
+        sig = inspect.signature(fn)
+        for p in sig.parameters.values():
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.default is not p.empty:
+                raise FrontendError(
+                    f"task {self.name}: parameter {p.name!r} must be a plain positional parameter",
+                    self.loc,
+                    hint="task parameters are tensors; tile sizes belong in the mapping's tunables",
+                )
+        self.param_names = tuple(sig.parameters)
+
+    def __call__(self, *args, **kwargs):
+        raise FrontendError(
+            f"task {self.name} cannot be called directly",
+            caller_loc(),
+            hint="launch it from another task with task.launch(...), or compile it with septran.compile / @septran.jit",
+        )
+
+    def __repr__(self) -> str:
+        return f"<task {self.name} at {self.loc}>"
+
+
+@dataclass
+class _Frame:
+    task: TaskFunction
+    params: tuple[Param, ...]
+    stmts: list  # the innermost open statement list
+    partitions: list
+    callees: dict
+    open_loops: int = 0
+
+
+_stack: list[_Frame] = []
+
+
+def current(api: str) -> _Frame:
+    if not _stack:
+        raise FrontendError(
+            f"task.{api} used outside a task",
+            caller_loc(),
+            hint="did you forget @task.define on the enclosing function?",
+        )
+    return _stack[-1]
+
+
+def trace(tf: TaskFunction) -> tuple[TaskDef, dict[str, TaskFunction]]:
+    """Runs ``tf`` on symbolic parameters: its task definition and the tasks it launches."""
+    params = tuple(Param(fresh(n), i, tf.loc) for i, n in enumerate(tf.param_names))
+    frame = _Frame(tf, params, [], [], {})
+    _stack.append(frame)
+    try:
+        result = tf.fn(*(TensorHandle(p) for p in params))
+    finally:
+        _stack.pop()
+    if frame.open_loops:
+        raise FrontendError(
+            f"task {tf.name} left a task.range / task.parallel_range loop early",
+            tf.loc,
+            hint="`break` and `return` inside a task loop are not supported: the loop body is traced once",
+        )
+    if result is not None:
+        raise FrontendError(
+            f"task {tf.name} returns a value; tasks communicate only through their parameters",
+            tf.loc,
+            hint="write results into a parameter (a tile the caller passes)",
+        )
+    return TaskDef(tf.name, params, tf.leaf, tuple(frame.stmts), tuple(frame.partitions), tf.loc), frame.callees
+
+
+class _ParamShape:
+    """``A.shape`` for a parameter whose rank is not known while tracing."""
+
+    def __init__(self, param: Param):
+        self._param = param
+
+    def __getitem__(self, axis):
+        if not isinstance(axis, int) or axis < 0:
+            raise FrontendError(
+                f"{self._param.name}.shape[{axis!r}]: index the shape with a non-negative integer",
+                caller_loc(),
+            )
+        return source_dim(self._param, axis)
+
+    def __len__(self):
+        raise FrontendError(
+            f"the rank of parameter {self._param.name} is not known inside its task",
+            caller_loc(),
+            hint="index the shape (A.shape[0]) or partition the tensor first",
+        )
+
+
+class TensorHandle:
+    """A parameter or a tile, as a task function sees it."""
+
+    def __init__(self, arg: Arg):
+        self._arg = arg
+
+    @property
+    def shape(self):
+        if isinstance(self._arg, Param):
+            return _ParamShape(self._arg)
+        return tuple(source_dim(self._arg, d) for d in range(self._arg.rank))
+
+    def __repr__(self) -> str:
+        return f"<tensor {self._arg}>"
+
+
+class PartitionHandle:
+    """The result of ``task.partition``: index it to get a tile."""
+
+    def __init__(self, partition: Partition):
+        self._partition = partition
+
+    @property
+    def shape(self) -> tuple[Expr, ...]:
+        return self._partition.shape
+
+    def __getitem__(self, index) -> TensorHandle:
+        loc = caller_loc()
+        if not isinstance(index, tuple):
+            index = (index,)
+        part = self._partition
+        if len(index) != part.rank:
+            raise FrontendError(
+                f"{part.sym.name}[...] takes {part.rank} indices (one per tiled dimension), got {len(index)}",
+                loc,
+            )
+        out = []
+        for i in index:
+            if isinstance(i, slice):
+                if i != slice(None):
+                    raise FrontendError(
+                        f"{part.sym.name}[...]: only `:` (a whole dimension) is supported as a slice, got {i}",
+                        loc,
+                    )
+                out.append(FULL)
+            elif isinstance(i, Expr):
+                out.append(i)
+            elif isinstance(i, int) and not isinstance(i, bool):
+                from septran.expr import Const
+
+                out.append(Const(i))
+            else:
+                raise FrontendError(f"{part.sym.name}[...]: cannot index a partition with {i!r}", loc)
+        return TensorHandle(TileRef(part, tuple(out), loc))
+
+
+_FOR_TARGET = re.compile(r"^\s*for\s+(.+?)\s+in\b")
+
+
+def loop_var_names(loc: SourceLoc, count: int, default: str) -> list[str]:
+    """The names the user gave the loop variables, read from the ``for`` line when possible."""
+    m = _FOR_TARGET.match(loc.source_line())
+    if m:
+        names = [n.strip(" ()") for n in m.group(1).split(",")]
+        if len(names) == count and all(n.isidentifier() for n in names):
+            return names
+    return [f"{default}{k}" for k in range(count)] if count > 1 else [default]
+
+
+def unwrap(handle, api: str, what: str, loc: SourceLoc) -> Arg:
+    if isinstance(handle, TensorHandle):
+        return handle._arg
+    if isinstance(handle, PartitionHandle):
+        raise FrontendError(
+            f"task.{api}: {what} is a whole partition; index it to pass one tile (e.g. Ap[i, 0])", loc
+        )
+    raise FrontendError(f"task.{api}: {what} must be a task parameter or a tile, got {type(handle).__name__}", loc)
+
+
+def wrap_partition(part: Partition) -> PartitionHandle:
+    return PartitionHandle(part)
+
+
+def new_sym(name: str) -> Sym:
+    return fresh(name)
+
+
+def optional_loc() -> Optional[SourceLoc]:
+    return caller_loc() if _stack else None

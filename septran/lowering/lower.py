@@ -1,0 +1,474 @@
+"""TaskGraph + Mapping + Target -> TileProgram: where every decision is made.
+
+The rules (design.md section 3):
+
+* a ``parallel_range`` of a processor whose target entry says ``grid: true``
+  becomes the kernel grid, its last dimension blockIdx.x;
+* the instance it launches is the body of one program instance, with that
+  instance's ``threads``;
+* where an instance's ``mems`` puts a parameter in another memory than its
+  caller holds it, each region the instance hands on is staged: a buffer of
+  the region's shape, a copy in (or a clear, for a reduction) before the first
+  use and a copy out after the last write, placed in the outermost loop over
+  which the region does not move, and decided by the parameter's privilege;
+* ``pipeline: N`` turns the instance's sequential ranges into
+  ``T.Pipelined(..., num_stages=N)``;
+* a leaf launch is replaced by the target's implementation that
+  ``leaf_task_bindings`` names.
+
+No TileLang text is produced here; the emitter prints what this decides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+from septran.errors import LoweringError, SourceLoc
+from septran.expr import BinOp, Const, Dim, Expr, Sym, Tunable, Var, evaluate, fresh, leaves, simplify, substitute
+from septran.frontend.ir import Arg, Launch, Loop, Param, PrimCall, Privilege, TaskDef, TaskGraph, TileRef, walk
+from septran.frontend.primitives import PRIMITIVES
+from septran.frontend.shapes import ShapeRelations
+from septran.lowering import tile_ir as ir
+from septran.lowering.tile_ir import Why
+from septran.mapping.schema import InstanceMapping, Mapping as MappingFile
+from septran.target import Target
+
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "int32": 4}
+GRID_NAMES = ("bx", "by", "bz")
+
+
+@dataclass(frozen=True)
+class View:
+    """Where a task parameter's data is: a box of a tensor or buffer, in a memory space."""
+
+    of: Sym
+    offsets: tuple[Expr, ...]
+    extents: tuple[Expr, ...]
+    space: str
+    whole: bool
+
+    def region(self) -> ir.Region:
+        return ir.Region(self.of, self.offsets, self.extents, self.whole)
+
+
+@dataclass
+class _Scope:
+    """An open statement list: the instance body or a loop body."""
+
+    var: Optional[Sym]
+    stmts: list
+    post: list = field(default_factory=list)  # copies out, flushed when the scope closes
+    stages: int = 1
+
+
+@dataclass
+class _Staged:
+    buffer: ir.Buffer
+    scope: _Scope
+    source: View
+    param: str
+    wrote: bool = False
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """What a call fixes: every entry parameter's shape and dtype."""
+
+    shapes: Mapping[str, tuple[int, ...]]
+    dtypes: Mapping[str, str]
+
+
+class _Lowerer:
+    def __init__(self, graph: TaskGraph, mapping: MappingFile, target: Target, spec: Specialization, shapes: ShapeRelations):
+        self.graph, self.mapping, self.target, self.spec = graph, mapping, target, spec
+        self.consts: list[ir.Const] = []
+        self.const_values: dict[Sym, int] = {}
+        self.tunable_syms: dict[str, tuple[Sym, InstanceMapping]] = {}
+        self.buffers: list[ir.Buffer] = []
+        self.used_names: set[str] = set()
+        self.entry_dims: dict[Expr, Expr] = {}
+        self._stages_of: dict[Sym, int] = {}
+        self._space_loc: dict[Sym, SourceLoc] = {}
+        self._dtypes: dict[Sym, str] = {}
+        self._name_dims(shapes)
+        self.global_space = next(m.name for m in target.memories.values() if m.alloc is None)
+
+    # names and constants ---------------------------------------------------
+    def _unique(self, name: str) -> str:
+        base, k = name, 1
+        while name in self.used_names:
+            k += 1
+            name = f"{base}_{k}"
+        self.used_names.add(name)
+        return name
+
+    def _name_dims(self, shapes: ShapeRelations) -> None:
+        entry = self.graph.entry_task
+        roles = {p.name: self._role(p.name) for p in entry.params}
+        for cls in shapes.classes:
+            inputs = [m for m in cls.members if roles[m[0]] != "output"] or list(cls.members)
+            pname, axis = inputs[0]
+            sym = Sym(self._unique(f"{pname}_dim{axis}"))
+            value = self.spec.shapes[pname][axis]
+            tied = ", ".join(f"{p}.shape[{a}]" for p, a in cls.members)
+            self._add_const(sym, value, Why(f"problem size {tied}", logic=cls.reasons[0] if cls.reasons else None))
+            for p, a in cls.members:
+                self.entry_dims[Dim(entry.param(p).sym, a)] = Var(sym)
+
+    def _add_const(self, sym: Sym, value: int, why: Why) -> None:
+        self.consts.append(ir.Const(sym, value, why))
+        self.const_values[sym] = value
+
+    def _role(self, param: str) -> str:
+        priv = self.graph.privilege(self.graph.entry, param)
+        if priv is Privilege.READ_WRITE:
+            return "inout"
+        return "output" if priv.writes else "input"
+
+    def _tunable(self, name: str, chain: tuple[InstanceMapping, ...], use: SourceLoc) -> Expr:
+        for inst in reversed(chain):
+            if name in inst.tunables:
+                val = inst.tunables[name]
+                known = self.tunable_syms.get(name)
+                if known is None:
+                    sym = Sym(self._unique(name))
+                    self.tunable_syms[name] = (sym, inst)
+                    self._add_const(sym, val.value, Why(f"tunable {name} = {val.value}", mapping=val.loc))
+                    return Var(sym)
+                sym, first = known
+                if self.const_values[sym] != val.value:
+                    raise LoweringError(
+                        f"tunable {name} is {val.value} here but {self.const_values[sym]} in {first.name}; "
+                        "one kernel has one value per tunable",
+                        val.loc,
+                    )
+                return Var(sym)
+        raise LoweringError(
+            f"the logic uses tunable {name} (at {use}) but the mapping does not set it",
+            chain[-1].loc,
+            hint=f"add `tunables: {{{name}: <int>}}` to {chain[-1].name} or an instance above it",
+        )
+
+    def _value(self, e: Expr) -> int:
+        return evaluate(e, {Var(s): v for s, v in self.const_values.items()})
+
+    # expressions -------------------------------------------------------------
+    def _subst(self, e: Expr, views: Mapping[str, View], task: TaskDef, chain, loops: Mapping[Sym, Expr], use: SourceLoc) -> Expr:
+        env: dict[Expr, Expr] = {}
+        for leaf in leaves(e):
+            if isinstance(leaf, Tunable):
+                env[leaf] = self._tunable(leaf.name, chain, use)
+            elif isinstance(leaf, Dim):
+                p = next(p for p in task.params if p.sym == leaf.param)
+                view = views[p.name]
+                if leaf.axis >= len(view.extents):
+                    raise LoweringError(f"{p.name}.shape[{leaf.axis}] does not exist: {p.name} has rank {len(view.extents)}", use)
+                env[leaf] = view.extents[leaf.axis]
+            elif isinstance(leaf, Var) and leaf.sym in loops:
+                env[leaf] = loops[leaf.sym]
+        out = substitute(e, env)
+        return _fold_same_ceildiv(out)
+
+    def _region(self, arg: Arg, views, task, chain, loops) -> View:
+        if isinstance(arg, Param):
+            return views[arg.name]
+        base = self._region(arg.partition.source, views, task, chain, loops)
+        offsets, extents = [], []
+        part = arg.partition
+        for axis, (idx, tile) in enumerate(zip(arg.index, part.tile)):
+            if arg.is_whole(axis):
+                offsets.append(base.offsets[axis])
+                extents.append(base.extents[axis])
+                continue
+            t = self._subst(tile, views, task, chain, loops, part.loc)
+            i = self._subst(idx, views, task, chain, loops, arg.loc)
+            # A tile may overhang the tensor (copies are bounds-checked), never the tile that holds it.
+            if base.extents[axis] not in self.entry_dims.values():
+                outer = self._value(base.extents[axis])
+                inner = self._value(t)
+                if outer % inner:
+                    raise LoweringError(
+                        f"tile {tile} = {inner} does not divide the {outer} elements of the tile it splits "
+                        f"(dimension {axis} of {part.sym.name})",
+                        part.loc,
+                        hint="choose tunables where each inner tile divides the tile that holds it",
+                    )
+            offsets.append(simplify(base.offsets[axis] + i * t))
+            extents.append(t)
+        whole = base.whole and all(arg.is_whole(a) for a in range(part.rank))
+        return View(base.of, tuple(offsets), tuple(extents), base.space, whole)
+
+    # the program ---------------------------------------------------------------
+    def lower(self) -> ir.TileProgram:
+        entry_task = self.graph.entry_task
+        entry = self.mapping.instance(self.mapping.entrypoint.value)
+        params: list[ir.TensorParam] = []
+        views: dict[str, View] = {}
+        for p in entry_task.params:
+            rank = len(self.spec.shapes[p.name])
+            shape = tuple(self.entry_dims.get(Dim(p.sym, a), Const(self.spec.shapes[p.name][a])) for a in range(rank))
+            tp = ir.TensorParam(Sym(self._unique(p.name)), shape, self.spec.dtypes[p.name], self._role(p.name))
+            params.append(tp)
+            self._dtypes[tp.sym] = tp.dtype
+            views[p.name] = View(tp.sym, tuple(Const(0) for _ in shape), shape, self.global_space, True)
+        ordered = [t for t in params if t.role != "output"] + [t for t in params if t.role == "output"]
+        proc = self.target.procs[entry.proc.value]
+        if not proc.grid:
+            raise LoweringError(
+                f"the entrypoint {entry.name} must run on a processor that launches the grid",
+                entry.proc.loc,
+                hint=f"use one of: {', '.join(p.name for p in self.target.procs.values() if p.grid)}",
+            )
+        self._check_mems(entry, entry_task, views)
+        kernel = self._grid(entry, entry_task, views)
+        return ir.TileProgram(
+            name=entry_task.name.removesuffix("_logic") or entry_task.name,
+            target=self.target.name,
+            language=self.target.language,
+            consts=tuple(self.consts),
+            params=tuple(ordered),
+            kernel=kernel,
+            logic_file=entry_task.loc.file,
+            mapping_file=self.mapping.file,
+        )
+
+    def _check_mems(self, inst: InstanceMapping, task: TaskDef, views) -> None:
+        for p in task.params:
+            space = inst.mems.get(p.name)
+            if space is not None and space.value != views[p.name].space and not self.target.memories[space.value].alloc:
+                raise LoweringError(f"{inst.name} cannot move {p.name} into {space.value}", space.loc)
+
+    def _grid(self, inst: InstanceMapping, task: TaskDef, views) -> ir.KernelLaunch:
+        body = task.body
+        if len(body) != 1 or not isinstance(body[0], Loop) or not body[0].parallel:
+            loc = body[0].loc if body else task.loc
+            raise LoweringError(
+                f"{task.name} runs on {inst.proc.value}, which launches a grid: its body must be one task.parallel_range loop",
+                loc,
+                hint="move other work into the task it launches",
+            )
+        loop = body[0]
+        launches = loop.body
+        if len(launches) != 1 or not isinstance(launches[0], Launch):
+            raise LoweringError(
+                "a grid loop must contain exactly one task.launch (one program per grid point)", loop.loc
+            )
+        if len(loop.vars) > len(GRID_NAMES):
+            raise LoweringError(f"a grid has at most {len(GRID_NAMES)} dimensions, this one has {len(loop.vars)}", loop.loc)
+        chain = (inst,)
+        extents = [self._subst(e, views, task, chain, {}, loop.loc) for e in loop.extents]
+        # The last (fastest-varying) dimension becomes blockIdx.x, as hand-written TileLang does.
+        grid_syms = {v: Sym(GRID_NAMES[len(loop.vars) - 1 - k]) for k, v in enumerate(loop.vars)}
+        for s in grid_syms.values():
+            self.used_names.add(s.name)
+        grid = tuple((grid_syms[v], e) for v, e in reversed(list(zip(loop.vars, extents))))
+        launch = launches[0]
+        callee = self.mapping.instance(inst.calls[launch.callee].value)
+        callee_task = self.graph.tasks[launch.callee]
+        loops = {v: Var(s) for v, s in grid_syms.items()}
+        callee_views = {
+            callee_task.params[k].name: self._region(arg, views, task, chain, loops) for k, arg in enumerate(launch.args)
+        }
+        threads = None
+        if self.target.has_threads:
+            if callee.threads is None:
+                raise LoweringError(
+                    f"{callee.name} is one program of the grid and needs a thread count", callee.loc, hint="add `threads: <n>`, e.g. 128"
+                )
+            threads = callee.threads.value
+        root = _Scope(None, [])
+        self._body(callee, callee_task, callee_views, chain + (callee,), [root], {})
+        self._close(root)
+        self._check_capacity()
+        order = list(self.target.memories)
+        buffers = sorted(self.buffers, key=lambda b: order.index(b.space))
+        why = Why(f"grid of {task.name}'s parallel_range, one program per tile; {callee.name} is each program",
+                  mapping=inst.key_loc("proc"), logic=loop.loc)
+        return ir.KernelLaunch(grid, threads, tuple(buffers), tuple(root.stmts), why)
+
+    def _close(self, scope: _Scope) -> None:
+        scope.stmts.extend(scope.post)
+        scope.post = []
+
+    def _body(self, inst, task: TaskDef, views, chain, scopes: list[_Scope], loops: dict) -> None:
+        self._check_mems(inst, task, views)
+        staged: dict[tuple, _Staged] = {}
+        self._stmts(task.body, inst, task, views, chain, scopes, loops, staged, top=True)
+
+    def _stmts(self, body, inst, task, views, chain, scopes, loops, staged, top) -> None:
+        for stmt in body:
+            if isinstance(stmt, Loop):
+                self._loop(stmt, inst, task, views, chain, scopes, loops, staged, top)
+            elif isinstance(stmt, Launch):
+                self._launch(stmt, inst, task, views, chain, scopes, loops, staged)
+            elif isinstance(stmt, PrimCall):
+                raise LoweringError(
+                    f"{task.name} calls primitive {stmt.name!r} directly; primitives run through a bound leaf task",
+                    stmt.loc,
+                )
+
+    def _loop(self, loop: Loop, inst, task, views, chain, scopes, loops, staged, top) -> None:
+        if loop.parallel:
+            raise LoweringError(
+                f"task.parallel_range inside {task.name} ({inst.proc.value}) is not supported yet; "
+                "only the grid's parallel range is",
+                loop.loc,
+            )
+        extent = self._subst(loop.extents[0], views, task, chain, loops, loop.loc)
+        var = Sym(self._unique(loop.vars[0].name))
+        pipelined = top and inst.pipeline is not None
+        stages = inst.pipeline.value if pipelined else None
+        scope = _Scope(var, [], stages=max(stages or 1, 1))
+        inner_loops = dict(loops)
+        inner_loops[loop.vars[0]] = Var(var)
+        self._stmts(loop.body, inst, task, views, chain, scopes + [scope], inner_loops, staged, top=False)
+        self._close(scope)
+        if pipelined:
+            why = Why(f"sequential range of {task.name}, software-pipelined over {stages} stages", mapping=inst.pipeline.loc, logic=loop.loc)
+        else:
+            why = Why(f"sequential range of {task.name}", logic=loop.loc)
+        scopes[-1].stmts.append(ir.For(var, extent, "pipelined" if pipelined else "serial", stages, tuple(scope.stmts), why))
+
+    def _launch(self, launch: Launch, inst, task, views, chain, scopes, loops, staged) -> None:
+        callee_task = self.graph.tasks[launch.callee]
+        regions = []
+        for k, arg in enumerate(launch.args):
+            view = self._region(arg, views, task, chain, loops)
+            priv = self.graph.privilege(callee_task.name, callee_task.params[k].name)
+            regions.append(self._stage(view, arg, priv, inst, task, scopes, staged, launch))
+        if callee_task.leaf:
+            scopes[-1].stmts.append(self._leaf(launch, callee_task, regions, inst))
+            return
+        callee = self.mapping.instance(inst.calls[launch.callee].value)
+        callee_views = {callee_task.params[k].name: v for k, v in enumerate(regions)}
+        self._body(callee, callee_task, callee_views, chain + (callee,), scopes, {})
+
+    def _stage(self, view: View, arg: Arg, priv: Privilege, inst, task, scopes, staged, launch: Launch) -> View:
+        param = _root_name(arg)
+        space = inst.mems.get(param)
+        if space is None or space.value == view.space:
+            return view
+        mem = self.target.memories[space.value]
+        if mem.alloc is None:
+            raise LoweringError(f"{inst.name} cannot move {param} into {space.value} inside a program", space.loc)
+        free = {l.sym for e in view.offsets for l in leaves(e) if isinstance(l, Var)}
+        scope = next((s for s in reversed(scopes) if s.var in free), scopes[0])
+        key = (param, view.of, view.offsets, view.extents, id(scope))
+        entry = staged.get(key)
+        if entry is None:
+            reduce_first = priv is Privilege.REDUCE
+            dtype = self._dtypes[view.of]
+            if reduce_first:
+                dtype = inst.accum_dtype.value if inst.accum_dtype is not None else "float32"
+            sym = Sym(self._unique(f"{param}_{mem.suffix}"))
+            why = Why(f"{param} of {task.name} lives in {space.value} ({inst.name}.mems); "
+                      f"{'accumulates' if reduce_first else 'holds'} one {'x'.join(str(self._value(e)) for e in view.extents)} tile",
+                      mapping=space.loc, logic=launch.loc)
+            buf = ir.Buffer(sym, view.extents, dtype, space.value, mem.alloc, why)
+            self.buffers.append(buf)
+            self._dtypes[sym] = dtype
+            self._stages_of[sym] = scope.stages if mem.per_stage else 1
+            self._space_loc[sym] = space.loc
+            entry = _Staged(buf, scope, view, param)
+            staged[key] = entry
+            target_region = ir.Region(sym, tuple(Const(0) for _ in view.extents), view.extents, True)
+            options = tuple((k, v.value) for k, v in inst.copy.get(param, {}).items())
+            if priv.reads:
+                scope.stmts.append(ir.Copy(view.region(), target_region, options,
+                                           Why(f"copy {param} in before its first read ({priv.value})", mapping=space.loc, logic=launch.loc)))
+            elif reduce_first:
+                scope.stmts.append(ir.Fill(sym, 0, Why(f"clear the accumulator {sym.name}: {param} is reduced into", mapping=space.loc, logic=launch.loc)))
+        if priv.writes and not entry.wrote:
+            entry.wrote = True
+            target_region = ir.Region(entry.buffer.sym, tuple(Const(0) for _ in view.extents), view.extents, True)
+            options = tuple((k, v.value) for k, v in inst.copy.get(param, {}).items())
+            entry.scope.post.append(ir.Copy(target_region, view.region(), options,
+                                            Why(f"copy {param} out once, after its last write ({priv.value})", mapping=space.loc, logic=launch.loc)))
+        return View(entry.buffer.sym, tuple(Const(0) for _ in view.extents), view.extents, space.value, True)
+
+    def _leaf(self, launch: Launch, leaf: TaskDef, regions: list[View], inst: InstanceMapping) -> ir.LeafCall:
+        binding = inst.leaf_task_bindings[leaf.name]
+        impl = self.target.leaves[binding.value]
+        prim = next(s for s, _ in walk(leaf.body) if isinstance(s, PrimCall))
+        sig = PRIMITIVES[prim.name]
+        by_param = {p.name: regions[k] for k, p in enumerate(leaf.params)}
+        args = []
+        for k, pname in enumerate(sig.params):
+            arg = prim.args[k]
+            if not isinstance(arg, Param):
+                raise LoweringError(f"a bound leaf must call {prim.name!r} on its parameters, not on tiles of them", prim.loc)
+            view = by_param[arg.name]
+            caller_param = _root_name(launch.args[leaf.params.index(arg)])
+            allowed = impl.mems.get(pname)
+            if allowed and view.space not in allowed:
+                where = inst.mems.get(caller_param)
+                raise LoweringError(
+                    f"{impl.name} takes {pname} in {' or '.join(allowed)}, but {inst.name} holds {caller_param} in {view.space}",
+                    where.loc if where else inst.loc,
+                    hint=f"set `mems: {{{caller_param}: {allowed[0]}}}` in {inst.name}",
+                )
+            for axis, multiple in enumerate(impl.tile_multiple.get(pname, ())):
+                extent = self._value(view.extents[axis])
+                if extent % multiple:
+                    tun = next((n for n, (s, _) in self.tunable_syms.items() if view.extents[axis] == Var(s)), None)
+                    loc = self.tunable_syms[tun][1].tunables[tun].loc if tun else binding.loc
+                    raise LoweringError(
+                        f"{impl.name} needs dimension {axis} of {pname} to be a multiple of {multiple}; the tile has {extent}",
+                        loc,
+                        hint=f"the matrix unit of {self.target.name} takes tiles in multiples of {list(impl.tile_multiple[pname])}",
+                    )
+            args.append((pname, view.region()))
+        why = Why(f"{leaf.name} -> {impl.name}: {impl.meaning}", mapping=binding.loc, logic=launch.loc)
+        return ir.LeafCall(impl.name, impl.template, tuple(args), why)
+
+    def _check_capacity(self) -> None:
+        used: dict[str, list[tuple[ir.Buffer, int]]] = {}
+        for buf in self.buffers:
+            size = DTYPE_BYTES[buf.dtype] * _prod(self._value(e) for e in buf.shape) * self._stages_of[buf.sym]
+            used.setdefault(buf.space, []).append((buf, size))
+        for space, items in used.items():
+            cap = self.target.memories[space].capacity_bytes
+            total = sum(s for _, s in items)
+            if cap is not None and total > cap:
+                biggest, _ = max(items, key=lambda x: x[1])
+                detail = ", ".join(
+                    f"{b.sym.name} {'x'.join(str(self._value(e)) for e in b.shape)} {b.dtype}"
+                    + (f" x {self._stages_of[b.sym]} stages" if self._stages_of[b.sym] > 1 else "")
+                    for b, _ in items
+                )
+                raise LoweringError(
+                    f"{space} needs {total} bytes per program ({detail}), but {self.target.name} has {cap}",
+                    self._space_loc[biggest.sym],
+                    hint="use smaller tunables or fewer pipeline stages",
+                )
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def _root_name(arg: Arg) -> str:
+    while isinstance(arg, TileRef):
+        arg = arg.partition.source
+    return arg.name
+
+
+def _fold_same_ceildiv(e: Expr) -> Expr:
+    """ceildiv(x, x) is 1: a tile split by its own size is one tile."""
+    if isinstance(e, BinOp):
+        a, b = _fold_same_ceildiv(e.lhs), _fold_same_ceildiv(e.rhs)
+        if e.op == "ceildiv" and a == b:
+            return Const(1)
+        return simplify(BinOp(e.op, a, b))
+    return e
+
+
+def lower(graph: TaskGraph, mapping: MappingFile, target: Target, spec: Specialization, shapes: ShapeRelations) -> ir.TileProgram:
+    from septran.lowering.bind import check_mapping
+
+    check_mapping(graph, mapping, target)
+    lw = _Lowerer(graph, mapping, target, spec, shapes)
+    return lw.lower()

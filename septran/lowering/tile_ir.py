@@ -1,0 +1,124 @@
+"""The tile program: a flat, explicit description of one kernel.
+
+Everything the emitter prints is decided here already: the grid, the thread
+count, each buffer with its memory space and shape, every copy, loop and leaf
+call. Each statement carries a ``Why``: the mapping key and logic line that
+caused it (``kernel.explain()`` prints them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from septran.errors import SourceLoc
+from septran.expr import Expr, Sym
+
+
+@dataclass(frozen=True)
+class Why:
+    text: str
+    mapping: Optional[SourceLoc] = None
+    logic: Optional[SourceLoc] = None
+
+    def __str__(self) -> str:
+        where = [f"mapping {self.mapping}" if self.mapping else None, f"logic {self.logic}" if self.logic else None]
+        where = [w for w in where if w]
+        return self.text + (f"  [{'; '.join(where)}]" if where else "")
+
+
+@dataclass(frozen=True)
+class Const:
+    """A named compile-time constant of the program (a tunable or a problem dimension)."""
+
+    sym: Sym
+    value: int
+    why: Why
+
+
+@dataclass(frozen=True)
+class TensorParam:
+    """A kernel argument: a tensor in global memory."""
+
+    sym: Sym
+    shape: tuple[Expr, ...]
+    dtype: str
+    role: str  # "input", "output" or "inout"
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A buffer the kernel allocates in a target memory space."""
+
+    sym: Sym
+    shape: tuple[Expr, ...]
+    dtype: str
+    space: str
+    alloc: str  # the TileLang allocation function
+    why: Why
+
+
+@dataclass(frozen=True)
+class Region:
+    """A box of a tensor or buffer: ``offsets`` and ``extents`` per dimension."""
+
+    of: Sym
+    offsets: tuple[Expr, ...]
+    extents: tuple[Expr, ...]
+    whole: bool  # the box is the whole buffer
+
+
+@dataclass(frozen=True)
+class Fill:
+    dst: Sym
+    value: Union[int, float]  # 0 is emitted as T.clear
+    why: Why
+
+
+@dataclass(frozen=True)
+class Copy:
+    src: Region
+    dst: Region
+    options: tuple[tuple[str, object], ...]  # T.copy keywords from the mapping's copy policy
+    why: Why
+
+
+@dataclass(frozen=True)
+class LeafCall:
+    impl: str
+    template: str
+    args: tuple[tuple[str, Region], ...]  # primitive parameter name -> region
+    why: Why
+
+
+@dataclass(frozen=True)
+class For:
+    var: Sym
+    extent: Expr
+    kind: str  # "serial" or "pipelined"
+    num_stages: Optional[int]
+    body: tuple["Stmt", ...]
+    why: Why
+
+
+Stmt = Union[Fill, Copy, LeafCall, For]
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    grid: tuple[tuple[Sym, Expr], ...]  # (block index, extent), blockIdx.x first
+    threads: Optional[int]
+    buffers: tuple[Buffer, ...]
+    body: tuple[Stmt, ...]
+    why: Why
+
+
+@dataclass(frozen=True)
+class TileProgram:
+    name: str
+    target: str
+    language: str
+    consts: tuple[Const, ...]
+    params: tuple[TensorParam, ...]
+    kernel: KernelLaunch
+    logic_file: str
+    mapping_file: str

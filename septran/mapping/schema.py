@@ -1,0 +1,237 @@
+"""The mapping language: YAML keys, validated into frozen objects that keep file:line.
+
+Only what can be checked from the file alone is checked here (keys, types,
+names, instance references). Checks against the logic and the target happen
+where those meet, in ``septran.lowering.bind``.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping as TMapping, Optional, Union
+
+from septran.errors import MappingError, SourceLoc
+from septran.mapping.yaml_source import Located, LocatedDict, Tune, load_located
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+TOP_KEYS = ("target", "entrypoint", "task_mappings")
+INSTANCE_KEYS = (
+    "task_name", "proc", "mems", "tunables", "calls", "pipeline",
+    "leaf_task_bindings", "threads", "copy", "accum_dtype",
+)
+COPY_OPTIONS = {
+    "disable_tma": (bool,),
+    "eviction_policy": ("evict_normal", "evict_first", "evict_last"),
+    "prefer_instruction": ("tma", "cp_async", "sync"),
+}
+ACCUM_DTYPES = ("float32", "float16", "float64")
+
+
+@dataclass(frozen=True)
+class InstanceMapping:
+    """One entry of ``task_mappings``: how one use of a logic task is mapped."""
+
+    name: str
+    loc: SourceLoc
+    task_name: Located
+    proc: Located
+    mems: TMapping[str, Located]
+    tunables: TMapping[str, Located]  # value: int or Tune
+    calls: TMapping[str, Located]
+    pipeline: Optional[Located]
+    leaf_task_bindings: TMapping[str, Located]
+    threads: Optional[Located]
+    copy: TMapping[str, TMapping[str, Located]]
+    accum_dtype: Optional[Located]
+    key_locs: TMapping[str, SourceLoc]
+
+    def key_loc(self, key: str) -> SourceLoc:
+        return self.key_locs.get(key, self.loc)
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """A whole mapping file."""
+
+    file: str
+    target: Located
+    entrypoint: Located
+    instances: TMapping[str, InstanceMapping]
+
+    def instance(self, name: str) -> InstanceMapping:
+        return self.instances[name]
+
+    @property
+    def search_dimensions(self) -> tuple[tuple[str, str, Located], ...]:
+        """Every ``!tune`` value: (instance, tunable, located choices)."""
+        return tuple(
+            (inst.name, key, val)
+            for inst in self.instances.values()
+            for key, val in inst.tunables.items()
+            if isinstance(val.value, Tune)
+        )
+
+
+def _did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def _check_keys(d: LocatedDict, allowed, what: str) -> None:
+    for key in d:
+        if key not in allowed:
+            raise MappingError(
+                f"unknown key {key!r} in {what}",
+                d.key_locs[key],
+                hint=_did_you_mean(key, allowed) + f"allowed keys: {', '.join(allowed)}",
+            )
+
+
+def _ident(val: Located, what: str) -> str:
+    if not isinstance(val.value, str) or not _IDENT.match(val.value):
+        raise MappingError(f"{what} must be a plain identifier, got {val.value!r}", val.loc)
+    return val.value
+
+
+def _dict(val: Located, what: str) -> LocatedDict:
+    if not isinstance(val.value, LocatedDict):
+        raise MappingError(f"{what} must be a mapping of keys to values, got {val.value!r}", val.loc)
+    return val.value
+
+
+def _name_table(val: Optional[Located], what: str, values_are_names: bool = True) -> dict[str, Located]:
+    if val is None:
+        return {}
+    d = _dict(val, what)
+    out = {}
+    for key, item in d.items():
+        _ident(Located(key, d.key_locs[key]), f"a key of {what}")
+        if values_are_names:
+            _ident(item, f"the value of {what}.{key}")
+        out[key] = item
+    return out
+
+
+def _positive_int(val: Located, what: str, minimum: int = 1) -> int:
+    if isinstance(val.value, bool) or not isinstance(val.value, int) or val.value < minimum:
+        raise MappingError(f"{what} must be an integer >= {minimum}, got {val.value!r}", val.loc)
+    return val.value
+
+
+def _tunables(val: Optional[Located], inst: str) -> dict[str, Located]:
+    out = _name_table(val, f"{inst}.tunables", values_are_names=False)
+    for key, item in out.items():
+        choices = item.value.choices if isinstance(item.value, Tune) else (item.value,)
+        for c in choices:
+            _positive_int(Located(c, item.loc), f"tunable {key}")
+    return out
+
+
+def _copy_policy(val: Optional[Located], inst: str) -> dict[str, dict[str, Located]]:
+    out = {}
+    for param, options in _name_table(val, f"{inst}.copy", values_are_names=False).items():
+        opts = _dict(options, f"{inst}.copy.{param}")
+        _check_keys(opts, tuple(COPY_OPTIONS), f"{inst}.copy.{param}")
+        for key, item in opts.items():
+            allowed = COPY_OPTIONS[key]
+            ok = isinstance(item.value, bool) if allowed == (bool,) else item.value in allowed
+            if not ok:
+                want = "true or false" if allowed == (bool,) else " or ".join(allowed)
+                raise MappingError(f"{inst}.copy.{param}.{key} must be {want}, got {item.value!r}", item.loc)
+        out[param] = MappingProxyType(dict(opts.items()))
+    return out
+
+
+def _instance(name: str, key_loc: SourceLoc, val: Located) -> InstanceMapping:
+    d = _dict(val, f"task_mappings.{name}")
+    _check_keys(d, INSTANCE_KEYS, f"task mapping {name}")
+    for required in ("task_name", "proc"):
+        if required not in d:
+            raise MappingError(f"task mapping {name} has no {required!r}", key_loc, hint=f"add `{required}: ...`")
+    _ident(d["task_name"], f"{name}.task_name")
+    _ident(d["proc"], f"{name}.proc")
+    pipeline = d.get("pipeline")
+    if pipeline is not None:
+        _positive_int(pipeline, f"{name}.pipeline", minimum=0)
+    threads = d.get("threads")
+    if threads is not None:
+        _positive_int(threads, f"{name}.threads")
+    accum = d.get("accum_dtype")
+    if accum is not None and accum.value not in ACCUM_DTYPES:
+        raise MappingError(f"{name}.accum_dtype must be one of {', '.join(ACCUM_DTYPES)}, got {accum.value!r}", accum.loc)
+    return InstanceMapping(
+        name=name,
+        loc=key_loc,
+        task_name=d["task_name"],
+        proc=d["proc"],
+        mems=MappingProxyType(_name_table(d.get("mems"), f"{name}.mems")),
+        tunables=MappingProxyType(_tunables(d.get("tunables"), name)),
+        calls=MappingProxyType(_name_table(d.get("calls"), f"{name}.calls")),
+        pipeline=pipeline,
+        leaf_task_bindings=MappingProxyType(_name_table(d.get("leaf_task_bindings"), f"{name}.leaf_task_bindings")),
+        threads=threads,
+        copy=MappingProxyType(_copy_policy(d.get("copy"), name)),
+        accum_dtype=accum,
+        key_locs=MappingProxyType(dict(d.key_locs)),
+    )
+
+
+def parse_mapping(text: str, file: str) -> Mapping:
+    root = load_located(text, file)
+    top = _dict(root, "a mapping file")
+    _check_keys(top, TOP_KEYS, "the mapping file")
+    for required in TOP_KEYS:
+        if required not in top:
+            raise MappingError(f"the mapping has no {required!r}", SourceLoc(file, 1), hint=f"add `{required}: ...` at the top level")
+    _ident(top["target"], "target")
+    entry = _ident(top["entrypoint"], "entrypoint")
+    table = _dict(top["task_mappings"], "task_mappings")
+    instances = {}
+    for name, val in table.items():
+        _ident(Located(name, table.key_locs[name]), "a task mapping name")
+        instances[name] = _instance(name, table.key_locs[name], val)
+    if entry not in instances:
+        raise MappingError(
+            f"entrypoint {entry!r} is not a task mapping",
+            top["entrypoint"].loc,
+            hint=_did_you_mean(entry, instances) + f"task mappings: {', '.join(instances)}",
+        )
+    for inst in instances.values():
+        for task, callee in inst.calls.items():
+            if callee.value not in instances:
+                raise MappingError(
+                    f"{inst.name}.calls maps {task} to {callee.value!r}, which is not a task mapping",
+                    callee.loc,
+                    hint=_did_you_mean(callee.value, instances) + f"task mappings: {', '.join(instances)}",
+                )
+    reached = _reachable(entry, instances)
+    for name, inst in instances.items():
+        if name not in reached:
+            raise MappingError(
+                f"task mapping {name} is never reached from the entrypoint {entry}",
+                inst.loc,
+                hint=f"name it in some instance's `calls`, or delete it",
+            )
+    return Mapping(file, top["target"], top["entrypoint"], MappingProxyType(instances))
+
+
+def _reachable(entry: str, instances: dict[str, InstanceMapping]) -> list[str]:
+    seen = [entry]
+    for name in seen:
+        for callee in instances[name].calls.values():
+            if callee.value not in seen:
+                seen.append(callee.value)
+    return seen
+
+
+def load_mapping(path: Union[str, Path]) -> Mapping:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise MappingError(f"cannot read mapping file {path}: {err.strerror}") from None
+    return parse_mapping(text, str(path))

@@ -1,0 +1,47 @@
+"""Finding target folders and mapping files, in a source tree or an installed wheel.
+
+In the repository they are the top-level ``backends/`` and ``mappings/``; the
+wheel installs the same folders as ``septran/backends`` and
+``septran/mappings``. Third-party targets add folders through the
+``septran.targets`` entry point group (each entry point loads to a path).
+"""
+from __future__ import annotations
+
+import logging
+from importlib import metadata
+from pathlib import Path
+
+from septran import env
+
+log = logging.getLogger(__name__)
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _packaged(name: str) -> Path:
+    installed = _PACKAGE / name
+    return installed if installed.is_dir() else _PACKAGE.parent / name
+
+
+def target_folders() -> dict[str, Path]:
+    """Target name -> folder holding its ``target.yaml``."""
+    found: dict[str, Path] = {}
+    for entry in sorted(_packaged("backends").iterdir()):
+        if (entry / "target.yaml").is_file():
+            found[entry.name] = entry
+    for ep in metadata.entry_points(group="septran.targets"):
+        try:
+            folder = Path(ep.load())
+        except Exception as err:  # a broken plugin must not break the packaged targets
+            log.warning("target plugin %s could not be loaded: %s", ep.name, err)
+            continue
+        if (folder / "target.yaml").is_file():
+            found.setdefault(ep.name, folder)
+        else:
+            log.warning("target plugin %s points at %s, which has no target.yaml", ep.name, folder)
+    return found
+
+
+def mapping_folders() -> list[Path]:
+    """Folders searched for ``<target>/<op>.yaml``: the user's first, then the packaged ones."""
+    return env.mapping_path() + [_packaged("mappings")]

@@ -1,0 +1,1 @@
+"""Building and calling kernels."""

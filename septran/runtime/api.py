@@ -1,0 +1,94 @@
+"""The front door: ``septran.compile`` and ``@septran.jit``."""
+from __future__ import annotations
+
+import functools
+import threading
+from pathlib import Path
+from typing import Optional, Union
+
+from septran.errors import MappingError
+from septran.frontend.graph import build_graph
+from septran.frontend.tracer import TaskFunction
+from septran.mapping.schema import Mapping
+from septran.runtime.kernel import Kernel
+from septran.runtime.select import Logic, choose_mapping, find_task, logic_module, op_name
+from septran.target import load_target
+
+
+def compile(  # noqa: A001 - the name users expect, as tilelang.compile
+    logic: Optional[Logic] = None,
+    mapping: Union[Mapping, str, Path, None] = None,
+    *,
+    logic_file: Union[str, Path, None] = None,
+    mapping_file: Union[str, Path, None] = None,
+    target: Optional[str] = None,
+) -> Kernel:
+    """Fuses a logic and a mapping into a callable kernel.
+
+    ``logic`` is a task function, a module or a logic file path (or pass
+    ``logic_file=``). ``mapping`` is a mapping file path (or ``mapping_file=``);
+    without one, SEPTRAN_MAPPING or ``mappings/<target>/<op>.yaml`` is used.
+    ``target`` defaults to the mapping's ``target``.
+    """
+    if (logic is None) == (logic_file is None):
+        raise TypeError("septran.compile takes the logic either as `logic` or as `logic_file=`, exactly once")
+    if mapping is not None and mapping_file is not None:
+        raise TypeError("septran.compile takes the mapping either as `mapping` or as `mapping_file=`, not both")
+    logic = logic if logic is not None else logic_file
+    module = logic_module(logic)
+    m = choose_mapping(op_name(module, logic), mapping if mapping is not None else mapping_file, target)
+    if target is not None and target != m.target.value:
+        raise MappingError(
+            f"asked to compile for {target!r} with a mapping for {m.target.value!r}",
+            m.target.loc,
+            hint="pass that target's mapping, or leave `target` out",
+        )
+    tgt = load_target(m.target.value, m.target.loc)
+    entry = m.instance(m.entrypoint.value)
+    entry_fn = find_task(module, logic, entry.task_name.value, entry.task_name.loc)
+    return Kernel(build_graph(entry_fn), m, tgt)
+
+
+class JITKernel:
+    """``@septran.jit``: compiles on first use with the mapping the environment selects."""
+
+    def __init__(self, fn: TaskFunction, mapping, target):
+        if not isinstance(fn, TaskFunction):
+            raise TypeError("@septran.jit goes above @task.define (decorate a task)")
+        self.fn = fn
+        self._mapping = mapping
+        self._target = target
+        self._kernel: Optional[Kernel] = None
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, fn.fn)
+
+    @property
+    def kernel(self) -> Kernel:
+        with self._lock:
+            if self._kernel is None:
+                self._kernel = compile(self.fn, self._mapping, target=self._target)
+            return self._kernel
+
+    def __call__(self, *args, **kwargs):
+        return self.kernel(*args, **kwargs)
+
+    def specialize(self, **args):
+        return self.kernel.specialize(**args)
+
+    @property
+    def tilelang_source(self) -> str:
+        return self.kernel.tilelang_source
+
+    @property
+    def device_source(self) -> str:
+        return self.kernel.device_source
+
+    def explain(self) -> str:
+        return self.kernel.explain()
+
+
+def jit(fn: Optional[TaskFunction] = None, *, mapping: Union[str, Path, Mapping, None] = None, target: Optional[str] = None):
+    """``@septran.jit`` or ``@septran.jit(mapping=..., target=...)`` above ``@task.define``."""
+    if fn is None:
+        return lambda f: JITKernel(f, mapping, target)
+    return JITKernel(fn, mapping, target)

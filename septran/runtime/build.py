@@ -1,0 +1,94 @@
+"""Generated TileLang source -> a TileLang prim_func -> a compiled kernel or device source.
+
+TileLang parses ``@T.prim_func`` bodies from their source file, so the
+generated program is written to a content-addressed file under the cache
+folder and imported from there: the text a user reads is the text compiled.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from septran import env
+from septran.errors import BuildError
+from septran.target import Target
+
+log = logging.getLogger(__name__)
+
+
+def source_file(source: str, name: str) -> Path:
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    folder = env.cache_dir() / "sources"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}_{digest}.py"
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)  # atomic: concurrent processes never read half a file
+    return path
+
+
+def load_prim_func(source: str, name: str):
+    """Imports the generated module and returns its prim_func."""
+    import tilelang  # noqa: F401  (registers TileLang's TVM before the module imports its dialect)
+
+    path = source_file(source, name)
+    module_name = f"septran_generated.{path.stem}"
+    if module_name in sys.modules:
+        return getattr(sys.modules[module_name], name)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        raise BuildError(
+            f"TileLang rejected the generated program {path}: {type(err).__name__}: {err}",
+            hint="this is a SepTran bug if the mapping passed its checks; please report it with the generated file",
+        ) from err
+    sys.modules[module_name] = module
+    return getattr(module, name)
+
+
+def compile_kernel(prim_func, target: Target, path_hint: str):
+    """tilelang.compile with the target's backend, flags and pass configs."""
+    import tilelang
+
+    try:
+        return tilelang.compile(
+            prim_func,
+            target=_tl_target(target),
+            execution_backend=target.execution_backend,
+            compile_flags=list(target.compile_flags) or None,
+            pass_configs=dict(target.pass_configs) or None,
+        )
+    except Exception as err:
+        raise BuildError(
+            f"TileLang could not build {path_hint} for {target.name}: {type(err).__name__}: {str(err)[:2000]}",
+            hint="the generated TileLang source is in the file named above",
+        ) from err
+
+
+def lower_device_source(prim_func, target: Target, path_hint: str) -> str:
+    """The device source (CUDA, HIP or C) without building it: works with no GPU or vendor compiler."""
+    import tilelang
+    import tvm
+
+    t = tvm.target.Target(_tl_target(target))
+    try:
+        with tvm.transform.PassContext(opt_level=3, config=dict(target.pass_configs)), t:
+            return tilelang.lower(prim_func, target=t).kernel_source
+    except Exception as err:
+        raise BuildError(
+            f"TileLang could not lower {path_hint} for {target.name}: {type(err).__name__}: {str(err)[:2000]}",
+        ) from err
+
+
+def _tl_target(target: Target):
+    t = target.tilelang_target
+    return dict(t) if not isinstance(t, str) else t

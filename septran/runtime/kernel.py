@@ -1,0 +1,246 @@
+"""The compiled operator a user calls: argument checks, output allocation, per-shape variants."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from septran import env
+from septran.errors import CallError
+from septran.frontend.ir import Privilege, TaskGraph
+from septran.frontend.printer import format_graph
+from septran.frontend.shapes import ShapeRelations
+from septran.lowering import Specialization, explain, lower
+from septran.lowering.bind import check_mapping
+from septran.emit_tilelang import emit
+from septran.mapping.schema import Mapping
+from septran.runtime import build
+from septran.target import Target
+
+log = logging.getLogger(__name__)
+
+_TORCH_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class Variant:
+    """One specialisation of a kernel: fixed shapes and dtypes, one TileLang program."""
+
+    def __init__(self, kernel: "Kernel", spec: Specialization):
+        from septran import __version__
+
+        self.kernel = kernel
+        self.spec = spec
+        self.program = lower(kernel.graph, kernel.mapping, kernel.target, spec, kernel.shapes)
+        self.tilelang_source = emit(self.program, __version__)
+        self.source_path = build.source_file(self.tilelang_source, self.program.name)
+        self._prim_func = None
+        self._compiled = None
+        self._device_source: Optional[str] = None
+        self._dump("taskgraph.txt", format_graph(kernel.graph))
+        self._dump("tileprogram.txt", self.explain())
+        self._dump("tilelang.py", self.tilelang_source)
+
+    @property
+    def tag(self) -> str:
+        shapes = "_".join("x".join(map(str, self.spec.shapes[p.name])) for p in self.kernel.graph.entry_task.params)
+        dtype = "_".join(sorted(set(self.spec.dtypes.values())))
+        return f"{self.program.name}.{self.kernel.target.name}.{shapes}.{dtype}"
+
+    def _dump(self, suffix: str, text: str) -> None:
+        folder = env.dump_dir()
+        if folder is None:
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{self.tag}.{suffix}").write_text(text)
+
+    def explain(self) -> str:
+        return explain(self.program)
+
+    @property
+    def prim_func(self):
+        if self._prim_func is None:
+            self._prim_func = build.load_prim_func(self.tilelang_source, self.program.name)
+        return self._prim_func
+
+    def build(self):
+        """Compiles the program (nvcc for CUDA, g++ for the CPU) once; returns TileLang's kernel."""
+        if self._compiled is None:
+            self._compiled = build.compile_kernel(self.prim_func, self.kernel.target, str(self.source_path))
+            self._device_source = self._compiled.get_kernel_source()
+            self._dump_device()
+        return self._compiled
+
+    @property
+    def device_source(self) -> str:
+        """CUDA, HIP or C source; generated without building when the kernel has not been built."""
+        if self._device_source is None:
+            self._device_source = build.lower_device_source(self.prim_func, self.kernel.target, str(self.source_path))
+            self._dump_device()
+        return self._device_source
+
+    def _dump_device(self) -> None:
+        self._dump(f"device.{self.kernel.target.device_source_ext}", self._device_source)
+
+
+@dataclass(frozen=True)
+class _Arg:
+    name: str
+    role: str  # input, output, inout
+    privilege: Privilege
+
+
+class Kernel:
+    """``septran.compile``'s result: call it on torch tensors."""
+
+    def __init__(self, graph: TaskGraph, mapping: Mapping, target: Target):
+        self.graph = graph
+        self.mapping = mapping
+        self.target = target
+        check_mapping(graph, mapping, target)  # mapping mistakes surface at compile time, not at the first call
+        self.shapes = ShapeRelations(graph)
+        self._variants: dict[tuple, Variant] = {}
+        self._last: Optional[Variant] = None
+        entry = graph.entry_task
+        self.args = tuple(
+            _Arg(p.name, _role(graph.privilege(entry.name, p.name)), graph.privilege(entry.name, p.name)) for p in entry.params
+        )
+        self.inputs = tuple(a for a in self.args if a.role != "output")
+        self.outputs = tuple(a for a in self.args if a.role == "output")
+
+    def __repr__(self) -> str:
+        ins = ", ".join(a.name for a in self.inputs)
+        outs = ", ".join(a.name for a in self.outputs)
+        return f"<septran.Kernel {self.graph.entry}({ins}) -> ({outs}) on {self.target.name}, mapping {self.mapping.file}>"
+
+    # specialisation ------------------------------------------------------------
+    def specialize(self, **args) -> Variant:
+        """The variant for given input shapes and dtypes, without running it.
+
+        Each input is a tensor (any device, ``meta`` included) or a ``(shape, dtype)``
+        pair: ``kernel.specialize(A=((1024, 512), "float16"), B=((512, 256), "float16"))``.
+        """
+        described = {}
+        for a in self.inputs:
+            if a.name not in args:
+                raise CallError(f"specialize() needs input {a.name}", hint=f"inputs: {', '.join(x.name for x in self.inputs)}")
+            val = args.pop(a.name)
+            if hasattr(val, "shape") and hasattr(val, "dtype"):
+                described[a.name] = (tuple(val.shape), _dtype_name(val.dtype))
+            else:
+                shape, dtype = val
+                described[a.name] = (tuple(int(s) for s in shape), _dtype_name(dtype))
+        if args:
+            raise CallError(f"specialize() got unknown arguments {', '.join(args)}")
+        return self._variant(described)
+
+    def _variant(self, described: dict[str, tuple[tuple[int, ...], str]]) -> Variant:
+        key = tuple(sorted(described.items()))
+        variant = self._variants.get(key)
+        if variant is None:
+            self._check_described(described)
+            shapes = self.shapes.solve({n: s for n, (s, _) in described.items()})
+            dtype = next(iter(described.values()))[1] if described else "float32"
+            dtypes = {a.name: described[a.name][1] if a.name in described else dtype for a in self.args}
+            variant = Variant(self, Specialization(shapes, dtypes))
+            self._variants[key] = variant
+            log.info("specialised %s for %s", self.graph.entry, key)
+        self._last = variant
+        return variant
+
+    def _check_described(self, described) -> None:
+        dtypes = {}
+        for name, (shape, dtype) in described.items():
+            rank = self.graph.ranks.get((self.graph.entry, name))
+            if rank is not None and len(shape) != rank:
+                where = self.graph.rank_locs.get((self.graph.entry, name))
+                raise CallError(f"{name} must have rank {rank} (the logic partitions it so), got shape {tuple(shape)}", where)
+            if dtype not in self.target.dtypes:
+                raise CallError(
+                    f"{name} has dtype {dtype}; target {self.target.name} supports {', '.join(self.target.dtypes)}",
+                    hint="convert the tensor, e.g. x.to(torch.float16)",
+                )
+            dtypes[name] = dtype
+        if len(set(dtypes.values())) > 1:
+            detail = ", ".join(f"{n}: {d}" for n, d in dtypes.items())
+            raise CallError(f"all inputs must share one dtype for now ({detail})", hint="convert them to one dtype")
+
+    # calling -------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        import torch
+
+        tensors = self._bind(args, kwargs)
+        for name, t in tensors.items():
+            if not isinstance(t, torch.Tensor):
+                raise CallError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if t.device.type != self.target.torch_device:
+                raise CallError(
+                    f"{name} is on {t.device}, but target {self.target.name} runs on {self.target.torch_device} tensors",
+                    hint=f"move it with .to('{self.target.torch_device}'), or compile for another target (SEPTRAN_TARGET)",
+                )
+            if not t.is_contiguous():
+                raise CallError(f"{name} is not contiguous", hint=f"pass {name}.contiguous()")
+        variant = self._variant({n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()})
+        device = next(iter(tensors.values())).device if tensors else torch.device(self.target.torch_device)
+        outputs = {}
+        for a in self.outputs:
+            shape = variant.spec.shapes[a.name]
+            dtype = getattr(torch, variant.spec.dtypes[a.name])
+            # A reduction starts from its identity; outputs written whole need no initial value.
+            make = torch.zeros if a.privilege is Privilege.REDUCE else torch.empty
+            outputs[a.name] = make(shape, dtype=dtype, device=device)
+        every = [tensors[a.name] if a.name in tensors else outputs[a.name] for a in self.inputs + self.outputs]
+        if all(t.numel() for t in every):
+            variant.build()(*every)
+        result = tuple(outputs[a.name] for a in self.outputs)
+        return result[0] if len(result) == 1 else result
+
+    def _bind(self, args, kwargs) -> dict:
+        names = [a.name for a in self.inputs]
+        if len(args) > len(names):
+            raise CallError(
+                f"{self.graph.entry} takes {len(names)} inputs ({', '.join(names)}), got {len(args)}",
+                hint="outputs (" + ", ".join(a.name for a in self.outputs) + ") are allocated and returned by the kernel",
+            )
+        bound = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise CallError(f"{self.graph.entry} has no input {k!r}", hint=f"inputs: {', '.join(names)}")
+            if k in bound:
+                raise CallError(f"input {k} given twice")
+            bound[k] = v
+        missing = [n for n in names if n not in bound]
+        if missing:
+            raise CallError(f"missing input {', '.join(missing)}", hint=f"call with ({', '.join(names)})")
+        return bound
+
+    # inspection ------------------------------------------------------------------
+    def _latest(self) -> Variant:
+        if self._last is None:
+            raise CallError(
+                "this kernel has not been specialised yet",
+                hint="call it on tensors, or use kernel.specialize(A=((M, K), 'float16'), ...) to generate code without running",
+            )
+        return self._last
+
+    @property
+    def tilelang_source(self) -> str:
+        """The TileLang program of the latest call (or specialisation)."""
+        return self._latest().tilelang_source
+
+    @property
+    def device_source(self) -> str:
+        return self._latest().device_source
+
+    def explain(self) -> str:
+        return self._latest().explain()
+
+
+def _role(priv: Privilege) -> str:
+    if priv is Privilege.READ_WRITE:
+        return "inout"
+    return "output" if priv.writes else "input"

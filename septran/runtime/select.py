@@ -1,0 +1,90 @@
+"""Which logic task and which mapping file a compile uses.
+
+Mapping selection, strongest first: an explicit mapping argument, then
+SEPTRAN_MAPPING, then ``<folder>/<target>/<op>.yaml`` in the SEPTRAN_MAPPING_PATH
+folders and the packaged ``mappings/``; the target is the explicit one, else
+SEPTRAN_TARGET, else the detected accelerator's, else cpu.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib.util
+import sys
+import types
+from pathlib import Path
+from typing import Optional, Union
+
+from septran import env, resources
+from septran.errors import FrontendError, MappingError, SourceLoc
+from septran.frontend.tracer import TaskFunction
+from septran.mapping.schema import Mapping, load_mapping
+from septran.target import detect_target
+
+Logic = Union[TaskFunction, types.ModuleType, str, Path]
+
+
+def load_logic_file(path: Union[str, Path]) -> types.ModuleType:
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise FrontendError(f"logic file {path} does not exist")
+    name = f"septran_logic.{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def logic_module(logic: Logic) -> types.ModuleType:
+    if isinstance(logic, types.ModuleType):
+        return logic
+    if isinstance(logic, (str, Path)):
+        return load_logic_file(logic)
+    if isinstance(logic, TaskFunction):
+        return sys.modules[logic.__module__]
+    raise FrontendError(f"the logic must be a task function, a module or a file path, got {type(logic).__name__}")
+
+
+def op_name(module: types.ModuleType, logic: Logic) -> str:
+    """The operator's name, which names its mapping files: the logic file's stem."""
+    file = getattr(module, "__file__", None)
+    if file:
+        return Path(file).stem
+    return logic.name.removesuffix("_logic") if isinstance(logic, TaskFunction) else module.__name__
+
+
+def find_task(module: types.ModuleType, logic: Logic, name: str, loc: SourceLoc) -> TaskFunction:
+    if isinstance(logic, TaskFunction) and logic.name == name:
+        return logic
+    found = getattr(module, name, None)
+    if isinstance(found, TaskFunction):
+        return found
+    tasks = [k for k, v in vars(module).items() if isinstance(v, TaskFunction)]
+    close = difflib.get_close_matches(name, tasks, n=1)
+    raise MappingError(
+        f"the logic has no task {name!r}",
+        loc,
+        hint=(f"did you mean {close[0]!r}? " if close else "") + f"tasks in {getattr(module, '__file__', module.__name__)}: {', '.join(tasks)}",
+    )
+
+
+def choose_mapping(op: str, mapping: Union[Mapping, str, Path, None], target: Optional[str]) -> Mapping:
+    if isinstance(mapping, Mapping):
+        return mapping
+    if mapping is not None:
+        return load_mapping(mapping)
+    forced = env.mapping_override()
+    if forced is not None:
+        return load_mapping(forced)
+    target = target or env.target_override() or detect_target()
+    tried = []
+    for folder in resources.mapping_folders():
+        candidate = folder / target / f"{op}.yaml"
+        tried.append(str(candidate))
+        if candidate.is_file():
+            return load_mapping(candidate)
+    raise MappingError(
+        f"no mapping of operator {op!r} for target {target!r}",
+        hint="looked for " + ", ".join(tried) + "; write one, add its folder to SEPTRAN_MAPPING_PATH, or set SEPTRAN_MAPPING",
+    )

@@ -1,0 +1,200 @@
+"""Targets: the hardware facts and leaf implementations of ``backends/<name>/target.yaml``.
+
+Everything that differs between targets is read from these files; no code
+under ``septran/`` asks for a target by name.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping, Optional, Union
+
+from septran import resources
+from septran.errors import MappingError, SepTranError, SourceLoc
+from septran.mapping.yaml_source import Located, LocatedDict, load_located
+
+
+class TargetError(SepTranError):
+    """A target folder is malformed."""
+
+    stage = "target"
+
+
+@dataclass(frozen=True)
+class MemorySpace:
+    name: str
+    alloc: Optional[str]  # TileLang allocation function; None: tensors passed to the kernel
+    suffix: str  # buffer names read like hand-written TileLang: A_shared, C_local
+    capacity_bytes: Optional[int]  # per program instance
+    per_stage: bool  # each pipeline stage holds its own copy
+
+
+@dataclass(frozen=True)
+class Proc:
+    name: str
+    memories: tuple[str, ...]
+    grid: bool  # a parallel range of this proc becomes the kernel grid
+
+
+@dataclass(frozen=True)
+class LeafImpl:
+    """A target's implementation of a primitive: what it computes and the TileLang it emits."""
+
+    name: str
+    implements: str
+    meaning: str
+    mems: Mapping[str, tuple[str, ...]]  # primitive parameter -> memory spaces it accepts
+    tile_multiple: Mapping[str, tuple[int, ...]]  # primitive parameter -> extents must be multiples
+    template: str  # TileLang, with {C}, {A}, ... for the arguments
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    folder: Path
+    loc: SourceLoc
+    description: str
+    tilelang_target: Union[str, Mapping[str, Any]]
+    language: str  # the TileLang dialect module the generated program imports
+    execution_backend: str
+    compile_flags: tuple[str, ...]
+    pass_configs: Mapping[str, Any]
+    torch_device: str
+    detect: Mapping[str, Any]
+    device_source_ext: str
+    dtypes: tuple[str, ...]
+    max_threads: Optional[int]  # None: the target has no thread count to choose
+    thread_multiple: int
+    procs: Mapping[str, Proc]
+    memories: Mapping[str, MemorySpace]
+    leaves: Mapping[str, LeafImpl]
+
+    @property
+    def has_threads(self) -> bool:
+        return self.max_threads is not None
+
+    def memory(self, name: str) -> MemorySpace:
+        return self.memories[name]
+
+
+def _plain(val: Located):
+    """A located value without locations (for nested plain data such as a TileLang target dict)."""
+    v = val.value
+    if isinstance(v, LocatedDict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _need(d: LocatedDict, key: str, what: str) -> Located:
+    if key not in d:
+        raise TargetError(f"{what} has no {key!r}", d.loc)
+    return d[key]
+
+
+def load_target_file(path: Path) -> Target:
+    root = load_located(path.read_text(), str(path))
+    d = root.value
+    if not isinstance(d, LocatedDict):
+        raise TargetError("target.yaml must be a mapping", root.loc)
+    tl = _need(d, "tilelang", "target.yaml").value
+    procs = {
+        name: Proc(name, tuple(_plain(_need(p.value, "memories", f"proc {name}"))), bool(_plain(p.value.get("grid", Located(False, p.loc)))))
+        for name, p in _need(d, "procs", "target.yaml").value.items()
+    }
+    memories = {}
+    for name, m in _need(d, "memories", "target.yaml").value.items():
+        mp = _plain(m) or {}
+        memories[name] = MemorySpace(name, mp.get("alloc"), mp.get("suffix", name.lower()), mp.get("capacity_bytes"), bool(mp.get("per_stage", False)))
+    for proc in procs.values():
+        for mem in proc.memories:
+            if mem not in memories:
+                raise TargetError(f"proc {proc.name} names memory {mem}, which the target does not declare", d["procs"].loc)
+    leaves = {}
+    for name, leaf in (d.get("leaves").value.items() if d.get("leaves") else ()):
+        lp = _plain(leaf)
+        leaves[name] = LeafImpl(
+            name=name,
+            implements=lp["implements"],
+            meaning=lp.get("meaning", ""),
+            mems=MappingProxyType({k: tuple(v) for k, v in lp.get("mems", {}).items()}),
+            tile_multiple=MappingProxyType({k: tuple(v) for k, v in lp.get("tile_multiple", {}).items()}),
+            template=lp["tilelang"],
+            loc=leaf.loc,
+        )
+    threads = _plain(d["threads"]) if "threads" in d else None
+    tlp = {k: _plain(v) for k, v in tl.items()}
+    return Target(
+        name=_plain(_need(d, "name", "target.yaml")),
+        folder=path.parent,
+        loc=root.loc,
+        description=_plain(d.get("description", Located("", root.loc))),
+        tilelang_target=tlp["target"],
+        language=tlp.get("language", "tilelang.language"),
+        execution_backend=tlp.get("execution_backend", "tvm_ffi"),
+        compile_flags=tuple(tlp.get("compile_flags", ())),
+        pass_configs=MappingProxyType(dict(tlp.get("pass_configs", {}))),
+        torch_device=_plain(_need(d, "torch_device", "target.yaml")),
+        detect=MappingProxyType(_plain(d["detect"]) if "detect" in d else {}),
+        device_source_ext=tlp.get("device_source_ext", "cu"),
+        dtypes=tuple(_plain(_need(d, "dtypes", "target.yaml"))),
+        max_threads=threads["max"] if threads else None,
+        thread_multiple=threads.get("multiple_of", 1) if threads else 1,
+        procs=MappingProxyType(procs),
+        memories=MappingProxyType(memories),
+        leaves=MappingProxyType(leaves),
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _load_cached(path: Path) -> Target:
+    return load_target_file(path)
+
+
+def available_targets() -> list[str]:
+    return sorted(resources.target_folders())
+
+
+def load_target(name: str, loc: Optional[SourceLoc] = None) -> Target:
+    folders = resources.target_folders()
+    if name not in folders:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(folders), n=1)
+        raise MappingError(
+            f"unknown target {name!r}",
+            loc,
+            hint=(f"did you mean {close[0]!r}? " if close else "") + f"targets: {', '.join(sorted(folders))}",
+        )
+    target = _load_cached(folders[name] / "target.yaml")
+    if target.name != name:
+        raise TargetError(f"target folder {name} declares name {target.name!r}", target.loc)
+    return target
+
+
+def detect_target() -> str:
+    """The target of this machine's accelerator, from each target's ``detect`` facts; cpu if none."""
+    import torch
+
+    fallback = None
+    candidates = []
+    for name in available_targets():
+        t = load_target(name)
+        if t.detect.get("fallback"):
+            fallback = name
+        candidates.append(t)
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        arch = getattr(props, "gcnArchName", "") or ""
+        for t in candidates:
+            cap = t.detect.get("cuda_capability")
+            if cap and torch.version.hip is None and list(torch.cuda.get_device_capability(0)) == list(cap):
+                return t.name
+            hip = t.detect.get("hip_arch")
+            if hip and torch.version.hip is not None and arch.split(":")[0] == hip:
+                return t.name
+    return fallback or "cpu"
