@@ -197,4 +197,7 @@ def detect_target() -> str:
             hip = t.detect.get("hip_arch")
             if hip and torch.version.hip is not None and arch.split(":")[0] == hip:
                 return t.name
-    return fallback or "cpu"
+    if fallback is None:
+        raise TargetError("no accelerator found and no target declares `detect: {fallback: true}`",
+                          hint="set SEPTRAN_TARGET to one of: " + ", ".join(available_targets()))
+    return fallback

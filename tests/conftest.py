@@ -1,0 +1,49 @@
+"""Shared fixtures: repository paths, golden files, markers for optional hardware/tools."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).resolve().parent / "golden"
+GEMM_LOGIC = REPO / "examples" / "gemm" / "gemm.py"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", help="rewrite golden files from the current output")
+
+
+@pytest.fixture
+def golden(request):
+    """``golden("name.py", text)``: compares text with tests/golden/name.py (or rewrites it with --update-golden)."""
+
+    def check(name: str, text: str) -> None:
+        path = GOLDEN / name
+        if request.config.getoption("--update-golden") or not path.exists():
+            if not request.config.getoption("--update-golden"):
+                pytest.fail(f"golden file {path} is missing; run pytest --update-golden to create it")
+            path.write_text(text)
+            return
+        assert text == path.read_text(), f"output differs from {path}; if the change is intended, run pytest --update-golden"
+
+    return check
+
+
+def mapping_path(target: str, op: str = "gemm") -> Path:
+    return REPO / "mappings" / target / f"{op}.yaml"
+
+
+def has_nvcc() -> bool:
+    return shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists()
+
+
+def has_cuda_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.version.hip is None
+
+
+needs_nvcc = pytest.mark.skipif(not has_nvcc(), reason="nvcc is not installed")
+needs_gpu = pytest.mark.skipif(not has_cuda_gpu(), reason="no NVIDIA GPU")
