@@ -11,7 +11,7 @@ from septran.frontend.graph import build_graph
 from septran.frontend.tracer import TaskFunction
 from septran.mapping.schema import Mapping
 from septran.runtime.kernel import Kernel
-from septran.runtime.select import Logic, choose_mapping, find_task, logic_module, op_name
+from septran.runtime.select import Logic, choose_mapping, find_task, logic_namespace, op_name
 from septran.target import load_target
 
 
@@ -35,8 +35,8 @@ def compile(  # noqa: A001 - the name users expect, as tilelang.compile
     if mapping is not None and mapping_file is not None:
         raise TypeError("septran.compile takes the mapping either as `mapping` or as `mapping_file=`, not both")
     logic = logic if logic is not None else logic_file
-    module = logic_module(logic)
-    m = choose_mapping(op_name(module, logic), mapping if mapping is not None else mapping_file, target)
+    names, file = logic_namespace(logic)
+    m = choose_mapping(op_name(file, logic), mapping if mapping is not None else mapping_file, target)
     if target is not None and target != m.target.value:
         raise MappingError(
             f"asked to compile for {target!r} with a mapping for {m.target.value!r}",
@@ -45,7 +45,7 @@ def compile(  # noqa: A001 - the name users expect, as tilelang.compile
         )
     tgt = load_target(m.target.value, m.target.loc)
     entry = m.instance(m.entrypoint.value)
-    entry_fn = find_task(module, logic, entry.task_name.value, entry.task_name.loc)
+    entry_fn = find_task(names, file, logic, entry.task_name.value, entry.task_name.loc)
     return Kernel(build_graph(entry_fn), m, tgt)
 
 

@@ -36,36 +36,37 @@ def load_logic_file(path: Union[str, Path]) -> types.ModuleType:
     return module
 
 
-def logic_module(logic: Logic) -> types.ModuleType:
-    if isinstance(logic, types.ModuleType):
-        return logic
+def logic_namespace(logic: Logic) -> tuple[dict, Optional[str]]:
+    """The names a logic defines (where the mapping's task names are looked up) and its file."""
     if isinstance(logic, (str, Path)):
-        return load_logic_file(logic)
+        logic = load_logic_file(logic)
+    if isinstance(logic, types.ModuleType):
+        return vars(logic), getattr(logic, "__file__", None)
     if isinstance(logic, TaskFunction):
-        return sys.modules[logic.__module__]
+        names = logic.fn.__globals__
+        return names, names.get("__file__")
     raise FrontendError(f"the logic must be a task function, a module or a file path, got {type(logic).__name__}")
 
 
-def op_name(module: types.ModuleType, logic: Logic) -> str:
+def op_name(file: Optional[str], logic: Logic) -> str:
     """The operator's name, which names its mapping files: the logic file's stem."""
-    file = getattr(module, "__file__", None)
     if file:
         return Path(file).stem
-    return logic.name.removesuffix("_logic") if isinstance(logic, TaskFunction) else module.__name__
+    return logic.name.removesuffix("_logic") if isinstance(logic, TaskFunction) else str(logic)
 
 
-def find_task(module: types.ModuleType, logic: Logic, name: str, loc: SourceLoc) -> TaskFunction:
+def find_task(names: dict, file: Optional[str], logic: Logic, name: str, loc: SourceLoc) -> TaskFunction:
     if isinstance(logic, TaskFunction) and logic.name == name:
         return logic
-    found = getattr(module, name, None)
+    found = names.get(name)
     if isinstance(found, TaskFunction):
         return found
-    tasks = [k for k, v in vars(module).items() if isinstance(v, TaskFunction)]
+    tasks = [k for k, v in names.items() if isinstance(v, TaskFunction)]
     close = difflib.get_close_matches(name, tasks, n=1)
     raise MappingError(
         f"the logic has no task {name!r}",
         loc,
-        hint=(f"did you mean {close[0]!r}? " if close else "") + f"tasks in {getattr(module, '__file__', module.__name__)}: {', '.join(tasks)}",
+        hint=(f"did you mean {close[0]!r}? " if close else "") + f"tasks in {file or 'the logic'}: {', '.join(tasks)}",
     )
 
 
