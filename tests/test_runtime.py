@@ -8,7 +8,7 @@ import torch
 
 import septran
 from septran import task
-from conftest import GEMM_LOGIC, REPO, mapping_path
+from conftest import GEMM_LOGIC, mapping_path
 
 
 def test_default_target_without_gpu_is_cpu(monkeypatch):
@@ -100,9 +100,9 @@ def test_explain_names_mapping_keys_and_lines():
     yaml_lines = mapping_path("sm90").read_text().splitlines()
     mems_line = next(i for i, l in enumerate(yaml_lines, 1) if l.strip().startswith("mems:") and "REGISTER" in l)
     pipe_line = next(i for i, l in enumerate(yaml_lines, 1) if l.strip().startswith("pipeline:"))
-    assert f"alloc C_local: (BM, BN) float32 in REGISTER" in text
+    assert "alloc C_local: (BM, BN) float32 in REGISTER" in text
     assert f"gemm.yaml:{mems_line}:" in text
-    assert f"loop k in 0..ceildiv(A_dim1, BK) (pipelined, 3 stages)" in text
+    assert "loop k in 0..ceildiv(A_dim1, BK) (pipelined, 3 stages)" in text
     assert f"gemm.yaml:{pipe_line}:" in text
     assert "copy A[(by * BM):+BM, (k * BK):+BK] -> A_shared" in text
     assert "copy C out once, after its last write (reduce)" in text

@@ -39,6 +39,13 @@ class Privilege(enum.Enum):
     def writes(self) -> bool:
         return self in (Privilege.WRITE, Privilege.REDUCE, Privilege.READ_WRITE)
 
+    @property
+    def role(self) -> str:
+        """What an entry parameter with this privilege is to a caller: input, output or inout."""
+        if self is Privilege.READ_WRITE:
+            return "inout"
+        return "output" if self.writes else "input"
+
 
 class _Full:
     """The ``:`` index: the whole extent of a partitioned dimension."""

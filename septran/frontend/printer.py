@@ -1,7 +1,7 @@
 """A readable dump of a task graph (what SEPTRAN_DUMP_DIR writes as *.taskgraph.txt)."""
 from __future__ import annotations
 
-from septran.frontend.ir import FULL, Arg, Launch, Loop, Param, PrimCall, TaskGraph, TileRef
+from septran.frontend.ir import FULL, Arg, Launch, Loop, Param, PrimCall, TaskGraph
 
 
 def _arg(a: Arg) -> str:

@@ -10,7 +10,7 @@ import difflib
 from typing import Callable, Optional, Union
 
 from septran.errors import FrontendError
-from septran.expr import Const, Expr, Tunable, Var, as_expr
+from septran.expr import Const, Expr, Tunable, Var, as_expr, fresh
 from septran.frontend.ir import Launch, Loop, Partition, PrimCall, TileRef, Param
 from septran.frontend.primitives import PRIMITIVES
 from septran.frontend import tracer
@@ -76,9 +76,9 @@ def partition(tensor, by: str = "blocks", tile: tuple = ()):
                     f"with {other.rank} at {other.loc}; a tensor has one rank",
                     loc,
                 )
-    part = Partition(tracer.new_sym(_partition_name(loc, source)), source, tuple(entries), loc)
+    part = Partition(fresh(_partition_name(loc, source)), source, tuple(entries), loc)
     frame.partitions.append(part)
-    return tracer.wrap_partition(part)
+    return tracer.PartitionHandle(part)
 
 
 def _partition_name(loc, source) -> str:
@@ -106,7 +106,7 @@ def _loop(api: str, extents, parallel: bool, default_var: str):
     except TypeError as err:
         raise FrontendError(f"task.{api}: {err}", loc) from None
     names = tracer.loop_var_names(loc, len(exts), default_var)
-    syms = tuple(tracer.new_sym(n) for n in names)
+    syms = tuple(fresh(n) for n in names)
     return _loop_body(frame, syms, exts, parallel, loc, single)
 
 

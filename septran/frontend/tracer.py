@@ -12,10 +12,10 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 from septran.errors import FrontendError, SourceLoc
-from septran.expr import Expr, Sym, fresh
+from septran.expr import Expr, fresh
 from septran.frontend.ir import FULL, Arg, Param, Partition, TaskDef, TileRef, source_dim
 
 _FRONTEND_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -212,15 +212,3 @@ def unwrap(handle, api: str, what: str, loc: SourceLoc) -> Arg:
             f"task.{api}: {what} is a whole partition; index it to pass one tile (e.g. Ap[i, 0])", loc
         )
     raise FrontendError(f"task.{api}: {what} must be a task parameter or a tile, got {type(handle).__name__}", loc)
-
-
-def wrap_partition(part: Partition) -> PartitionHandle:
-    return PartitionHandle(part)
-
-
-def new_sym(name: str) -> Sym:
-    return fresh(name)
-
-
-def optional_loc() -> Optional[SourceLoc]:
-    return caller_loc() if _stack else None

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from septran.errors import LoweringError, SourceLoc
-from septran.expr import BinOp, Const, Dim, Expr, Sym, Tunable, Var, evaluate, fresh, leaves, simplify, substitute
+from septran.expr import BinOp, Const, Dim, Expr, Sym, Tunable, Var, evaluate, leaves, simplify, substitute
 from septran.frontend.ir import Arg, Launch, Loop, Param, PrimCall, Privilege, TaskDef, TaskGraph, TileRef, walk
 from septran.frontend.primitives import PRIMITIVES
 from septran.frontend.shapes import ShapeRelations
@@ -120,10 +120,7 @@ class _Lowerer:
         self.const_values[sym] = value
 
     def _role(self, param: str) -> str:
-        priv = self.graph.privilege(self.graph.entry, param)
-        if priv is Privilege.READ_WRITE:
-            return "inout"
-        return "output" if priv.writes else "input"
+        return self.graph.privilege(self.graph.entry, param).role
 
     def _tunable(self, name: str, chain: tuple[InstanceMapping, ...], use: SourceLoc) -> Expr:
         for inst in reversed(chain):

@@ -214,7 +214,7 @@ def parse_mapping(text: str, file: str) -> Mapping:
             raise MappingError(
                 f"task mapping {name} is never reached from the entrypoint {entry}",
                 inst.loc,
-                hint=f"name it in some instance's `calls`, or delete it",
+                hint="name it in some instance's `calls`, or delete it",
             )
     return Mapping(file, top["target"], top["entrypoint"], MappingProxyType(instances))
 

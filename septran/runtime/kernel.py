@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 from septran import env
@@ -107,7 +106,7 @@ class Kernel:
         self._last: Optional[Variant] = None
         entry = graph.entry_task
         self.args = tuple(
-            _Arg(p.name, _role(graph.privilege(entry.name, p.name)), graph.privilege(entry.name, p.name)) for p in entry.params
+            _Arg(p.name, graph.privilege(entry.name, p.name).role, graph.privilege(entry.name, p.name)) for p in entry.params
         )
         self.inputs = tuple(a for a in self.args if a.role != "output")
         self.outputs = tuple(a for a in self.args if a.role == "output")
@@ -238,9 +237,3 @@ class Kernel:
 
     def explain(self) -> str:
         return self._latest().explain()
-
-
-def _role(priv: Privilege) -> str:
-    if priv is Privilege.READ_WRITE:
-        return "inout"
-    return "output" if priv.writes else "input"
