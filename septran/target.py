@@ -6,7 +6,7 @@ under ``septran/`` asks for a target by name.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Union
@@ -22,6 +22,9 @@ class TargetError(SepTranError):
     stage = "target"
 
 
+VENDOR_OPS = ("load", "store", "fill_zero", "sync", "declare", "release")
+
+
 @dataclass(frozen=True)
 class MemorySpace:
     name: str
@@ -29,6 +32,27 @@ class MemorySpace:
     suffix: str  # buffer names read like hand-written TileLang: A_shared, C_local
     capacity_bytes: Optional[int]  # per program instance
     per_stage: bool  # each pipeline stage holds its own copy
+    # A memory TileLang does not know (a DSA's scratchpad): SepTran places each
+    # buffer at a byte offset and moves data with the vendor calls in ``ops``.
+    placed: bool = False
+    align_bytes: int = 64
+    ops: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # load, store, fill_zero, sync, declare, release
+
+    @property
+    def is_global(self) -> bool:
+        return self.alloc is None and not self.placed
+
+
+@dataclass(frozen=True)
+class Vendor:
+    """A vendor's C library: built once, linked into every kernel, asked for errors after each call."""
+
+    sources: tuple[Path, ...]
+    cflags: tuple[str, ...]
+    take_error: str  # int32_t f(char* buf, int32_t len): the first error since the last call, 0 if none
+    reset: Optional[str]  # void f(void): a fresh device state
+    set_debug: Optional[str]  # void f(int32_t on)
+    debug_violations: Optional[str]  # int32_t f(void): debug reports since the last call
 
 
 @dataclass(frozen=True)
@@ -71,6 +95,8 @@ class Target:
     procs: Mapping[str, Proc]
     memories: Mapping[str, MemorySpace]
     leaves: Mapping[str, LeafImpl]
+    dtype_codes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # how vendor calls name dtypes
+    vendor: Optional[Vendor] = None
 
     @property
     def has_threads(self) -> bool:
@@ -109,7 +135,17 @@ def load_target_file(path: Path) -> Target:
     memories = {}
     for name, m in _need(d, "memories", "target.yaml").value.items():
         mp = _plain(m) or {}
-        memories[name] = MemorySpace(name, mp.get("alloc"), mp.get("suffix", name.lower()), mp.get("capacity_bytes"), bool(mp.get("per_stage", False)))
+        ops = mp.get("ops", {})
+        for op in ops:
+            if op not in VENDOR_OPS:
+                raise TargetError(f"memory {name}: unknown op {op!r} (known: {', '.join(VENDOR_OPS)})", m.loc)
+        placed = mp.get("placement") == "address"
+        if placed and not all(op in ops for op in ("load", "store", "fill_zero")):
+            raise TargetError(f"memory {name} is placed by address and needs ops load, store and fill_zero", m.loc)
+        memories[name] = MemorySpace(
+            name, mp.get("alloc"), mp.get("suffix", name.lower()), mp.get("capacity_bytes"),
+            bool(mp.get("per_stage", False)), placed, int(mp.get("align_bytes", 64)), MappingProxyType(dict(ops)),
+        )
     for proc in procs.values():
         for mem in proc.memories:
             if mem not in memories:
@@ -127,6 +163,17 @@ def load_target_file(path: Path) -> Target:
             loc=leaf.loc,
         )
     threads = _plain(d["threads"]) if "threads" in d else None
+    vendor = None
+    if "vendor" in d:
+        vp = _plain(d["vendor"])
+        vendor = Vendor(
+            sources=tuple(path.parent / s for s in vp["sources"]),
+            cflags=tuple(vp.get("cflags", ())),
+            take_error=vp["take_error"],
+            reset=vp.get("reset"),
+            set_debug=vp.get("set_debug"),
+            debug_violations=vp.get("debug_violations"),
+        )
     tlp = {k: _plain(v) for k, v in tl.items()}
     return Target(
         name=_plain(_need(d, "name", "target.yaml")),
@@ -147,6 +194,8 @@ def load_target_file(path: Path) -> Target:
         procs=MappingProxyType(procs),
         memories=MappingProxyType(memories),
         leaves=MappingProxyType(leaves),
+        dtype_codes=MappingProxyType(_plain(d["dtype_codes"]) if "dtype_codes" in d else {}),
+        vendor=vendor,
     )
 
 

@@ -61,6 +61,62 @@ def region(r: ir.Region, other: ir.Region | None = None) -> str:
     return _slices(r)
 
 
+class _Operand:
+    """One argument of a vendor call or leaf template: ``{A}`` and its attributes ``{A.ptr}``, ``{A.rows}``...
+
+    ``str()`` is how TileLang names the operand: a buffer's name (or its address
+    or handle, for a memory TileLang does not know), or a region of a tensor.
+    """
+
+    def __init__(self, r: ir.Region, placed: dict):
+        self._r = r
+        self._placed = placed.get(r.of)
+
+    def __str__(self) -> str:
+        if self._placed is not None:
+            return self._placed.sym.name
+        return region(self._r)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    @property
+    def ptr(self) -> str:
+        return f"T.address_of({_start(self._r)})"
+
+    @property
+    def addr(self) -> str:
+        return self._placed.address.name if self._placed is not None else self.ptr
+
+    @property
+    def rows(self) -> str:
+        return expr(self._r.extents[-2]) if len(self._r.extents) > 1 else "1"
+
+    @property
+    def cols(self) -> str:
+        return expr(self._r.extents[-1])
+
+    @property
+    def valid_rows(self) -> str:
+        return expr(self._r.valid[-2]) if len(self._r.valid) > 1 else "1"
+
+    @property
+    def valid_cols(self) -> str:
+        return expr(self._r.valid[-1])
+
+    @property
+    def ld(self) -> str:
+        return expr(self._r.row_stride)
+
+    @property
+    def dtype(self) -> str:
+        return str(self._r.dtype_code)
+
+
+def _template(template: str, args, placed: dict) -> str:
+    return template.format(**{name: _Operand(r, placed) for name, r in args})
+
+
 def _shape(shape) -> str:
     inner = ", ".join(expr(e) for e in shape)
     return f"({inner},)" if len(shape) == 1 else f"({inner})"
@@ -74,21 +130,24 @@ class _Writer:
         self.lines.append(INDENT * depth + text if text else "")
 
 
-def _stmt(w: _Writer, s, depth: int) -> None:
+def _stmt(w: _Writer, s, depth: int, placed: dict) -> None:
     if isinstance(s, ir.Fill):
         w.line(depth, f"T.clear({s.dst.name})" if s.value == 0 else f"T.fill({s.dst.name}, {s.value!r})")
     elif isinstance(s, ir.Copy):
         opts = "".join(f", {k}={v!r}" for k, v in s.options)
         w.line(depth, f"T.copy({region(s.src, s.dst)}, {region(s.dst, s.src)}{opts})")
     elif isinstance(s, ir.LeafCall):
-        w.line(depth, s.template.format(**{name: region(r) for name, r in s.args}))
+        w.line(depth, _template(s.template, s.args, placed))
+    elif isinstance(s, ir.VendorOp):
+        call = _template(s.template, s.args, placed)
+        w.line(depth, f"{s.result.name} = {call}" if s.result is not None else call)
     elif isinstance(s, ir.For):
         if s.kind == "pipelined":
             w.line(depth, f"for {s.var.name} in T.Pipelined({expr(s.extent)}, num_stages={s.num_stages}):")
         else:
             w.line(depth, f"for {s.var.name} in T.serial({expr(s.extent)}):")
         for b in s.body:
-            _stmt(w, b, depth + 1)
+            _stmt(w, b, depth + 1, placed)
     else:  # pragma: no cover
         raise TypeError(f"unknown tile statement {s!r}")
 
@@ -117,8 +176,12 @@ def emit(program: ir.TileProgram, version: str) -> str:
     names = ", ".join(s.name for s, _ in k.grid)
     bound = f"({names})" if len(k.grid) > 1 else names
     w.line(1, f"with T.Kernel({grid}{threads}) as {bound}:")
+    placed = {b.sym: b for b in k.buffers if b.address is not None}
     for b in k.buffers:
-        w.line(2, f"{b.sym.name} = T.{b.alloc}({_shape(b.shape)}, \"{b.dtype}\")")
+        if b.alloc is not None:
+            w.line(2, f"{b.sym.name} = T.{b.alloc}({_shape(b.shape)}, \"{b.dtype}\")")
+        elif b.handle:
+            w.line(2, f"{b.sym.name} = T.alloc_var(\"int32\")  # the vendor's handle for this tile")
     for s in k.body:
-        _stmt(w, s, 2)
+        _stmt(w, s, 2, placed)
     return "\n".join(w.lines) + "\n"

@@ -22,6 +22,9 @@ def _stmt(s, depth: int, out: list[str]) -> None:
     elif isinstance(s, ir.Copy):
         opts = "".join(f", {k}={v!r}" for k, v in s.options)
         out.append(f"{pad}copy {_region(s.src)} -> {_region(s.dst)}{opts}\n{pad}    because: {s.why}")
+    elif isinstance(s, ir.VendorOp):
+        args = ", ".join(f"{n}={_region(r)}" for n, r in s.args)
+        out.append(f"{pad}vendor {s.op}({args})\n{pad}    because: {s.why}")
     elif isinstance(s, ir.LeafCall):
         args = ", ".join(f"{n}={_region(r)}" for n, r in s.args)
         out.append(f"{pad}call {s.impl}({args})\n{pad}    because: {s.why}")
@@ -44,7 +47,8 @@ def explain(program: ir.TileProgram) -> str:
     grid = ", ".join(f"{s.name} < {e}" for s, e in k.grid)
     out.append(f"grid {grid}" + (f", {k.threads} threads" if k.threads else "") + f"\n    because: {k.why}")
     for b in k.buffers:
-        out.append(f"  alloc {b.sym.name}: {_shape(b.shape)} {b.dtype} in {b.space} ({b.alloc})\n      because: {b.why}")
+        how = b.alloc or f"placed at {b.address.name}"
+        out.append(f"  alloc {b.sym.name}: {_shape(b.shape)} {b.dtype} in {b.space} ({how})\n      because: {b.why}")
     for s in k.body:
         _stmt(s, 1, out)
     return "\n".join(out) + "\n"

@@ -47,9 +47,6 @@ class View:
     space: str
     whole: bool
 
-    def region(self) -> ir.Region:
-        return ir.Region(self.of, self.offsets, self.extents, self.whole)
-
 
 @dataclass
 class _Scope:
@@ -90,6 +87,11 @@ class _Lowerer:
         self._stages_of: dict[Sym, int] = {}
         self._space_loc: dict[Sym, SourceLoc] = {}
         self._dtypes: dict[Sym, str] = {}
+        self._shapes: dict[Sym, tuple[Expr, ...]] = {}
+        self._next_address: dict[str, int] = {}
+        self._prologue: list = []  # vendor descriptors, before anything else in a program
+        self._released: list[str] = []  # memories whose vendor state is released at a program's end
+        self._pending: set[str] = set()  # memories with transfers in flight
         self._name_dims(shapes)
         self.global_space = next(m.name for m in target.memories.values() if m.alloc is None)
 
@@ -207,6 +209,7 @@ class _Lowerer:
             tp = ir.TensorParam(Sym(self._unique(p.name)), shape, self.spec.dtypes[p.name], self._role(p.name))
             params.append(tp)
             self._dtypes[tp.sym] = tp.dtype
+            self._shapes[tp.sym] = shape
             views[p.name] = View(tp.sym, tuple(Const(0) for _ in shape), shape, self.global_space, True)
         ordered = [t for t in params if t.role != "output"] + [t for t in params if t.role == "output"]
         proc = self.target.procs[entry.proc.value]
@@ -267,6 +270,10 @@ class _Lowerer:
         root = _Scope(None, [])
         self._body(callee, callee_task, callee_views, chain + (callee,), [root], {})
         self._close(root)
+        for name in self._released:
+            mem = self.target.memories[name]
+            root.stmts.append(ir.VendorOp("release", mem.ops["release"], (), Why(f"release this program's {name} descriptors")))
+        root.stmts[:0] = self._prologue
         self._check_capacity()
         order = list(self.target.memories)
         buffers = sorted(self.buffers, key=lambda b: order.index(b.space))
@@ -276,7 +283,15 @@ class _Lowerer:
 
     def _close(self, scope: _Scope) -> None:
         scope.stmts.extend(scope.post)
+        stores = sorted({self._space_of(dict(s.args)["src"].of) for s in scope.post if isinstance(s, ir.VendorOp) and s.op == "store"})
+        for name in stores:  # results must have left the device before the program ends or the tile is reused
+            mem = self.target.memories[name]
+            if "sync" in mem.ops:
+                scope.stmts.append(ir.VendorOp("sync", mem.ops["sync"], (), Why(f"wait for the transfers out of {name}")))
         scope.post = []
+
+    def _space_of(self, sym: Sym) -> str:
+        return next(b.space for b in self.buffers if b.sym == sym)
 
     def _body(self, inst, task: TaskDef, views, chain, scopes: list[_Scope], loops: dict) -> None:
         staged: dict[tuple, _Staged] = {}
@@ -323,6 +338,7 @@ class _Lowerer:
             view = self._region(arg, views, task, chain, loops)
             priv = self.graph.privilege(callee_task.name, callee_task.params[k].name)
             regions.append(self._stage(view, arg, priv, inst, task, scopes, staged, launch))
+        self._sync_pending(scopes[-1], launch)
         if callee_task.leaf:
             scopes[-1].stmts.append(self._leaf(launch, callee_task, regions, inst))
             return
@@ -336,12 +352,13 @@ class _Lowerer:
         if space is None or space.value == view.space:
             return view
         mem = self.target.memories[space.value]
-        if mem.alloc is None:
+        if mem.is_global:
             raise LoweringError(f"{inst.name} cannot move {param} into {space.value} inside a program", space.loc)
         free = {l.sym for e in view.offsets for l in leaves(e) if isinstance(l, Var)}
         scope = next((s for s in reversed(scopes) if s.var in free), scopes[0])
         key = (param, view.of, view.offsets, view.extents, id(scope))
         entry = staged.get(key)
+        tile = View(Sym(""), tuple(Const(0) for _ in view.extents), view.extents, space.value, True)
         if entry is None:
             reduce_first = priv is Privilege.REDUCE
             dtype = self._dtypes[view.of]
@@ -351,27 +368,86 @@ class _Lowerer:
             why = Why(f"{param} of {task.name} lives in {space.value} ({inst.name}.mems); "
                       f"{'accumulates' if reduce_first else 'holds'} one {'x'.join(str(self._value(e)) for e in view.extents)} tile",
                       mapping=space.loc, logic=launch.loc)
-            buf = ir.Buffer(sym, view.extents, dtype, space.value, mem.alloc, why)
-            self.buffers.append(buf)
-            self._dtypes[sym] = dtype
+            buf = self._new_buffer(sym, view.extents, dtype, mem, why)
             self._stages_of[sym] = scope.stages if mem.per_stage else 1
             self._space_loc[sym] = space.loc
             entry = _Staged(buf, scope, view, param)
             staged[key] = entry
-            target_region = ir.Region(sym, tuple(Const(0) for _ in view.extents), view.extents, True)
+            tile = View(sym, tile.offsets, tile.extents, tile.space, True)
             options = tuple((k, v.value) for k, v in inst.copy.get(param, {}).items())
             if priv.reads:
-                scope.stmts.append(ir.Copy(view.region(), target_region, options,
-                                           Why(f"copy {param} in before its first read ({priv.value})", mapping=space.loc, logic=launch.loc)))
+                why = Why(f"copy {param} in before its first read ({priv.value})", mapping=space.loc, logic=launch.loc)
+                scope.stmts.append(self._copy(view, tile, options, why))
             elif reduce_first:
-                scope.stmts.append(ir.Fill(sym, 0, Why(f"clear the accumulator {sym.name}: {param} is reduced into", mapping=space.loc, logic=launch.loc)))
+                why = Why(f"clear the accumulator {sym.name}: {param} is reduced into", mapping=space.loc, logic=launch.loc)
+                scope.stmts.append(self._fill_zero(tile, why))
+        tile = View(entry.buffer.sym, tile.offsets, tile.extents, tile.space, True)
         if priv.writes and not entry.wrote:
             entry.wrote = True
-            target_region = ir.Region(entry.buffer.sym, tuple(Const(0) for _ in view.extents), view.extents, True)
             options = tuple((k, v.value) for k, v in inst.copy.get(param, {}).items())
-            entry.scope.post.append(ir.Copy(target_region, view.region(), options,
-                                            Why(f"copy {param} out once, after its last write ({priv.value})", mapping=space.loc, logic=launch.loc)))
-        return View(entry.buffer.sym, tuple(Const(0) for _ in view.extents), view.extents, space.value, True)
+            why = Why(f"copy {param} out once, after its last write ({priv.value})", mapping=space.loc, logic=launch.loc)
+            entry.scope.post.append(self._copy(tile, view, options, why))
+        return tile
+
+    # data movement: TileLang's own, or a vendor's calls for memories TileLang does not know -----
+    def _new_buffer(self, sym: Sym, shape, dtype: str, mem, why: Why) -> ir.Buffer:
+        self._dtypes[sym] = dtype
+        self._shapes[sym] = tuple(shape)
+        if not mem.placed:
+            buf = ir.Buffer(sym, tuple(shape), dtype, mem.name, mem.alloc, why)
+        else:
+            size = DTYPE_BYTES[dtype] * _prod(self._value(e) for e in shape)
+            offset = -(-self._next_address.get(mem.name, 0) // mem.align_bytes) * mem.align_bytes
+            self._next_address[mem.name] = offset + size
+            handle = "declare" in mem.ops
+            address = Sym(self._unique(f"{sym.name}_addr")) if handle else sym
+            self._add_const(address, offset, Why(f"byte offset of {sym.name} in {mem.name}"))
+            buf = ir.Buffer(sym, tuple(shape), dtype, mem.name, None, why, address=address, handle=handle)
+            if handle:
+                self._prologue.append(ir.VendorOp("declare", mem.ops["declare"], (("buf", self._ir_region(View(sym, (Const(0),) * len(shape), tuple(shape), mem.name, True))),),
+                                                  Why(f"describe {sym.name} to the vendor library"), result=sym))
+            if "release" in mem.ops and mem.name not in self._released:
+                self._released.append(mem.name)
+        self.buffers.append(buf)
+        return buf
+
+    def _copy(self, src: View, dst: View, options, why: Why):
+        src_mem, dst_mem = self.target.memories[src.space], self.target.memories[dst.space]
+        if not (src_mem.placed or dst_mem.placed):
+            return ir.Copy(self._ir_region(src), self._ir_region(dst), options, why)
+        if options:
+            raise LoweringError(f"copy options {dict(options)} are TileLang's; {dst.space} moves data with vendor calls",
+                                self._space_loc.get(dst.of) or self._space_loc.get(src.of))
+        op = "load" if dst_mem.placed else "store"
+        mem = dst_mem if dst_mem.placed else src_mem
+        if op == "load":
+            self._pending.add(mem.name)
+        return ir.VendorOp(op, mem.ops[op], (("dst", self._ir_region(dst)), ("src", self._ir_region(src))), why)
+
+    def _fill_zero(self, tile: View, why: Why):
+        mem = self.target.memories[tile.space]
+        if mem.placed:
+            return ir.VendorOp("fill_zero", mem.ops["fill_zero"], (("dst", self._ir_region(tile)),), why)
+        return ir.Fill(tile.of, 0, why)
+
+    def _sync_pending(self, scope: _Scope, launch: Launch) -> None:
+        """Asynchronous transfers must be complete before the data is used."""
+        for name in sorted(self._pending):
+            mem = self.target.memories[name]
+            if "sync" in mem.ops:
+                scope.stmts.append(ir.VendorOp("sync", mem.ops["sync"], (), Why(f"wait for the transfers into {name} before they are read", logic=launch.loc)))
+        self._pending.clear()
+
+    def _ir_region(self, view: View) -> ir.Region:
+        full = self._shapes[view.of]
+        valid = []
+        for off, ext, dim in zip(view.offsets, view.extents, full):
+            # Offsets are multiples of the tile, so a tile that divides its dimension never overhangs.
+            overhangs = not view.whole and self._value(dim) % self._value(ext) != 0
+            valid.append(simplify(BinOp("min", ext, simplify(dim - off))) if overhangs else ext)
+        dtype = self._dtypes[view.of]
+        return ir.Region(view.of, view.offsets, view.extents, view.whole, tuple(valid),
+                         full[-1] if len(full) > 1 else Const(1), dtype, self.target.dtype_codes.get(dtype))
 
     def _leaf(self, launch: Launch, leaf: TaskDef, regions: list[View], inst: InstanceMapping) -> ir.LeafCall:
         binding = inst.leaf_task_bindings[leaf.name]
@@ -404,7 +480,7 @@ class _Lowerer:
                         loc,
                         hint=f"the matrix unit of {self.target.name} takes tiles in multiples of {list(impl.tile_multiple[pname])}",
                     )
-            args.append((pname, view.region()))
+            args.append((pname, self._ir_region(view)))
         why = Why(f"{leaf.name} -> {impl.name}: {impl.meaning}", mapping=binding.loc, logic=launch.loc)
         return ir.LeafCall(impl.name, impl.template, tuple(args), why)
 

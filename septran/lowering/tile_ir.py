@@ -53,8 +53,12 @@ class Buffer:
     shape: tuple[Expr, ...]
     dtype: str
     space: str
-    alloc: str  # the TileLang allocation function
+    alloc: Optional[str]  # the TileLang allocation function; None for a placed buffer
     why: Why
+    # A buffer in a memory TileLang does not know: a byte offset (a named constant),
+    # and, where the vendor names tiles by handle, the variable that holds the handle.
+    address: Optional[Sym] = None
+    handle: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,11 @@ class Region:
     offsets: tuple[Expr, ...]
     extents: tuple[Expr, ...]
     whole: bool  # the box is the whole buffer
+    # What vendor calls need besides the box:
+    valid: tuple[Expr, ...] = ()  # the in-bounds part of each extent (a tile may overhang its tensor)
+    row_stride: Optional[Expr] = None  # elements from one row of `of` to the next
+    dtype: str = ""
+    dtype_code: Optional[int] = None  # the target's number for dtype
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,17 @@ class LeafCall:
 
 
 @dataclass(frozen=True)
+class VendorOp:
+    """A call into a vendor library for one of a memory space's ops (load, store, sync, ...)."""
+
+    op: str
+    template: str  # TileLang text with {dst}, {src}, {buf} operands
+    args: tuple[tuple[str, Region], ...]
+    why: Why
+    result: Optional[Sym] = None  # the variable that receives the call's value (a handle)
+
+
+@dataclass(frozen=True)
 class For:
     var: Sym
     extent: Expr
@@ -100,7 +120,7 @@ class For:
     why: Why
 
 
-Stmt = Union[Fill, Copy, LeafCall, For]
+Stmt = Union[Fill, Copy, LeafCall, VendorOp, For]
 
 
 @dataclass(frozen=True)
