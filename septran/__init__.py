@@ -9,6 +9,7 @@ import logging
 from septran.errors import (
     BuildError,
     CallError,
+    DeviceError,
     FrontendError,
     InternalError,
     LoweringError,
@@ -24,7 +25,7 @@ from septran.target import available_targets
 __version__ = "0.1.0"
 __all__ = [
     "task", "compile", "jit", "Kernel", "JITKernel", "Variant", "available_targets",
-    "SepTranError", "FrontendError", "MappingError", "LoweringError", "BuildError", "CallError",
+    "SepTranError", "FrontendError", "MappingError", "LoweringError", "BuildError", "CallError", "DeviceError",
     "InternalError", "SourceLoc", "__version__",
 ]
 

@@ -82,5 +82,11 @@ class CallError(SepTranError):
     stage = "call"
 
 
+class DeviceError(SepTranError):
+    """A vendor library reported an error while a kernel ran (a DSA's own checks)."""
+
+    stage = "device"
+
+
 class InternalError(Exception):
     """A bug in SepTran itself: please report it with the message."""

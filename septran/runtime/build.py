@@ -16,6 +16,7 @@ from pathlib import Path
 
 from septran import env
 from septran.errors import BuildError
+from septran.runtime import vendor
 from septran.target import Target
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def compile_kernel(prim_func, target: Target, path_hint: str):
             prim_func,
             target=_tl_target(target),
             execution_backend=target.execution_backend,
-            compile_flags=list(target.compile_flags) or None,
+            compile_flags=list(target.compile_flags) + vendor.link_flags(target) or None,
             pass_configs=dict(target.pass_configs) or None,
         )
     except Exception as err:

@@ -14,7 +14,7 @@ from septran.lowering import Specialization, explain, lower
 from septran.lowering.bind import check_mapping
 from septran.emit_tilelang import emit
 from septran.mapping.schema import Mapping
-from septran.runtime import build
+from septran.runtime import build, vendor
 from septran.target import Target
 
 log = logging.getLogger(__name__)
@@ -195,6 +195,7 @@ class Kernel:
         every = [tensors[a.name] if a.name in tensors else outputs[a.name] for a in self.inputs + self.outputs]
         if all(t.numel() for t in every):
             variant.build()(*every)
+            vendor.check_errors(self.target, variant.program.name)
         result = tuple(outputs[a.name] for a in self.outputs)
         return result[0] if len(result) == 1 else result
 
