@@ -125,6 +125,9 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
                 hint=f"add `calls: {{{callee_task}: <task mapping>}}`",
             )
         callee = mapping.instance(inst.calls[callee_task].value)
+        if callee.task_name.value not in graph.tasks:
+            raise MappingError(f"unknown task {callee.task_name.value!r}", callee.task_name.loc,
+                               hint=_suggest(callee.task_name.value, graph.tasks))
         if callee.task_name.value != callee_task:
             raise MappingError(
                 f"{inst.name}.calls sends {callee_task} to {callee.name}, which maps task {callee.task_name.value}",

@@ -142,9 +142,10 @@ class _Lowerer:
                         val.loc,
                     )
                 return Var(sym)
+        where = next((inst.key_loc("tunables") for inst in reversed(chain) if inst.tunables), chain[-1].loc)
         raise LoweringError(
             f"the logic uses tunable {name} (at {use}) but the mapping does not set it",
-            chain[-1].loc,
+            where,
             hint=f"add `tunables: {{{name}: <int>}}` to {chain[-1].name} or an instance above it",
         )
 

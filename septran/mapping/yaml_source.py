@@ -59,6 +59,11 @@ class _Loader(yaml.SafeLoader):
     pass
 
 
+# Plain data: what untagged YAML resolves to. Anything else (Python objects,
+# binary, timestamps, sets) is refused before it is constructed.
+_PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq")}
+
+
 def _loc(file: str, node: yaml.Node) -> SourceLoc:
     return SourceLoc(file, node.start_mark.line + 1, node.start_mark.column + 1)
 
@@ -69,8 +74,8 @@ def _convert(file: str, loader: _Loader, node: yaml.Node) -> Located:
         if not isinstance(node, yaml.SequenceNode) or not node.value:
             raise MappingError("!tune takes a non-empty list of values, e.g. !tune [64, 128]", loc)
         return Located(Tune(tuple(_convert(file, loader, n).value for n in node.value)), loc)
-    if node.tag.startswith("!") or (node.tag.startswith("tag:yaml.org,2002:") and node.tag.split(":")[-1] in ("python/object", "binary", "timestamp", "set", "omap", "pairs")):
-        raise MappingError(f"the YAML tag {node.tag} is not allowed in a mapping", loc, hint="only !tune is")
+    if node.tag not in _PLAIN_TAGS:
+        raise MappingError(f"the YAML tag {node.tag} is not allowed in a mapping", loc, hint="a mapping is plain data; only !tune is")
     if isinstance(node, yaml.MappingNode):
         items: dict[str, Located] = {}
         key_locs: dict[str, SourceLoc] = {}
