@@ -35,7 +35,7 @@ def _built(sources: tuple[Path, ...], cflags: tuple[str, ...]) -> Path:
     if not lib.exists():
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".so")
         os.close(fd)
-        cmd = ["gcc", "-std=c11", "-O2", "-fPIC", "-shared", *cflags, *map(str, sources), "-o", tmp]
+        cmd = ["gcc", "-std=c11", "-O2", "-fPIC", "-shared", *map(str, sources), *cflags, "-o", tmp]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             os.unlink(tmp)
