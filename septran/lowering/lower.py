@@ -492,7 +492,8 @@ class _Lowerer:
             used.setdefault(buf.space, []).append((buf, size))
         for space, items in used.items():
             cap = self.target.memories[space].capacity_bytes
-            total = sum(s for _, s in items)
+            # A placed memory also loses its alignment padding.
+            total = max(sum(s for _, s in items), self._next_address.get(space, 0))
             if cap is not None and total > cap:
                 biggest, _ = max(items, key=lambda x: x[1])
                 detail = ", ".join(
