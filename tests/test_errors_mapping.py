@@ -109,3 +109,11 @@ def test_threads_over_the_limit():
 
 def test_leaf_operand_in_the_wrong_memory():
     expect("leaf_wrong_mem", septran.LoweringError, "gemm_leaf_tensorcore takes C in REGISTER", "holds C in SHARED")
+
+
+def test_dsa_scratchpad_overflow():
+    expect("dsa_ref_scratch_overflow", septran.LoweringError, "SCRATCH needs 327680 bytes", "dsa_ref has 262144")
+
+
+def test_dsa_matrix_unit_tile():
+    expect("dsa_acme_bad_mxu_tile", septran.LoweringError, "gemm_leaf_mxu needs dimension 1 of C to be a multiple of 32", "has 48")
