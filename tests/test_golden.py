@@ -5,14 +5,14 @@ import pytest
 
 import septran
 import septran.frontend.printer
-from conftest import GEMM_LOGIC, mapping_path
+from conftest import GEMM_LOGIC, REPO, mapping_path
 
 TARGETS = ["cpu", "sm80", "sm90", "gfx942"]
 
 
 def _specialize(target: str):
     kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path(target))
-    dtype = "float32" if target == "cpu" else "float16"
+    dtype = "float32" if kernel.target.torch_device == "cpu" else "float16"
     return kernel, kernel.specialize(A=((1000, 520), dtype), B=((520, 777), dtype))
 
 
@@ -29,9 +29,11 @@ def test_emission_is_deterministic(target):
 
 
 def test_one_logic_file_every_target():
-    """The same logic file compiles for all four targets; only the mapping differs."""
+    """The same logic file compiles for every target (GPUs, CPU, DSAs); only the mapping differs."""
     graphs = set()
-    for target in TARGETS:
+    targets = sorted(p.parent.name for p in (REPO / "mappings").glob("*/gemm.yaml"))
+    assert set(TARGETS + ["dsa_ref", "dsa_acme"]) <= set(targets)
+    for target in targets:
         kernel, variant = _specialize(target)
         assert kernel.target.name == target
         assert variant.program.target == target
