@@ -31,6 +31,14 @@ def golden(request):
     return check
 
 
+def assert_gemm_close(out, a, b) -> None:
+    """FlashAttention's rule: SepTran's error is at most twice torch's own in the input dtype (ref in float64)."""
+    ref = a.double() @ b.double()
+    torch_err = ((a.float() @ b.float()).to(a.dtype).double() - ref).abs().max().item()
+    err = (out.double() - ref).abs().max().item()
+    assert err <= 2 * torch_err + 1e-5, f"max |C - ref| = {err:.3e}, torch's = {torch_err:.3e}"
+
+
 def mapping_path(target: str, op: str = "gemm") -> Path:
     return REPO / "mappings" / target / f"{op}.yaml"
 

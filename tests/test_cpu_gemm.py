@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import septran
-from conftest import GEMM_LOGIC, mapping_path
+from conftest import GEMM_LOGIC, assert_gemm_close, mapping_path
 
 # (M, N, K): round, rectangular, odd, degenerate; tiles are 32, so most overhang.
 SHAPES = [(64, 64, 64), (128, 96, 160), (257, 129, 95), (1, 64, 1), (1, 1, 64), (33, 1, 17), (100, 37, 300)]
@@ -15,14 +15,6 @@ DRAWS = 3
 @pytest.fixture(scope="module")
 def kernel():
     return septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu"))
-
-
-def check_close(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """FlashAttention's rule: SepTran's error is at most twice torch's own in the input dtype."""
-    ref = a.double() @ b.double()
-    torch_err = ((a.float() @ b.float()).to(a.dtype).double() - ref).abs().max().item()
-    err = (out.double() - ref).abs().max().item()
-    assert err <= 2 * torch_err + 1e-5, f"max |C - ref| = {err:.3e}, torch's = {torch_err:.3e}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
@@ -35,7 +27,7 @@ def test_gemm_matches_torch(kernel, shape, dtype):
         b = (torch.rand(K, N, generator=gen) * 2 - 1 + 0.01).to(dtype)
         c = kernel(a, b)
         assert c.shape == (M, N) and c.dtype == dtype
-        check_close(c, a, b)
+        assert_gemm_close(c, a, b)
 
 
 def test_fp16_accumulates_in_fp32(kernel):
