@@ -61,9 +61,7 @@ class _Scope:
 @dataclass
 class _Staged:
     buffer: ir.Buffer
-    scope: _Scope
-    source: View
-    param: str
+    scope: _Scope  # where it is loaded or cleared; its copy out goes at this scope's end
     wrote: bool = False
 
 
@@ -93,7 +91,7 @@ class _Lowerer:
         self._released: list[str] = []  # memories whose vendor state is released at a program's end
         self._pending: set[str] = set()  # memories with transfers in flight
         self._name_dims(shapes)
-        self.global_space = next(m.name for m in target.memories.values() if m.alloc is None)
+        self.global_space = next(m.name for m in target.memories.values() if m.is_global)
 
     # names and constants ---------------------------------------------------
     def _unique(self, name: str) -> str:
@@ -372,7 +370,7 @@ class _Lowerer:
             buf = self._new_buffer(sym, view.extents, dtype, mem, why)
             self._stages_of[sym] = scope.stages if mem.per_stage else 1
             self._space_loc[sym] = space.loc
-            entry = _Staged(buf, scope, view, param)
+            entry = _Staged(buf, scope)
             staged[key] = entry
             tile = View(sym, tile.offsets, tile.extents, tile.space, True)
             options = tuple((k, v.value) for k, v in inst.copy.get(param, {}).items())
