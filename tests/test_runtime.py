@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,6 +10,8 @@ import torch
 import septran
 from septran import task
 from conftest import GEMM_LOGIC, mapping_path
+
+REPO_TESTS = Path(__file__).resolve().parent
 
 
 def test_default_target_without_gpu_is_cpu(monkeypatch):
@@ -168,3 +171,32 @@ def test_jit_decorator_in_a_notebook(monkeypatch, tmp_path):
     torch.testing.assert_close(nb_gemm(a, b), a @ b, rtol=1e-4, atol=1e-4)
     assert "def nb_gemm(" in nb_gemm.tilelang_source
     assert "gemm_host_kernel" not in nb_gemm.device_source
+
+
+def test_full_slices_lower_like_whole_dimensions():
+    """`Ap[i, :]` over a tiled dimension is the whole row of tiles: the same program as tile=(BM, None)."""
+    slices = REPO_TESTS / "logic_cases" / "gemm_full_slices.py"
+    shapes = dict(A=((300, 200), "float32"), B=((200, 100), "float32"))
+    ours = septran.compile(logic_file=slices, mapping_file=mapping_path("cpu")).specialize(**shapes)
+    seed = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu")).specialize(**shapes)
+    body = lambda src: src[src.index("@T.prim_func"):]  # noqa: E731 - the headers name different files
+    assert body(ours.tilelang_source) == body(seed.tilelang_source)
+    a, b = torch.randn(70, 50), torch.randn(50, 30)
+    torch.testing.assert_close(septran.compile(logic_file=slices, mapping_file=mapping_path("cpu"))(a, b), a @ b,
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_third_party_targets_register_through_entry_points(monkeypatch, tmp_path):
+    import shutil
+    from importlib import metadata
+
+    from septran import resources
+
+    folder = tmp_path / "my_npu"
+    shutil.copytree(REPO_TESTS.parent / "backends" / "cpu", folder)
+    (folder / "target.yaml").write_text((folder / "target.yaml").read_text().replace("name: cpu", "name: my_npu"))
+    ep = metadata.EntryPoint(name="my_npu", value="os.path:curdir", group="septran.targets")
+    monkeypatch.setattr(metadata, "entry_points", lambda group=None: [ep] if group == "septran.targets" else [])
+    monkeypatch.setattr(metadata.EntryPoint, "load", lambda self: str(folder))
+    assert resources.target_folders()["my_npu"] == folder
+    assert septran.target.load_target("my_npu").name == "my_npu"
