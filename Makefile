@@ -23,7 +23,7 @@ test: setup
 	$(BIN)/python -m pytest -q tests
 
 bench: setup
-	$(BIN)/python bench/gemm_cpu.py
+	$(BIN)/python bench/gemm.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
