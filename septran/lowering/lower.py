@@ -357,7 +357,7 @@ class _Lowerer:
         scope = next((s for s in reversed(scopes) if s.var in free), scopes[0])
         key = (param, view.of, view.offsets, view.extents, id(scope))
         entry = staged.get(key)
-        tile = View(Sym(""), tuple(Const(0) for _ in view.extents), view.extents, space.value, True)
+        zeros = tuple(Const(0) for _ in view.extents)
         if entry is None:
             reduce_first = priv is Privilege.REDUCE
             dtype = self._dtypes[view.of]
@@ -372,7 +372,7 @@ class _Lowerer:
             self._space_loc[sym] = space.loc
             entry = _Staged(buf, scope)
             staged[key] = entry
-            tile = View(sym, tile.offsets, tile.extents, tile.space, True)
+            tile = View(sym, zeros, view.extents, space.value, True)
             options = tuple((k, v.value) for k, v in inst.copy.get(param, {}).items())
             if priv.reads:
                 why = Why(f"copy {param} in before its first read ({priv.value})", mapping=space.loc, logic=launch.loc)
@@ -380,7 +380,7 @@ class _Lowerer:
             elif reduce_first:
                 why = Why(f"clear the accumulator {sym.name}: {param} is reduced into", mapping=space.loc, logic=launch.loc)
                 scope.stmts.append(self._fill_zero(tile, why))
-        tile = View(entry.buffer.sym, tile.offsets, tile.extents, tile.space, True)
+        tile = View(entry.buffer.sym, zeros, view.extents, space.value, True)
         if priv.writes and not entry.wrote:
             entry.wrote = True
             options = tuple((k, v.value) for k, v in inst.copy.get(param, {}).items())
