@@ -26,6 +26,14 @@ def test_run_gemm_on_cpu(monkeypatch, capsys):
     assert "@T.prim_func" in out and "GFLOP/s" in out
 
 
+def test_run_bmm_on_cpu(monkeypatch, capsys):
+    monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
+    monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
+    run_bmm = _load(REPO / "examples" / "bmm" / "run_bmm.py")
+    assert run_bmm.main(batch=3, M=40, N=24, K=56, dtype="float32", repeats=1) < 1e-4
+    assert "T.Kernel(T.ceildiv(B_dim2, BN), T.ceildiv(A_dim1, BM), A_dim0)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("target", ["sm90", "gfx942"])
 def test_run_gemm_shows_code_where_the_device_is_absent(monkeypatch, capsys, target):
     import torch

@@ -53,10 +53,17 @@ def _slices(r: ir.Region) -> str:
     return f"{r.of.name}[{', '.join(parts)}]"
 
 
+def _unbatched(extents):
+    """Extents without leading dimensions of one element (a batch of one, staged as a plain tile)."""
+    while len(extents) > 1 and extents[0] == Const(1):
+        extents = extents[1:]
+    return extents
+
+
 def region(r: ir.Region, other: ir.Region | None = None) -> str:
     if r.whole:
         return r.of.name
-    if other is not None and other.whole and other.extents == r.extents:
+    if other is not None and other.whole and _unbatched(other.extents) == _unbatched(r.extents):
         return _start(r)
     return _slices(r)
 

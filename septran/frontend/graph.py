@@ -118,33 +118,48 @@ def _infer_ranks(entry: str, tasks: dict[str, TaskDef]):
         for part in task.partitions:
             if isinstance(part.source, Param):
                 settle((name, part.source.name), part.rank, part.loc, f"the tile of {part.sym.name}")
-        for stmt, _ in walk(task.body):
-            if isinstance(stmt, PrimCall):
-                sig = PRIMITIVES[stmt.name]
-                for k, arg in enumerate(stmt.args):
-                    rank, key = arg_rank(name, arg)
-                    if key is not None:
-                        settle(key, sig.ranks[k], stmt.loc, f"argument {sig.params[k]} of {stmt.name!r}")
-                    elif rank != sig.ranks[k]:
-                        raise FrontendError(
-                            f"argument {sig.params[k]} of {stmt.name!r} must have rank {sig.ranks[k]}, got {rank}", stmt.loc
-                        )
-    changed = True
-    while changed:
-        changed = False
-        for name, task in tasks.items():
-            for stmt, _ in walk(task.body):
-                if not isinstance(stmt, Launch):
-                    continue
-                callee = tasks[stmt.callee]
-                for k, arg in enumerate(stmt.args):
-                    inner = (callee.name, callee.params[k].name)
-                    rank, outer = arg_rank(name, arg)
-                    if rank is not None:
-                        # A conflict is the callee's fault when it partitions what it was given.
-                        where = locs.get(inner, stmt.loc)
-                        changed |= settle(inner, rank, where if inner in ranks else stmt.loc,
-                                          f"the tensor passed as {inner[1]} at {stmt.loc}")
-                    elif inner in ranks and outer is not None:
-                        changed |= settle(outer, ranks[inner], stmt.loc, f"parameter {inner[1]} of {callee.name}")
+
+    def propagate() -> None:
+        changed = True
+        while changed:
+            changed = False
+            for name, task in tasks.items():
+                for stmt, _ in walk(task.body):
+                    if not isinstance(stmt, Launch):
+                        continue
+                    callee = tasks[stmt.callee]
+                    for k, arg in enumerate(stmt.args):
+                        inner = (callee.name, callee.params[k].name)
+                        rank, outer = arg_rank(name, arg)
+                        if rank is not None:
+                            # A conflict is the callee's fault when it partitions what it was given.
+                            where = locs.get(inner, stmt.loc)
+                            changed |= settle(inner, rank, where if inner in ranks else stmt.loc,
+                                              f"the tensor passed as {inner[1]} at {stmt.loc}")
+                        elif inner in ranks and outer is not None:
+                            changed |= settle(outer, ranks[inner], stmt.loc, f"parameter {inner[1]} of {callee.name}")
+
+    # Ranks come from partitions and flow along launches; a primitive's operand
+    # whose rank nothing else fixes gets the primitive's own (no batch).
+    propagate()
+    prim_calls = [(name, stmt) for name, task in tasks.items() for stmt, _ in walk(task.body) if isinstance(stmt, PrimCall)]
+    for name, stmt in prim_calls:
+        sig = PRIMITIVES[stmt.name]
+        for k, arg in enumerate(stmt.args):
+            rank, key = arg_rank(name, arg)
+            if rank is None:
+                settle(key, sig.ranks[k], stmt.loc, f"argument {sig.params[k]} of {stmt.name!r}")
+    propagate()
+    for name, stmt in prim_calls:
+        sig = PRIMITIVES[stmt.name]
+        extra = {arg_rank(name, arg)[0] - sig.ranks[k] for k, arg in enumerate(stmt.args)}
+        if len(extra) > 1 or min(extra) < 0 or (not sig.batched and extra != {0}):
+            got = ", ".join(f"{sig.params[k]}: {arg_rank(name, a)[0]}" for k, a in enumerate(stmt.args))
+            want = ", ".join(f"{p}: {r}" for p, r in zip(sig.params, sig.ranks))
+            raise FrontendError(
+                f"primitive {stmt.name!r} takes operands of rank {want}"
+                + (" (each with the same number of leading batch dimensions)" if sig.batched else "")
+                + f"; got {got}",
+                stmt.loc,
+            )
     return ranks, locs

@@ -18,9 +18,11 @@ class PrimitiveSig:
     params: tuple[str, ...]
     privileges: tuple[Privilege, ...]
     ranks: tuple[int, ...]
-    # ((arg, axis), (arg, axis)) pairs whose extents are equal
+    # ((arg, axis), (arg, axis)) pairs whose extents are equal; axes count from the end (-1: last)
     equal_dims: tuple[tuple[tuple[int, int], tuple[int, int]], ...]
     meaning: str
+    # Operands may share leading batch dimensions (equal extents), in front of `ranks`.
+    batched: bool = False
 
 
 PRIMITIVES: dict[str, PrimitiveSig] = {
@@ -29,7 +31,8 @@ PRIMITIVES: dict[str, PrimitiveSig] = {
         params=("C", "A", "B"),
         privileges=(Privilege.REDUCE, Privilege.READ, Privilege.READ),
         ranks=(2, 2, 2),
-        equal_dims=(((0, 0), (1, 0)), ((0, 1), (2, 1)), ((1, 1), (2, 0))),
-        meaning="C[m, n] += sum_k A[m, k] * B[k, n]",
+        equal_dims=(((0, -2), (1, -2)), ((0, -1), (2, -1)), ((1, -1), (2, -2))),
+        meaning="C[..., m, n] += sum_k A[..., m, k] * B[..., k, n] (leading dimensions: a batch)",
+        batched=True,
     ),
 }

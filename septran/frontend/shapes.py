@@ -80,14 +80,22 @@ class ShapeRelations:
             arg = arg.partition.source
         return (path, task, arg.name, axis)
 
+    def _rank(self, task: str, arg: Arg) -> int:
+        return arg.rank if isinstance(arg, TileRef) else self.graph.ranks[(task, arg.name)]
+
     def _walk(self, name: str, path: tuple) -> None:
         task = self.graph.tasks[name]
         co_indexed: dict[tuple, Node] = {}
         for stmt, _ in walk(task.body):
             if isinstance(stmt, PrimCall):
                 sig = PRIMITIVES[stmt.name]
+                ranks = [self._rank(name, arg) for arg in stmt.args]
                 for (a, da), (b, db) in sig.equal_dims:
-                    self._union(self._dim(path, name, stmt.args[a], da), self._dim(path, name, stmt.args[b], db), stmt.loc)
+                    self._union(self._dim(path, name, stmt.args[a], da % ranks[a]),
+                                self._dim(path, name, stmt.args[b], db % ranks[b]), stmt.loc)
+                for axis in range(ranks[0] - sig.ranks[0]):  # batch dimensions
+                    for arg in stmt.args[1:]:
+                        self._union(self._dim(path, name, stmt.args[0], axis), self._dim(path, name, arg, axis), stmt.loc)
             if isinstance(stmt, Launch):
                 callee = self.graph.tasks[stmt.callee]
                 inner = path + (stmt,)

@@ -332,11 +332,13 @@ class _Lowerer:
 
     def _launch(self, launch: Launch, inst, task, views, chain, scopes, loops, staged) -> None:
         callee_task = self.graph.tasks[launch.callee]
+        keep = _operand_ranks(callee_task) if callee_task.leaf else {}
         regions = []
         for k, arg in enumerate(launch.args):
             view = self._region(arg, views, task, chain, loops)
-            priv = self.graph.privilege(callee_task.name, callee_task.params[k].name)
-            regions.append(self._stage(view, arg, priv, inst, task, scopes, staged, launch))
+            pname = callee_task.params[k].name
+            priv = self.graph.privilege(callee_task.name, pname)
+            regions.append(self._stage(view, arg, priv, inst, task, scopes, staged, launch, keep.get(pname)))
         self._sync_pending(scopes[-1], launch)
         if callee_task.leaf:
             scopes[-1].stmts.append(self._leaf(launch, callee_task, regions, inst))
@@ -345,7 +347,9 @@ class _Lowerer:
         callee_views = {callee_task.params[k].name: v for k, v in enumerate(regions)}
         self._body(callee, callee_task, callee_views, chain + (callee,), scopes, {})
 
-    def _stage(self, view: View, arg: Arg, priv: Privilege, inst, task, scopes, staged, launch: Launch) -> View:
+    def _stage(self, view: View, arg: Arg, priv: Privilege, inst, task, scopes, staged, launch: Launch, keep=None) -> View:
+        """Stages ``view`` where the instance's mems put it; ``keep``: the rank a leaf operand needs
+        (leading dimensions of one element, a batch of one, are dropped from the staged buffer)."""
         param = _root_name(arg)
         space = inst.mems.get(param)
         if space is None or space.value == view.space:
@@ -357,7 +361,10 @@ class _Lowerer:
         scope = next((s for s in reversed(scopes) if s.var in free), scopes[0])
         key = (param, view.of, view.offsets, view.extents, id(scope))
         entry = staged.get(key)
-        zeros = tuple(Const(0) for _ in view.extents)
+        shape = view.extents
+        while keep is not None and len(shape) > keep and shape[0] == Const(1):
+            shape = shape[1:]
+        zeros = tuple(Const(0) for _ in shape)
         if entry is None:
             reduce_first = priv is Privilege.REDUCE
             dtype = self._dtypes[view.of]
@@ -365,14 +372,14 @@ class _Lowerer:
                 dtype = inst.accum_dtype.value if inst.accum_dtype is not None else "float32"
             sym = Sym(self._unique(f"{param}_{mem.suffix}"))
             why = Why(f"{param} of {task.name} lives in {space.value} ({inst.name}.mems); "
-                      f"{'accumulates' if reduce_first else 'holds'} one {'x'.join(str(self._value(e)) for e in view.extents)} tile",
+                      f"{'accumulates' if reduce_first else 'holds'} one {'x'.join(str(self._value(e)) for e in shape)} tile",
                       mapping=space.loc, logic=launch.loc)
-            buf = self._new_buffer(sym, view.extents, dtype, mem, why)
+            buf = self._new_buffer(sym, shape, dtype, mem, why)
             self._stages_of[sym] = scope.stages if mem.per_stage else 1
             self._space_loc[sym] = space.loc
             entry = _Staged(buf, scope)
             staged[key] = entry
-            tile = View(sym, zeros, view.extents, space.value, True)
+            tile = View(sym, zeros, shape, space.value, True)
             options = tuple((k, v.value) for k, v in inst.copy.get(param, {}).items())
             if priv.reads:
                 why = Why(f"copy {param} in before its first read ({priv.value})", mapping=space.loc, logic=launch.loc)
@@ -380,7 +387,7 @@ class _Lowerer:
             elif reduce_first:
                 why = Why(f"clear the accumulator {sym.name}: {param} is reduced into", mapping=space.loc, logic=launch.loc)
                 scope.stmts.append(self._fill_zero(tile, why))
-        tile = View(entry.buffer.sym, zeros, view.extents, space.value, True)
+        tile = View(entry.buffer.sym, zeros, shape, space.value, True)
         if priv.writes and not entry.wrote:
             entry.wrote = True
             options = tuple((k, v.value) for k, v in inst.copy.get(param, {}).items())
@@ -461,6 +468,13 @@ class _Lowerer:
                 raise LoweringError(f"a bound leaf must call {prim.name!r} on its parameters, not on tiles of them", prim.loc)
             view = by_param[arg.name]
             caller_param = _root_name(launch.args[leaf.params.index(arg)])
+            if len(view.extents) != sig.ranks[k]:
+                raise LoweringError(
+                    f"{impl.name} takes {pname} as a {sig.ranks[k]}-D tile, but {inst.name} hands it a "
+                    f"{len(view.extents)}-D one",
+                    binding.loc,
+                    hint="stage it in on-chip memory (mems) with a tile of 1 on every batch dimension",
+                )
             allowed = impl.mems.get(pname)
             if allowed and view.space not in allowed:
                 where = inst.mems.get(caller_param)
@@ -511,6 +525,13 @@ def _prod(xs) -> int:
     for x in xs:
         out *= x
     return out
+
+
+def _operand_ranks(leaf: TaskDef) -> dict[str, int]:
+    """The rank the bound primitive needs of each leaf parameter."""
+    prim = next(s for s, _ in walk(leaf.body) if isinstance(s, PrimCall))
+    sig = PRIMITIVES[prim.name]
+    return {arg.name: sig.ranks[k] for k, arg in enumerate(prim.args) if isinstance(arg, Param)}
 
 
 def _root_name(arg: Arg) -> str:
