@@ -11,32 +11,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "examples"))
 
 import septran  # noqa: E402
 from reference.handwritten_gemm import handwritten_gemm, handwritten_gemm_cpu  # noqa: E402
+from runner import median_seconds  # noqa: E402
 
 
 def median_ms(fn, repeats: int, device: str) -> float:
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    for _ in range(3):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return median_seconds(fn, repeats, device) * 1e3
 
 
 def handwritten(kernel, n: int, dtype: str):
