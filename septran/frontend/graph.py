@@ -53,7 +53,7 @@ def _reachable_order(entry: str, tasks: dict[str, TaskDef]) -> list[str]:
 
 
 def _infer_privileges(entry: str, tasks: dict[str, TaskDef]) -> dict[tuple[str, str], Privilege]:
-    """A parameter's privilege is the join of what the primitives it reaches do to it."""
+    """A parameter's privilege composes, in program order, what the primitives it reaches do to it."""
     out: dict[tuple[str, str], Privilege] = {}
     done: set[str] = set()
     active: list[str] = []
@@ -77,7 +77,7 @@ def _infer_privileges(entry: str, tasks: dict[str, TaskDef]) -> dict[tuple[str, 
                 continue
             for arg, priv in pairs:
                 key = (name, root_param(arg).name)
-                out[key] = out.get(key, Privilege.NONE).join(priv)
+                out[key] = out.get(key, Privilege.NONE).then(priv)
         active.pop()
         done.add(name)
 

@@ -24,12 +24,20 @@ class Privilege(enum.Enum):
     REDUCE = "reduce"
     READ_WRITE = "read_write"
 
-    def join(self, other: "Privilege") -> "Privilege":
-        if self is other or other is Privilege.NONE:
-            return self
+    def then(self, later: "Privilege") -> "Privilege":
+        """The privilege of doing ``self`` and then ``later`` to one parameter.
+
+        Order matters: what a task does first decides whether it observes the
+        value it is given. Read then write is read-write; a write first hides
+        the incoming value whatever follows; a reduction first starts from the
+        identity, so what follows it (reading or rewriting the result) keeps
+        the parameter a reduction: an output that starts at zero.
+        """
         if self is Privilege.NONE:
-            return other
-        return Privilege.READ_WRITE
+            return later
+        if later is Privilege.NONE or later is self or self in (Privilege.WRITE, Privilege.REDUCE, Privilege.READ_WRITE):
+            return self
+        return Privilege.READ_WRITE  # read, then write / reduce / read-write
 
     @property
     def reads(self) -> bool:
