@@ -67,12 +67,19 @@ class LeafImpl:
     """A target's implementation of a primitive: what it computes and the TileLang it emits."""
 
     name: str
-    implements: str
+    implements: str  # a primitive's name, or a kind of primitives ("gemm", "elementwise")
     meaning: str
-    mems: Mapping[str, tuple[str, ...]]  # primitive parameter -> memory spaces it accepts
-    tile_multiple: Mapping[str, tuple[int, ...]]  # primitive parameter -> extents must be multiples
+    mems: Mapping[str, tuple[str, ...]]  # primitive parameter ("*": every one) -> memory spaces it accepts
+    tile_multiple: Mapping[str, int]  # dimension letter of the primitive -> tile extents must be multiples
     template: str  # TileLang, with {C}, {A}, ... for the arguments
     loc: SourceLoc
+    flags: tuple[str, ...] = ()  # primitive flags it can honour (transpose_A, ...), rendered at {flags}
+
+    def runs(self, prim) -> bool:
+        return self.implements in (prim.name, prim.kind)
+
+    def accepts(self, param: str) -> tuple[str, ...]:
+        return self.mems.get(param) or self.mems.get("*") or ()
 
 
 @dataclass(frozen=True)
@@ -158,7 +165,8 @@ def load_target_file(path: Path) -> Target:
             implements=lp["implements"],
             meaning=lp.get("meaning", ""),
             mems=MappingProxyType({k: tuple(v) for k, v in lp.get("mems", {}).items()}),
-            tile_multiple=MappingProxyType({k: tuple(v) for k, v in lp.get("tile_multiple", {}).items()}),
+            tile_multiple=MappingProxyType({str(k): int(v) for k, v in lp.get("tile_multiple", {}).items()}),
+            flags=tuple(lp.get("flags", ())),
             template=lp["tilelang"],
             loc=leaf.loc,
         )

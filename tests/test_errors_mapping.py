@@ -96,7 +96,7 @@ def test_shared_memory_overflow_counts_stages():
 
 
 def test_tile_the_matrix_unit_cannot_take():
-    expect("bad_mma_tile", septran.LoweringError, "gemm_leaf_tensorcore needs dimension 1 of A to be a multiple of 16", "has 24")
+    expect("bad_mma_tile", septran.LoweringError, "gemm_leaf_tensorcore needs dimension 1 of A ('k' of gemm A[m, k]) to be a multiple of 16", "has 24")
 
 
 def test_threads_not_a_multiple_of_the_warpgroup():
@@ -116,4 +116,4 @@ def test_dsa_scratchpad_overflow():
 
 
 def test_dsa_matrix_unit_tile():
-    expect("dsa_acme_bad_mxu_tile", septran.LoweringError, "gemm_leaf_mxu needs dimension 1 of C to be a multiple of 32", "has 48")
+    expect("dsa_acme_bad_mxu_tile", septran.LoweringError, "gemm_leaf_mxu needs dimension 1 of C ('n' of gemm C[m, n]) to be a multiple of 32", "has 48")

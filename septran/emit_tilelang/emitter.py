@@ -120,8 +120,9 @@ class _Operand:
         return str(self._r.dtype_code)
 
 
-def _template(template: str, args, placed: dict) -> str:
-    return template.format(**{name: _Operand(r, placed) for name, r in args})
+def _template(template: str, args, placed: dict, flags=()) -> str:
+    operands = {name: _Operand(r, placed) for name, r in args}
+    return template.format(**operands, flags="".join(f", {k}={v!r}" for k, v in flags))
 
 
 def _shape(shape) -> str:
@@ -144,7 +145,7 @@ def _stmt(w: _Writer, s, depth: int, placed: dict) -> None:
         opts = "".join(f", {k}={v!r}" for k, v in s.options)
         w.line(depth, f"T.copy({region(s.src, s.dst)}, {region(s.dst, s.src)}{opts})")
     elif isinstance(s, ir.LeafCall):
-        w.line(depth, _template(s.template, s.args, placed))
+        w.line(depth, _template(s.template, s.args, placed, s.flags))
     elif isinstance(s, ir.VendorOp):
         call = _template(s.template, s.args, placed)
         w.line(depth, f"{s.result.name} = {call}" if s.result is not None else call)

@@ -1,13 +1,19 @@
 """The primitives a leaf task may call, with what each does to its arguments.
 
-A primitive's signature gives each argument's privilege (which is how
-privileges are inferred) and the shape equalities it imposes (which is how
-an output's shape is inferred from the inputs). Targets implement primitives
-in their leaf libraries (``backends/<target>/target.yaml``).
+A primitive names each operand's dimensions with letters, as einsum does
+(gemm: C "mn", A "mk", B "kn"): operands that share a letter have equal
+extents there, which is how an output's shape is inferred from the inputs and
+how a target states the tile multiples its matrix unit takes. Each operand's
+privilege is how privileges are inferred. Primitives of one ``kind`` share
+target implementations: the gemm variants differ only in ``flags`` passed to
+the implementation; elementwise primitives carry their scalar meaning
+(``scalar``, a TileLang expression of the operands) and targets supply the loop.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, Optional
 
 from septran.frontend.ir import Privilege
 
@@ -15,24 +21,65 @@ from septran.frontend.ir import Privilege
 @dataclass(frozen=True)
 class PrimitiveSig:
     name: str
+    kind: str  # which family of target implementations can run it
     params: tuple[str, ...]
     privileges: tuple[Privilege, ...]
-    ranks: tuple[int, ...]
-    # ((arg, axis), (arg, axis)) pairs whose extents are equal; axes count from the end (-1: last)
-    equal_dims: tuple[tuple[tuple[int, int], tuple[int, int]], ...]
+    dims: tuple[str, ...]  # one letter per dimension of each operand
     meaning: str
-    # Operands may share leading batch dimensions (equal extents), in front of `ranks`.
-    batched: bool = False
+    batched: bool = False  # operands may share leading batch dimensions
+    flags: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    scalar: Optional[str] = None  # elementwise: the new value of operand 0, in the operands' names
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(len(d) for d in self.dims)
+
+    @property
+    def equal_dims(self) -> tuple[tuple[tuple[int, int], tuple[int, int]], ...]:
+        """((operand, axis), (operand, axis)) pairs with equal extents; axes count from the end."""
+        first: dict[str, tuple[int, int]] = {}
+        pairs = []
+        for k, letters in enumerate(self.dims):
+            for pos, letter in enumerate(letters):
+                where = (k, pos - len(letters))
+                if letter in first:
+                    pairs.append((first[letter], where))
+                else:
+                    first[letter] = where
+        return tuple(pairs)
+
+    def letter(self, operand: int, axis: int) -> str:
+        """The letter of ``axis`` (counted in the operand without batch dimensions)."""
+        return self.dims[operand][axis]
+
+
+def _gemm(name: str, a: str, b: str, meaning: str, **flags) -> PrimitiveSig:
+    return PrimitiveSig(
+        name=name, kind="gemm", params=("C", "A", "B"),
+        privileges=(Privilege.REDUCE, Privilege.READ, Privilege.READ),
+        dims=("mn", a, b), meaning=meaning + " (leading dimensions: a batch)", batched=True,
+        flags=MappingProxyType(flags),
+    )
+
+
+def _elementwise(name: str, params: tuple[str, ...], dims: tuple[str, ...], scalar: str, meaning: str) -> PrimitiveSig:
+    return PrimitiveSig(
+        name=name, kind="elementwise", params=params,
+        privileges=(Privilege.READ_WRITE,) + (Privilege.READ,) * (len(params) - 1),
+        dims=dims, meaning=meaning, batched=len(params) == 1, scalar=scalar,
+    )
 
 
 PRIMITIVES: dict[str, PrimitiveSig] = {
-    "gemm": PrimitiveSig(
-        name="gemm",
-        params=("C", "A", "B"),
-        privileges=(Privilege.REDUCE, Privilege.READ, Privilege.READ),
-        ranks=(2, 2, 2),
-        equal_dims=(((0, -2), (1, -2)), ((0, -1), (2, -1)), ((1, -1), (2, -2))),
-        meaning="C[..., m, n] += sum_k A[..., m, k] * B[..., k, n] (leading dimensions: a batch)",
-        batched=True,
-    ),
+    p.name: p
+    for p in (
+        _gemm("gemm", "mk", "kn", "C[m, n] += sum_k A[m, k] * B[k, n]", transpose_A=False, transpose_B=False),
+        _gemm("gemm_at", "km", "kn", "C[m, n] += sum_k A[k, m] * B[k, n]", transpose_A=True, transpose_B=False),
+        _gemm("gemm_bt", "mk", "nk", "C[m, n] += sum_k A[m, k] * B[n, k]", transpose_A=False, transpose_B=True),
+        _elementwise("add_bias", ("C", "bias"), ("ij", "j"), "C + bias", "C[i, j] += bias[j]"),
+        _elementwise("relu", ("X",), ("ij",), "T.max(X, T.float32(0))", "X = max(X, 0)"),
+        _elementwise("gelu", ("X",), ("ij",), "X * T.float32(0.5) * (T.float32(1) + T.erf(X * T.float32(0.7071067811865476)))",
+                     "X = X * (1 + erf(X / sqrt(2))) / 2 (torch's exact GELU)"),
+        _elementwise("silu", ("X",), ("ij",), "X / (T.float32(1) + T.exp(-X))", "X = X * sigmoid(X)"),
+    )
 }

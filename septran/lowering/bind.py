@@ -9,6 +9,7 @@ import difflib
 
 from septran.errors import LoweringError, MappingError
 from septran.frontend.ir import Launch, PrimCall, TaskGraph, walk
+from septran.frontend.primitives import PRIMITIVES
 from septran.mapping.schema import InstanceMapping, Mapping
 from septran.target import Target
 
@@ -101,13 +102,21 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
             )
         leaf = graph.tasks[leaf_task]
         prims = [s for s, _ in walk(leaf.body) if isinstance(s, PrimCall)]
-        wanted = target.leaves[impl.value].implements
-        if len(prims) != 1 or prims[0].name != wanted:
+        impl_ = target.leaves[impl.value]
+        if len(prims) != 1 or not impl_.runs(PRIMITIVES[prims[0].name]):
             raise MappingError(
-                f"{impl.value} implements the primitive {wanted!r}, but {leaf_task} calls "
+                f"{impl.value} implements {impl_.implements!r}, but {leaf_task} calls "
                 f"{', '.join(p.name for p in prims) or 'no primitive'}",
                 impl.loc,
-                hint="bind a leaf whose body is exactly one call of that primitive",
+                hint="bind a leaf whose body is exactly one call of a primitive it implements",
+            )
+        sig = PRIMITIVES[prims[0].name]
+        unsupported = [f for f, on in sig.flags.items() if on and f not in impl_.flags]
+        if unsupported:
+            raise MappingError(
+                f"{impl.value} cannot run {sig.name!r}: it does not support {', '.join(unsupported)}",
+                impl.loc,
+                hint=f"{sig.name}: {sig.meaning}; transpose the data, or bind another implementation",
             )
     for callee_task, stmt in launched.items():
         if graph.tasks[callee_task].leaf:

@@ -475,7 +475,7 @@ class _Lowerer:
                     binding.loc,
                     hint="stage it in on-chip memory (mems) with a tile of 1 on every batch dimension",
                 )
-            allowed = impl.mems.get(pname)
+            allowed = impl.accepts(pname)
             if allowed and view.space not in allowed:
                 where = inst.mems.get(caller_param)
                 raise LoweringError(
@@ -483,19 +483,23 @@ class _Lowerer:
                     where.loc if where else inst.loc,
                     hint=f"set `mems: {{{caller_param}: {allowed[0]}}}` in {inst.name}",
                 )
-            for axis, multiple in enumerate(impl.tile_multiple.get(pname, ())):
+            for axis, letter in enumerate(sig.dims[k]):
+                multiple = impl.tile_multiple.get(letter)
                 extent = self._value(view.extents[axis])
-                if extent % multiple:
+                if multiple and extent % multiple:
                     tun = next((n for n, (s, _) in self.tunable_syms.items() if view.extents[axis] == Var(s)), None)
                     loc = self.tunable_syms[tun][1].tunables[tun].loc if tun else binding.loc
                     raise LoweringError(
-                        f"{impl.name} needs dimension {axis} of {pname} to be a multiple of {multiple}; the tile has {extent}",
+                        f"{impl.name} needs dimension {axis} of {pname} ({letter!r} of {sig.name} {pname}[{', '.join(sig.dims[k])}]) "
+                        f"to be a multiple of {multiple}; the tile has {extent}",
                         loc,
-                        hint=f"the matrix unit of {self.target.name} takes tiles in multiples of {list(impl.tile_multiple[pname])}",
+                        hint=f"the matrix unit of {self.target.name} takes tiles in multiples of "
+                             + ", ".join(f"{l}={m}" for l, m in impl.tile_multiple.items()),
                     )
             args.append((pname, self._ir_region(view)))
         why = Why(f"{leaf.name} -> {impl.name}: {impl.meaning}", mapping=binding.loc, logic=launch.loc)
-        return ir.LeafCall(impl.name, impl.template, tuple(args), why)
+        flags = tuple((f, on) for f, on in sig.flags.items() if on)
+        return ir.LeafCall(impl.name, impl.template, tuple(args), why, flags)
 
     def _check_capacity(self) -> None:
         used: dict[str, list[tuple[ir.Buffer, int]]] = {}

@@ -97,6 +97,7 @@ class LeafCall:
     template: str
     args: tuple[tuple[str, Region], ...]  # primitive parameter name -> region
     why: Why
+    flags: tuple[tuple[str, object], ...] = ()  # the primitive's flags, as keywords ({flags})
 
 
 @dataclass(frozen=True)
