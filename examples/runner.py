@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -34,13 +33,14 @@ def median_seconds(fn, repeats: int, device: str) -> float:
     return statistics.median(times)
 
 
-def run(logic_file: Path, title: str, make_inputs: Callable[[str, torch.dtype], dict], reference: Callable, flops: float,
+def run(logic, title: str, make_inputs: Callable[[str, torch.dtype], dict], reference: Callable, flops: float,
         dtype: str | None = None, show_source: bool = True, repeats: int = 5) -> float:
-    """Runs one operator; returns max |out - reference| (nan where nothing could run).
+    """Runs one operator (``logic``: a logic file or an entry task); returns max |out - reference|
+    (nan where nothing could run).
 
     ``dtype`` defaults to float16 on GPUs and float32 on the CPU and the DSAs.
     """
-    kernel = septran.compile(logic_file=logic_file)
+    kernel = septran.compile(logic) if isinstance(logic, septran.task.TaskFunction) else septran.compile(logic_file=logic)
     target = kernel.target
     dtype = dtype or ("float32" if target.torch_device == "cpu" else "float16")
     print(f"target {target.name} ({target.description}); mapping {kernel.mapping.file}")

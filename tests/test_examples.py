@@ -34,6 +34,15 @@ def test_run_bmm_on_cpu(monkeypatch, capsys):
     assert "T.Kernel(T.ceildiv(B_dim2, BN), T.ceildiv(A_dim1, BM), A_dim0)" in capsys.readouterr().out
 
 
+def test_run_gemm_epilogue_on_cpu(monkeypatch, capsys):
+    monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
+    monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
+    run = _load(REPO / "examples" / "gemm_epilogue" / "run_gemm_epilogue.py")
+    assert run.main(M=48, N=40, K=56, act="silu", transpose_a=True, dtype="float32", repeats=1) < 1e-4
+    out = capsys.readouterr().out
+    assert "C = silu(A^T @ B + bias)" in out and "transpose_A=True" in out
+
+
 @pytest.mark.parametrize("target", ["sm90", "gfx942"])
 def test_run_gemm_shows_code_where_the_device_is_absent(monkeypatch, capsys, target):
     import torch

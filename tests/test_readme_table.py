@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-OPERATORS = ["gemm", "bmm"]
+OPERATORS = ["gemm", "bmm", "gemm_epilogue"]
 TARGETS = ["cpu", "sm80", "sm90", "gfx942", "dsa_ref", "dsa_acme"]
 
 
@@ -33,7 +33,8 @@ def table() -> str:
     rule = "| --- | --- | " + " | ".join("---" for _ in TARGETS) + " |"
     rows = [head, rule]
     for op in OPERATORS:
-        maps = [str(code_lines(REPO / "mappings" / t / f"{op}.yaml")) for t in TARGETS]
+        maps = [str(code_lines(REPO / "mappings" / t / f"{op}.yaml")) if (REPO / "mappings" / t / f"{op}.yaml").exists() else "-"
+                for t in TARGETS]
         rows.append(f"| {op} | {code_lines(REPO / 'examples' / op / f'{op}.py')} | " + " | ".join(maps) + " |")
     return "\n".join(rows)
 

@@ -6,6 +6,7 @@ it is exactly what gets compiled.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from septran.expr import BinOp, Const, Expr, Var
@@ -122,7 +123,19 @@ class _Operand:
 
 def _template(template: str, args, placed: dict, flags=()) -> str:
     operands = {name: _Operand(r, placed) for name, r in args}
+    if args:
+        operands.setdefault("out", operands[args[0][0]])  # elementwise loops run over the updated operand
     return template.format(**operands, flags="".join(f", {k}={v!r}" for k, v in flags))
+
+
+def _elementwise_body(scalar: str, indices) -> str:
+    """``C = C + bias`` with index letters ``ij``, ``j`` -> ``{C}[i, j] = {C}[i, j] + {bias}[j]``."""
+    def element(name: str) -> str:
+        return "{%s}[%s]" % (name, ", ".join(dict(indices)[name]))
+
+    names = "|".join(re.escape(n) for n, _ in indices)
+    value = re.sub(rf"\b({names})\b", lambda m: element(m.group(1)), scalar)
+    return f"{element(indices[0][0])} = {value}"
 
 
 def _shape(shape) -> str:
@@ -145,7 +158,11 @@ def _stmt(w: _Writer, s, depth: int, placed: dict) -> None:
         opts = "".join(f", {k}={v!r}" for k, v in s.options)
         w.line(depth, f"T.copy({region(s.src, s.dst)}, {region(s.dst, s.src)}{opts})")
     elif isinstance(s, ir.LeafCall):
-        w.line(depth, _template(s.template, s.args, placed, s.flags))
+        template = s.template
+        if s.scalar is not None:
+            template = template.replace("{body}", _elementwise_body(s.scalar, s.indices))
+        for line in _template(template, s.args, placed, s.flags).splitlines():
+            w.line(depth, line)
     elif isinstance(s, ir.VendorOp):
         call = _template(s.template, s.args, placed)
         w.line(depth, f"{s.result.name} = {call}" if s.result is not None else call)

@@ -499,7 +499,7 @@ class _Lowerer:
             args.append((pname, self._ir_region(view)))
         why = Why(f"{leaf.name} -> {impl.name}: {impl.meaning}", mapping=binding.loc, logic=launch.loc)
         flags = tuple((f, on) for f, on in sig.flags.items() if on)
-        return ir.LeafCall(impl.name, impl.template, tuple(args), why, flags)
+        return ir.LeafCall(impl.name, impl.template, tuple(args), why, flags, sig.scalar, tuple(zip(sig.params, sig.dims)))
 
     def _check_capacity(self) -> None:
         used: dict[str, list[tuple[ir.Buffer, int]]] = {}

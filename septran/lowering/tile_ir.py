@@ -98,6 +98,9 @@ class LeafCall:
     args: tuple[tuple[str, Region], ...]  # primitive parameter name -> region
     why: Why
     flags: tuple[tuple[str, object], ...] = ()  # the primitive's flags, as keywords ({flags})
+    # An elementwise primitive: its scalar meaning and each operand's index letters ({body}).
+    scalar: Optional[str] = None
+    indices: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
