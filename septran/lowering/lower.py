@@ -141,6 +141,8 @@ class _Lowerer:
                     )
                 return Var(sym)
         where = next((inst.key_loc("tunables") for inst in reversed(chain) if inst.tunables), chain[-1].loc)
+        # Name the partition that writes the tunable, not a line that only uses its effect (Ap.shape[1]).
+        use = next((p.loc for t in self.graph.tasks.values() for p in t.partitions if Tunable(name) in p.tile), use)
         raise LoweringError(
             f"the logic uses tunable {name} (at {use}) but the mapping does not set it",
             where,

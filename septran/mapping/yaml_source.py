@@ -56,7 +56,13 @@ class LocatedDict:
 
 
 class _Loader(yaml.SafeLoader):
-    pass
+    def compose_node(self, parent, index):
+        # Nested aliases expand exponentially ("billion laughs"): a small file could hang the compiler.
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"YAML aliases (*{event.anchor}) are not supported in a mapping; "
+                                              "write the value out", event.start_mark)
+        return super().compose_node(parent, index)
 
 
 # Plain data: what untagged YAML resolves to. Anything else (Python objects,
@@ -82,6 +88,9 @@ def _convert(file: str, loader: _Loader, node: yaml.Node) -> Located:
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 raise MappingError("YAML merge keys (<<) are not supported in a mapping", _loc(file, key_node))
+            if key_node.tag not in _PLAIN_TAGS:  # refused before PyYAML constructs (or fails on) it
+                raise MappingError(f"the YAML tag {key_node.tag} is not allowed on a mapping key", _loc(file, key_node),
+                                   hint="a mapping is plain data; a key is a plain name")
             key = loader.construct_object(key_node, deep=True) if isinstance(key_node, yaml.ScalarNode) else None
             if not isinstance(key, (str, int)) or isinstance(key, bool):
                 raise MappingError(f"a mapping key must be a name, got {key_node.value!r}", _loc(file, key_node))

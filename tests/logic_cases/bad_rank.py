@@ -23,3 +23,10 @@ def host(C, A, B):
     Cp = task.partition(C, by="blocks", tile=("BM", "BN"))
     for i, j in task.parallel_range(Cp.shape):
         task.launch(block, Cp[i, j], A, B)
+
+
+@task.define
+def tile_of_tile(C, A):
+    Cp = task.partition(C, by="blocks", tile=("BM", "BN"))
+    for i, j in task.parallel_range(Cp.shape):
+        Cs = task.partition(Cp[i, j], by="blocks", tile=(1, 1, 1))  # <- tile of a tile

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 
 def handwritten_gemm(M, N, K, block_M, block_N, block_K, num_stages, threads, dtype="float16", accum_dtype="float32"):
+    """TileLang's GEMM example for GPUs (CUDA and HIP): the kernel SepTran's GPU output must equal."""
     import tilelang.language as T
 
     @T.prim_func

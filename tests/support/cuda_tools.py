@@ -9,7 +9,12 @@ from pathlib import Path
 
 
 def lower_device_source(prim_func, target_dict) -> str:
-    """The device source TileLang generates for ``prim_func`` (no build, no GPU)."""
+    """The device source TileLang generates for ``prim_func`` (no build, no GPU).
+
+    Source-only lowering needs the target as the current context, else TileLang
+    stops with "Target context required"; ``target_dict`` is a dict because string
+    targets with options are rejected.
+    """
     import tilelang
     import tvm
 
@@ -22,7 +27,12 @@ _KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w
 
 
 def normalize_cuda(src: str) -> str:
-    """Two sources equal after this differ at most in comments and kernel names."""
+    """Two sources equal after this differ at most in comments, kernel names and trailing blanks.
+
+    Kernel names follow the prim_func's name (``main_kernel``, ``gemm_host_kernel``),
+    which says nothing about the code; everything else (bounds, instructions,
+    buffer sizes) is left as it is.
+    """
     names = set(_KERNEL.findall(src))
     out = []
     for line in src.splitlines():
@@ -35,6 +45,7 @@ def normalize_cuda(src: str) -> str:
 
 
 def nvcc_path() -> str | None:
+    """nvcc on PATH, else the default CUDA install; None where there is none (tests skip)."""
     found = shutil.which("nvcc")
     if found:
         return found
@@ -47,7 +58,12 @@ _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 
 
 def nvcc_resource_usage(cuda_src: str, arch: str) -> dict:
-    """Registers, spills and stack of the kernels in ``cuda_src``, from ptxas (max over kernels)."""
+    """Registers, spills and stack of the kernels in ``cuda_src``, from ptxas (max over kernels).
+
+    This is how register pressure is checked with no GPU: nvcc builds the cubin
+    with TileLang's own headers and ptxas reports per kernel. Dynamic shared
+    memory is never reported by ptxas, so it is not returned.
+    """
     import tilelang
 
     tl = Path(tilelang.__file__).parent
