@@ -39,6 +39,18 @@ def assert_gemm_close(out, a, b) -> None:
     assert err <= 2 * torch_err + 1e-5, f"max |C - ref| = {err:.3e}, torch's = {torch_err:.3e}"
 
 
+def forbid_tilelang(monkeypatch, what: str) -> None:
+    """Makes any hand-over to TileLang fail the test: the error under test must come first."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(what)
+
+    from septran.runtime import build
+
+    for name in ("load_prim_func", "compile_kernel", "lower_device_source"):
+        monkeypatch.setattr(build, name, refuse)
+
+
 def mapping_path(target: str, op: str = "gemm") -> Path:
     return REPO / "mappings" / target / f"{op}.yaml"
 

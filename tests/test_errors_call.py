@@ -6,26 +6,18 @@ file stays fast: no TileLang compile at all).
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 import septran
-import septran.runtime.build
+from conftest import GEMM_LOGIC, forbid_tilelang, mapping_path
 
-REPO = Path(__file__).resolve().parents[1]
-GEMM_LOGIC = REPO / "examples" / "gemm" / "gemm.py"
-CPU_MAPPING = REPO / "mappings" / "cpu" / "gemm.yaml"
+CPU_MAPPING = mapping_path("cpu")
 
 
 @pytest.fixture(autouse=True)
 def nothing_is_built(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("the kernel was built for a call SepTran should have refused")
-
-    for name in ("load_prim_func", "compile_kernel", "lower_device_source"):
-        monkeypatch.setattr(septran.runtime.build, name, refuse)
+    forbid_tilelang(monkeypatch, "the kernel was built for a call SepTran should have refused")
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,7 @@ from pathlib import Path
 import pytest
 
 import septran
-import septran.runtime.build
-
-REPO = Path(__file__).resolve().parents[1]
-GEMM_LOGIC = REPO / "examples" / "gemm" / "gemm.py"
+from conftest import GEMM_LOGIC, forbid_tilelang
 CASES = Path(__file__).resolve().parent / "mapping_cases"
 SHAPES = dict(A=((256, 128), "float16"), B=((128, 256), "float16"))
 
@@ -24,12 +21,7 @@ SHAPES = dict(A=((256, 128), "float16"), B=((128, 256), "float16"))
 @pytest.fixture(autouse=True)
 def tilelang_never_runs(monkeypatch):
     """Every error here must be raised before SepTran hands anything to TileLang."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("TileLang was invoked for a mapping SepTran should have refused")
-
-    for name in ("load_prim_func", "compile_kernel", "lower_device_source"):
-        monkeypatch.setattr(septran.runtime.build, name, refuse)
+    forbid_tilelang(monkeypatch, "TileLang was invoked for a mapping SepTran should have refused")
 
 
 def marked_line(path: Path) -> int:
