@@ -67,16 +67,19 @@ class LeafImpl:
     """A target's implementation of a primitive: what it computes and the TileLang it emits."""
 
     name: str
-    implements: str  # a primitive's name, or a kind of primitives ("gemm", "elementwise")
+    implements: tuple[str, ...]  # primitive names or kinds of primitives ("gemm", "elementwise", "reduce")
     meaning: str
     mems: Mapping[str, tuple[str, ...]]  # primitive parameter ("*": every one) -> memory spaces it accepts
     tile_multiple: Mapping[str, int]  # dimension letter of the primitive -> tile extents must be multiples
-    template: str  # TileLang, with {C}, {A}, ... for the arguments
+    templates: Mapping[str, str]  # what it implements -> TileLang, with {C}, {A}, ... for the arguments
     loc: SourceLoc
     flags: tuple[str, ...] = ()  # primitive flags it can honour (transpose_A, ...), rendered at {flags}
 
     def runs(self, prim) -> bool:
-        return self.implements in (prim.name, prim.kind)
+        return prim.name in self.implements or prim.kind in self.implements
+
+    def template(self, prim) -> str:
+        return self.templates.get(prim.name) or self.templates[prim.kind]
 
     def accepts(self, param: str) -> tuple[str, ...]:
         return self.mems.get(param) or self.mems.get("*") or ()
@@ -160,14 +163,25 @@ def load_target_file(path: Path) -> Target:
     leaves = {}
     for name, leaf in (d.get("leaves").value.items() if d.get("leaves") else ()):
         lp = _plain(leaf)
+        implements = lp["implements"]
+        implements = (implements,) if isinstance(implements, str) else tuple(implements)
+        templates = lp["tilelang"]
+        if isinstance(templates, str):
+            if len(implements) != 1:
+                raise TargetError(f"leaf {name} implements {', '.join(implements)}: give `tilelang` one template per entry "
+                                  "({kind: template})", leaf.loc)
+            templates = {implements[0]: templates}
+        missing = [k for k in implements if k not in templates]
+        if missing:
+            raise TargetError(f"leaf {name} has no template for {', '.join(missing)}", leaf.loc)
         leaves[name] = LeafImpl(
             name=name,
-            implements=lp["implements"],
+            implements=implements,
             meaning=lp.get("meaning", ""),
             mems=MappingProxyType({k: tuple(v) for k, v in lp.get("mems", {}).items()}),
             tile_multiple=MappingProxyType({str(k): int(v) for k, v in lp.get("tile_multiple", {}).items()}),
             flags=tuple(lp.get("flags", ())),
-            template=lp["tilelang"],
+            templates=MappingProxyType(dict(templates)),
             loc=leaf.loc,
         )
     threads = _plain(d["threads"]) if "threads" in d else None

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from septran.expr import BinOp, Const, Expr, Var
+from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 
 INDENT = "    "
@@ -101,6 +102,11 @@ class _Operand:
         return expr(self._r.extents[-2]) if len(self._r.extents) > 1 else "1"
 
     @property
+    def shape(self) -> str:
+        """The extents, comma-separated: a loop over every element (``T.Parallel({out.shape})``)."""
+        return ", ".join(expr(e) for e in self._r.extents)
+
+    @property
     def cols(self) -> str:
         return expr(self._r.extents[-1])
 
@@ -121,11 +127,56 @@ class _Operand:
         return str(self._r.dtype_code)
 
 
-def _template(template: str, args, placed: dict, flags=()) -> str:
+def _template(template: str, args, placed: dict, flags=(), **fields) -> str:
     operands = {name: _Operand(r, placed) for name, r in args}
     if args:
         operands.setdefault("out", operands[args[0][0]])  # elementwise loops run over the updated operand
-    return template.format(**operands, flags="".join(f", {k}={v!r}" for k, v in flags))
+    return template.format(**operands, **fields, flags="".join(f", {k}={v!r}" for k, v in flags))
+
+
+_FUNCTIONS = {"exp": "T.exp", "exp2": "T.exp2", "log": "T.log", "log2": "T.log2", "sqrt": "T.sqrt", "rsqrt": "T.rsqrt",
+              "erf": "T.erf", "maximum": "T.max", "minimum": "T.min", "where": "T.if_then_else"}
+_ELEM_PREC = {"<": 0, "<=": 0, ">": 0, ">=": 0, "+": 1, "-": 1, "*": 2, "/": 2}
+
+
+def _number(v: float) -> str:
+    if v == float("inf"):
+        return 'T.infinity("float32")'
+    if v == float("-inf"):
+        return '-T.infinity("float32")'
+    return f"T.float32({v!r})"
+
+
+def _element(e: el.Elem, names: dict, parent: int = 0) -> str:
+    """An element expression as TileLang: loads of buffers, T.exp, T.if_then_else, ..."""
+    if isinstance(e, el.Num):
+        text = _number(e.value)
+        return f"({text})" if text.startswith("-") and parent > 0 else text
+    if isinstance(e, el.Load):
+        return f"{names[e.arg.name]}[{', '.join(e.idx)}]"
+    if isinstance(e, el.Position):
+        if e.start == Const(0):
+            return e.idx
+        text = f"{expr(e.start, 1)} + {e.idx}"
+        return f"({text})" if parent > 1 else text
+    if isinstance(e, el.Neg):
+        return f"-{_element(e.operand, names, 3)}"
+    if isinstance(e, el.Call):
+        return f"{_FUNCTIONS[e.fn]}({', '.join(_element(a, names) for a in e.args)})"
+    if isinstance(e, el.Bin):
+        prec = _ELEM_PREC[e.op]
+        text = f"{_element(e.lhs, names, prec)} {e.op} {_element(e.rhs, names, prec + 1)}"
+        return f"({text})" if prec < parent else text
+    raise TypeError(f"unknown element expression {e!r}")  # pragma: no cover
+
+
+def _compute_body(s: ir.LeafCall, placed: dict, dtypes: dict) -> str:
+    names = {name: str(_Operand(r, placed)) for name, r in s.args}
+    out_name, out = s.args[0]
+    value = _element(s.expr, names)
+    if dtypes.get(out.of, out.dtype) != "float32":
+        value = f'T.Cast("{dtypes.get(out.of, out.dtype)}", {value})'
+    return f"{names[out_name]}[{', '.join(s.loop)}] = {value}"
 
 
 def _elementwise_body(scalar: str, indices) -> str:
@@ -151,9 +202,14 @@ class _Writer:
         self.lines.append(INDENT * depth + text if text else "")
 
 
-def _stmt(w: _Writer, s, depth: int, placed: dict) -> None:
+def _stmt(w: _Writer, s, depth: int, placed: dict, dtypes: dict) -> None:
     if isinstance(s, ir.Fill):
-        w.line(depth, f"T.clear({s.dst.name})" if s.value == 0 else f"T.fill({s.dst.name}, {s.value!r})")
+        if s.value == 0:
+            w.line(depth, f"T.clear({s.dst.name})")
+        elif abs(s.value) == float("inf"):
+            w.line(depth, f'T.fill({s.dst.name}, {"-" if s.value < 0 else ""}T.infinity("{dtypes[s.dst]}"))')
+        else:
+            w.line(depth, f"T.fill({s.dst.name}, {s.value!r})")
     elif isinstance(s, ir.Copy):
         opts = "".join(f", {k}={v!r}" for k, v in s.options)
         w.line(depth, f"T.copy({region(s.src, s.dst)}, {region(s.dst, s.src)}{opts})")
@@ -161,7 +217,14 @@ def _stmt(w: _Writer, s, depth: int, placed: dict) -> None:
         template = s.template
         if s.scalar is not None:
             template = template.replace("{body}", _elementwise_body(s.scalar, s.indices))
-        for line in _template(template, s.args, placed, s.flags).splitlines():
+            loop = s.indices[0][1]
+        elif s.expr is not None:
+            template = template.replace("{body}", _compute_body(s, placed, dtypes).replace("{", "{{").replace("}", "}}"))
+            loop = s.loop
+        else:
+            loop = ()
+        text = _template(template, s.args, placed, s.flags, indices=", ".join(loop), **dict(s.attrs))
+        for line in text.splitlines():
             w.line(depth, line)
     elif isinstance(s, ir.VendorOp):
         call = _template(s.template, s.args, placed)
@@ -172,7 +235,7 @@ def _stmt(w: _Writer, s, depth: int, placed: dict) -> None:
         else:
             w.line(depth, f"for {s.var.name} in T.serial({expr(s.extent)}):")
         for b in s.body:
-            _stmt(w, b, depth + 1, placed)
+            _stmt(w, b, depth + 1, placed, dtypes)
     else:  # pragma: no cover
         raise TypeError(f"unknown tile statement {s!r}")
 
@@ -207,6 +270,7 @@ def emit(program: ir.TileProgram, version: str) -> str:
             w.line(2, f"{b.sym.name} = T.{b.alloc}({_shape(b.shape)}, \"{b.dtype}\")")
         elif b.handle:
             w.line(2, f"{b.sym.name} = T.alloc_var(\"int32\")  # the vendor's handle for this tile")
+    dtypes = {b.sym: b.dtype for b in k.buffers}
     for s in k.body:
-        _stmt(w, s, 2, placed)
+        _stmt(w, s, 2, placed, dtypes)
     return "\n".join(w.lines) + "\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from septran.errors import FrontendError, SourceLoc
-from septran.frontend.ir import Launch, Param, PrimCall, Privilege, TaskDef, TaskGraph, TileRef, root_param, walk
+from septran.frontend.ir import Launch, Param, PrimCall, Privilege, TaskDef, TaskGraph, Temp, TileRef, root_param, walk
 from septran.frontend.primitives import PRIMITIVES
 from septran.frontend.tracer import TaskFunction, trace
 
@@ -67,7 +67,7 @@ def _infer_privileges(entry: str, tasks: dict[str, TaskDef]) -> dict[tuple[str, 
         task = tasks[name]
         for stmt, _ in walk(task.body):
             if isinstance(stmt, PrimCall):
-                sig = PRIMITIVES[stmt.name]
+                sig = stmt.signature
                 pairs = [(arg, sig.privileges[k]) for k, arg in enumerate(stmt.args)]
             elif isinstance(stmt, Launch):
                 visit(stmt.callee, stmt.loc)
@@ -95,7 +95,7 @@ def _infer_ranks(entry: str, tasks: dict[str, TaskDef]):
     locs: dict[tuple[str, str], SourceLoc] = {}
 
     def arg_rank(task: str, arg) -> tuple[int | None, tuple[str, str] | None]:
-        if isinstance(arg, TileRef):
+        if isinstance(arg, (TileRef, Temp)):
             return arg.rank, None
         key = (task, arg.name)
         return ranks.get(key), key
@@ -144,18 +144,25 @@ def _infer_ranks(entry: str, tasks: dict[str, TaskDef]):
     propagate()
     prim_calls = [(name, stmt) for name, task in tasks.items() for stmt, _ in walk(task.body) if isinstance(stmt, PrimCall)]
     for name, stmt in prim_calls:
-        sig = PRIMITIVES[stmt.name]
+        sig = stmt.signature
         for k, arg in enumerate(stmt.args):
             rank, key = arg_rank(name, arg)
-            if rank is None:
+            if rank is None and sig.ranks[k] is not None:
                 settle(key, sig.ranks[k], stmt.loc, f"argument {sig.params[k]} of {stmt.name!r}")
     propagate()
     for name, stmt in prim_calls:
-        sig = PRIMITIVES[stmt.name]
-        extra = {arg_rank(name, arg)[0] - sig.ranks[k] for k, arg in enumerate(stmt.args)}
-        if len(extra) > 1 or min(extra) < 0 or (not sig.batched and extra != {0}):
+        sig = stmt.signature
+        extra = {arg_rank(name, arg)[0] - sig.ranks[k] for k, arg in enumerate(stmt.args)
+                 if sig.ranks[k] is not None and arg_rank(name, arg)[0] is not None}
+        if not extra:
+            continue
+        if sig.per_operand_batch:
+            bad = min(extra) < 0
+        else:
+            bad = len(extra) > 1 or min(extra) < 0 or (not sig.batched and extra != {0})
+        if bad:
             got = ", ".join(f"{sig.params[k]}: {arg_rank(name, a)[0]}" for k, a in enumerate(stmt.args))
-            want = ", ".join(f"{p}: {r}" for p, r in zip(sig.params, sig.ranks))
+            want = ", ".join(f"{p}: {r}" for p, r in zip(sig.params, sig.ranks) if r is not None)
             raise FrontendError(
                 f"primitive {stmt.name!r} takes operands of rank {want}"
                 + (" (each with the same number of leading batch dimensions)" if sig.batched else "")

@@ -122,10 +122,33 @@ class TileRef:
         return self.partition.tile[axis] is None or self.index[axis] is FULL
 
 
-Arg = Union[Param, TileRef]
+@dataclass(frozen=True)
+class Temp:
+    """``S = task.temp(BM, "BN")``: a tile the task allocates for itself (running maxima, scores).
+
+    It lives as long as one run of the task, in the memory the mapping's
+    ``mems`` names; ``dtype_of`` names the parameter whose element type it
+    takes (None: the accumulator type, float32 unless the mapping says).
+    """
+
+    sym: Sym
+    shape: tuple[Expr, ...]
+    dtype_of: Optional[str]
+    loc: SourceLoc
+
+    @property
+    def name(self) -> str:
+        return self.sym.name
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
 
 
-def root_param(arg: Arg) -> Param:
+Arg = Union[Param, TileRef, Temp]
+
+
+def root_param(arg: Arg) -> Union[Param, Temp]:
     while isinstance(arg, TileRef):
         arg = arg.partition.source
     return arg
@@ -135,6 +158,8 @@ def source_dim(arg: Arg, axis: int) -> Expr:
     """The symbolic extent of ``arg`` along ``axis``."""
     if isinstance(arg, Param):
         return Dim(arg.sym, axis)
+    if isinstance(arg, Temp):
+        return arg.shape[axis]
     if arg.is_whole(axis):
         return source_dim(arg.partition.source, axis)
     return arg.partition.tile[axis]
@@ -163,6 +188,15 @@ class PrimCall:
     name: str
     args: tuple[Arg, ...]
     loc: SourceLoc
+    # task.compute: the signature built for this call and the element expression it stores
+    sig: Optional[object] = field(default=None, compare=False)
+    expr: Optional[object] = field(default=None, compare=False)
+
+    @property
+    def signature(self):
+        from septran.frontend.primitives import PRIMITIVES
+
+        return self.sig if self.sig is not None else PRIMITIVES[self.name]
 
 
 Stmt = Union[Loop, Launch, PrimCall]
@@ -176,6 +210,7 @@ class TaskDef:
     body: tuple[Stmt, ...]
     partitions: tuple[Partition, ...]
     loc: SourceLoc
+    temps: tuple[Temp, ...] = ()
 
     def param(self, name: str) -> Optional[Param]:
         return next((p for p in self.params if p.name == name), None)

@@ -24,15 +24,23 @@ class PrimitiveSig:
     kind: str  # which family of target implementations can run it
     params: tuple[str, ...]
     privileges: tuple[Privilege, ...]
-    dims: tuple[str, ...]  # one letter per dimension of each operand
+    # One letter (or index name) per dimension of each operand; None: any rank (a
+    # task.compute operand used only for where it sits, never read).
+    dims: tuple[Optional[tuple[str, ...] | str], ...]
     meaning: str
     batched: bool = False  # operands may share leading batch dimensions
     flags: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     scalar: Optional[str] = None  # elementwise: the new value of operand 0, in the operands' names
+    attrs: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))  # fixed template fields ({op})
 
     @property
-    def ranks(self) -> tuple[int, ...]:
-        return tuple(len(d) for d in self.dims)
+    def ranks(self) -> tuple[Optional[int], ...]:
+        return tuple(len(d) if d is not None else None for d in self.dims)
+
+    @property
+    def per_operand_batch(self) -> bool:
+        """task.compute: each operand may carry its own leading dimensions of one (a batch of one)."""
+        return self.name == "compute"
 
     @property
     def equal_dims(self) -> tuple[tuple[tuple[int, int], tuple[int, int]], ...]:
@@ -40,7 +48,7 @@ class PrimitiveSig:
         first: dict[str, tuple[int, int]] = {}
         pairs = []
         for k, letters in enumerate(self.dims):
-            for pos, letter in enumerate(letters):
+            for pos, letter in enumerate(letters or ()):
                 where = (k, pos - len(letters))
                 if letter in first:
                     pairs.append((first[letter], where))
@@ -70,6 +78,13 @@ def _elementwise(name: str, params: tuple[str, ...], dims: tuple[str, ...], scal
     )
 
 
+def _reduce(name: str, op: str, out_priv: Privilege, clear: bool, meaning: str) -> PrimitiveSig:
+    return PrimitiveSig(
+        name=name, kind="reduce", params=("out", "X"), privileges=(out_priv, Privilege.READ),
+        dims=("i", "ij"), meaning=meaning, attrs=MappingProxyType({"op": op, "clear": clear}),
+    )
+
+
 PRIMITIVES: dict[str, PrimitiveSig] = {
     p.name: p
     for p in (
@@ -80,6 +95,8 @@ PRIMITIVES: dict[str, PrimitiveSig] = {
         _elementwise("relu", ("X",), ("ij",), "T.max(X, T.float32(0))", "X = max(X, 0)"),
         _elementwise("gelu", ("X",), ("ij",), "X * T.float32(0.5) * (T.float32(1) + T.erf(X * T.float32(0.7071067811865476)))",
                      "X = X * (1 + erf(X / sqrt(2))) / 2 (torch's exact GELU)"),
+        _reduce("row_max", "max", Privilege.READ_WRITE, False, "out[i] = max(out[i], max_j X[i, j])"),
+        _reduce("row_sum", "sum", Privilege.WRITE, True, "out[i] = sum_j X[i, j]"),
         _elementwise("silu", ("X",), ("ij",), "X / (T.float32(1) + T.exp(-X))", "X = X * sigmoid(X)"),
     )
 }

@@ -20,7 +20,7 @@ from typing import Mapping, Optional
 
 from septran.errors import CallError, SourceLoc
 from septran.expr import Var
-from septran.frontend.ir import Arg, Launch, PrimCall, TaskGraph, TileRef, walk
+from septran.frontend.ir import Arg, Launch, PrimCall, TaskGraph, Temp, TileRef, walk
 from septran.frontend.primitives import PRIMITIVES
 
 Node = tuple  # (launch path, task name, param name, axis)
@@ -78,22 +78,24 @@ class ShapeRelations:
             if not arg.is_whole(axis):
                 return None
             arg = arg.partition.source
+        if isinstance(arg, Temp):
+            return None  # a temp's extents are tile sizes, never a tensor's
         return (path, task, arg.name, axis)
 
     def _rank(self, task: str, arg: Arg) -> int:
-        return arg.rank if isinstance(arg, TileRef) else self.graph.ranks[(task, arg.name)]
+        return arg.rank if isinstance(arg, (TileRef, Temp)) else self.graph.ranks[(task, arg.name)]
 
     def _walk(self, name: str, path: tuple) -> None:
         task = self.graph.tasks[name]
         co_indexed: dict[tuple, Node] = {}
         for stmt, _ in walk(task.body):
             if isinstance(stmt, PrimCall):
-                sig = PRIMITIVES[stmt.name]
+                sig = stmt.signature
                 ranks = [self._rank(name, arg) for arg in stmt.args]
                 for (a, da), (b, db) in sig.equal_dims:
                     self._union(self._dim(path, name, stmt.args[a], da % ranks[a]),
                                 self._dim(path, name, stmt.args[b], db % ranks[b]), stmt.loc)
-                for axis in range(ranks[0] - sig.ranks[0]):  # batch dimensions
+                for axis in range(0 if sig.per_operand_batch else ranks[0] - sig.ranks[0]):  # batch dimensions
                     for arg in stmt.args[1:]:
                         self._union(self._dim(path, name, stmt.args[0], axis), self._dim(path, name, arg, axis), stmt.loc)
             if isinstance(stmt, Launch):

@@ -7,16 +7,19 @@ business.
 from __future__ import annotations
 
 import difflib
+import inspect
 from typing import Callable, Optional, Union
 
 from septran.errors import FrontendError
 from septran.expr import Const, Expr, Tunable, Var, as_expr, fresh
-from septran.frontend.ir import Launch, Loop, Partition, PrimCall, TileRef, Param
-from septran.frontend.primitives import PRIMITIVES
+from septran.frontend import elementwise as el
+from septran.frontend.ir import Launch, Loop, Partition, PrimCall, Privilege, TileRef, Param, Temp
+from septran.frontend.primitives import PRIMITIVES, PrimitiveSig
 from septran.frontend import tracer
 from septran.frontend.tracer import TaskFunction, caller_loc
 
-__all__ = ["define", "partition", "parallel_range", "range", "launch", "call_primitive", "TaskFunction"]
+__all__ = ["define", "partition", "parallel_range", "range", "launch", "call_primitive", "temp", "compute",
+           "global_index", "global_size", *el.FUNCTIONS, "TaskFunction"]
 
 
 def define(fn: Optional[Callable] = None, *, leaf: bool = False):
@@ -81,11 +84,13 @@ def partition(tensor, by: str = "blocks", tile: tuple = ()):
     return tracer.PartitionHandle(part)
 
 
-def _partition_name(loc, source) -> str:
+def _partition_name(loc, source) -> Optional[str]:
     """The variable the user assigns the partition to (``Ap = ...``), for readable dumps."""
     target = loc.source_line().split("=", 1)[0].strip()
     if target.isidentifier():
         return target
+    if source is None:
+        return None
     base = source.name if isinstance(source, Param) else source.partition.sym.name
     return f"{base}p"
 
@@ -190,3 +195,128 @@ def call_primitive(name: str, *args) -> None:
     )
     frame.stmts.append(PrimCall(name, unwrapped, loc))
 
+
+
+def temp(*shape, dtype=None):
+    """A tile this task allocates for itself: ``S = task.temp(Q.shape[2], "BN")``.
+
+    Each extent is an int, a tunable name, or an extent of a parameter. Its
+    element type is the accumulator type (float32 unless the mapping sets
+    ``accum_dtype``), or that of the parameter passed as ``dtype``. The mapping
+    says where it lives: ``mems: {S: REGISTER}``.
+    """
+    frame = tracer.current("temp")
+    loc = caller_loc()
+    if frame.task.leaf:
+        raise FrontendError(f"leaf task {frame.task.name} cannot allocate a temp", loc,
+                            hint="allocate it in the task that launches the leaf, and pass it in")
+    if not shape:
+        raise FrontendError("task.temp needs at least one extent", loc)
+    extents = []
+    for t in shape:
+        if isinstance(t, str) and t.isidentifier():
+            extents.append(Tunable(t))
+        elif isinstance(t, Expr) or (isinstance(t, int) and not isinstance(t, bool) and t > 0):
+            extents.append(as_expr(t))
+        else:
+            raise FrontendError(f"task.temp: extent {t!r} must be a positive int, a tunable name or a parameter's extent", loc)
+    dtype_of = None
+    if dtype is not None:
+        arg = tracer.unwrap(dtype, "temp", "dtype", loc)
+        if not isinstance(arg, Param):
+            raise FrontendError("task.temp: dtype= takes a parameter of this task (its element type is used)", loc)
+        dtype_of = arg.name
+    name = _partition_name(loc, None)
+    if name is None or name in frame.task.param_names or any(t.name == name for t in frame.temps):
+        raise FrontendError("task.temp: assign the temp to a new name (S = task.temp(...)); the mapping's mems use it",
+                            loc)
+    t = Temp(fresh(name), tuple(extents), dtype_of, loc)
+    frame.temps.append(t)
+    return tracer.TensorHandle(t)
+
+
+def compute(out, fn: Callable) -> None:
+    """Sets every element of ``out``: ``task.compute(Y, lambda i, j: task.exp(X[i, j] - m[i]))``.
+
+    The lambda's parameters name ``out``'s indices; other tiles are read at
+    those names (a name shared by two tiles means equal extents; ``m[i]`` is
+    broadcast along ``j``). Only in a leaf task; targets supply the loop.
+    """
+    frame = tracer.current("compute")
+    loc = caller_loc()
+    if not frame.task.leaf:
+        raise FrontendError(f"task {frame.task.name} uses task.compute but is not a leaf task", loc,
+                            hint="put it in a @task.define(leaf=True) task and launch that")
+    out_arg = tracer.unwrap(out, "compute", "the output", loc)
+    try:
+        names = tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        raise FrontendError("task.compute takes a function of the output's indices (lambda i, j: ...)", loc) from None
+    if not names:
+        raise FrontendError("task.compute: the function needs one parameter per index of the output (lambda i, j: ...)", loc)
+    try:
+        value = el.as_elem(fn(*(el.Index(n) for n in names)))
+    except TypeError as err:
+        raise FrontendError(f"task.compute: {err}", loc) from None
+    operands = [out_arg]
+    loads: dict[int, tuple[str, ...]] = {}
+    for node in el.nodes(value):
+        arg = getattr(node, "arg", None)
+        if arg is None:
+            continue
+        if arg not in operands:
+            operands.append(arg)
+        k = operands.index(arg)
+        used = node.idx if isinstance(node, el.Load) else (node.idx,) if isinstance(node, el.GlobalIndex) else ()
+        for n in used:
+            if n not in names:
+                raise FrontendError(f"task.compute: index {n} is not a parameter of this compute's function", loc)
+        if isinstance(node, el.Load):
+            if k == 0 and node.idx != names:
+                raise FrontendError(f"task.compute: the output is read at [{', '.join(node.idx)}], "
+                                    f"not at its own indices [{', '.join(names)}]", loc)
+            if loads.setdefault(k, node.idx) != node.idx:
+                raise FrontendError(f"task.compute: {arg.name} is read at [{', '.join(loads[k])}] and at "
+                                    f"[{', '.join(node.idx)}]; read each tile at one set of indices", loc)
+    dims = tuple(names if k == 0 else loads.get(k) for k in range(len(operands)))
+    out_priv = Privilege.READ_WRITE if 0 in loads else Privilege.WRITE
+    name_of = lambda a: a.name  # noqa: E731
+    sig = PrimitiveSig(
+        name="compute", kind="elementwise", params=tuple(a.name for a in operands),
+        privileges=(out_priv,) + (Privilege.READ,) * (len(operands) - 1), dims=dims,
+        meaning=f"{out_arg.name}[{', '.join(names)}] = {el.describe(value, name_of)}", batched=True,
+    )
+    frame.stmts.append(PrimCall("compute", tuple(operands), loc, sig=sig, expr=value))
+
+
+def global_index(tile, axis: int, index) -> el.Elem:
+    """Where ``index`` along ``axis`` of ``tile`` falls in the whole tensor the tile was cut from (for masks)."""
+    loc = caller_loc()
+    arg = tracer.unwrap(tile, "global_index", "the tile", loc)
+    if not isinstance(index, el.Index):
+        raise FrontendError("task.global_index: the third argument is an index of the compute (i, j, ...)", loc)
+    if not isinstance(axis, int) or axis < 0:
+        raise FrontendError(f"task.global_index: axis {axis!r} must be a non-negative int", loc)
+    return el.GlobalIndex(arg, axis, index.name)
+
+
+def global_size(tile, axis: int) -> el.Elem:
+    """The extent along ``axis`` of the whole tensor ``tile`` was cut from (a sequence length, a row length)."""
+    loc = caller_loc()
+    arg = tracer.unwrap(tile, "global_size", "the tile", loc)
+    if not isinstance(axis, int) or axis < 0:
+        raise FrontendError(f"task.global_size: axis {axis!r} must be a non-negative int", loc)
+    return el.GlobalSize(arg, axis)
+
+
+def _function(fn: str):
+    def call(*args):
+        return el.check_function(fn, args, caller_loc())
+
+    call.__name__ = fn
+    call.__doc__ = f"Element function for task.compute: {el.FUNCTIONS[fn][1]}."
+    return call
+
+
+for _fn in el.FUNCTIONS:
+    globals()[_fn] = _function(_fn)

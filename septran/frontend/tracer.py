@@ -16,7 +16,7 @@ from typing import Callable
 
 from septran.errors import FrontendError, SourceLoc
 from septran.expr import Expr, fresh
-from septran.frontend.ir import FULL, Arg, Param, Partition, TaskDef, TileRef, source_dim
+from septran.frontend.ir import FULL, Arg, Param, Partition, TaskDef, Temp, TileRef, source_dim
 
 _FRONTEND_DIR = os.path.dirname(os.path.abspath(__file__))
 _SEPTRAN_DIR = os.path.dirname(_FRONTEND_DIR)
@@ -74,6 +74,7 @@ class _Frame:
     partitions: list
     callees: dict
     open_loops: int = 0
+    temps: list = None
 
 
 _stack: list[_Frame] = []
@@ -92,7 +93,7 @@ def current(api: str) -> _Frame:
 def trace(tf: TaskFunction) -> tuple[TaskDef, dict[str, TaskFunction]]:
     """Runs ``tf`` on symbolic parameters: its task definition and the tasks it launches."""
     params = tuple(Param(fresh(n), i, tf.loc) for i, n in enumerate(tf.param_names))
-    frame = _Frame(tf, params, [], [], {})
+    frame = _Frame(tf, params, [], [], {}, temps=[])
     _stack.append(frame)
     try:
         result = tf.fn(*(TensorHandle(p) for p in params))
@@ -110,7 +111,7 @@ def trace(tf: TaskFunction) -> tuple[TaskDef, dict[str, TaskFunction]]:
             tf.loc,
             hint="write results into a parameter (a tile the caller passes)",
         )
-    return TaskDef(tf.name, params, tf.leaf, tuple(frame.stmts), tuple(frame.partitions), tf.loc), frame.callees
+    return TaskDef(tf.name, params, tf.leaf, tuple(frame.stmts), tuple(frame.partitions), tf.loc, tuple(frame.temps)), frame.callees
 
 
 class _ParamShape:
@@ -145,7 +146,19 @@ class TensorHandle:
     def shape(self):
         if isinstance(self._arg, Param):
             return _ParamShape(self._arg)
+        if isinstance(self._arg, Temp):
+            return self._arg.shape
         return tuple(source_dim(self._arg, d) for d in range(self._arg.rank))
+
+    def __getitem__(self, index):
+        """``X[i, j]`` inside ``task.compute``: the element at the compute's indices."""
+        from septran.frontend import elementwise as el
+
+        index = index if isinstance(index, tuple) else (index,)
+        if not all(isinstance(i, el.Index) for i in index):
+            raise FrontendError(f"{self._arg.name}[...] takes the indices of a task.compute (i, j, ...)", caller_loc(),
+                                hint="to take a tile, partition the tensor (task.partition) and index the partition")
+        return el.Load(self._arg, tuple(i.name for i in index))
 
     def __repr__(self) -> str:
         return f"<tensor {self._arg}>"

@@ -9,7 +9,6 @@ import difflib
 
 from septran.errors import LoweringError, MappingError
 from septran.frontend.ir import Launch, PrimCall, TaskGraph, walk
-from septran.frontend.primitives import PRIMITIVES
 from septran.mapping.schema import InstanceMapping, Mapping
 from septran.target import Target
 
@@ -54,7 +53,7 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
         raise MappingError(
             f"target {target.name} has no processor {inst.proc.value!r}", inst.proc.loc, hint=_suggest(inst.proc.value, target.procs)
         )
-    params = [p.name for p in task.params]
+    params = [p.name for p in task.params] + [t.name for t in task.temps]
     for param, space in inst.mems.items():
         if param not in params:
             raise MappingError(
@@ -67,6 +66,13 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
                 f"{inst.name} runs on {proc.name}, which cannot hold {param} in {space.value}",
                 space.loc,
                 hint=f"{proc.name} on {target.name} holds: {', '.join(proc.memories)}",
+            )
+    for t in task.temps:
+        if t.name not in inst.mems:
+            raise MappingError(
+                f"{task.name} allocates temp {t.name} (logic {t.loc}) but {inst.name}.mems does not say where it lives",
+                inst.key_loc("mems") if inst.mems else inst.loc,
+                hint=f"add `{t.name}: <memory>` to mems; {proc.name} on {target.name} holds: {', '.join(proc.memories)}",
             )
     for param, loc_val in inst.copy.items():
         if param not in params:
@@ -103,21 +109,23 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
         leaf = graph.tasks[leaf_task]
         prims = [s for s, _ in walk(leaf.body) if isinstance(s, PrimCall)]
         impl_ = target.leaves[impl.value]
-        if len(prims) != 1 or not impl_.runs(PRIMITIVES[prims[0].name]):
+        refused = [p for p in prims if not impl_.runs(p.signature)]
+        if not prims or refused:
             raise MappingError(
-                f"{impl.value} implements {impl_.implements!r}, but {leaf_task} calls "
-                f"{', '.join(p.name for p in prims) or 'no primitive'}",
+                f"{impl.value} implements {', '.join(impl_.implements)}, but {leaf_task} calls "
+                + (", ".join(f"{p.name!r} ({p.signature.kind}, {p.loc})" for p in refused) or "no primitive"),
                 impl.loc,
-                hint="bind a leaf whose body is exactly one call of a primitive it implements",
+                hint="bind an implementation that runs every primitive the leaf calls, or split the leaf",
             )
-        sig = PRIMITIVES[prims[0].name]
-        unsupported = [f for f, on in sig.flags.items() if on and f not in impl_.flags]
-        if unsupported:
-            raise MappingError(
-                f"{impl.value} cannot run {sig.name!r}: it does not support {', '.join(unsupported)}",
-                impl.loc,
-                hint=f"{sig.name}: {sig.meaning}; transpose the data, or bind another implementation",
-            )
+        for prim in prims:
+            sig = prim.signature
+            unsupported = [f for f, on in sig.flags.items() if on and f not in impl_.flags]
+            if unsupported:
+                raise MappingError(
+                    f"{impl.value} cannot run {sig.name!r}: it does not support {', '.join(unsupported)}",
+                    impl.loc,
+                    hint=f"{sig.name}: {sig.meaning}; transpose the data, or bind another implementation",
+                )
     for callee_task, stmt in launched.items():
         if graph.tasks[callee_task].leaf:
             if callee_task not in inst.leaf_task_bindings:

@@ -25,8 +25,8 @@ from typing import Mapping, Optional
 
 from septran.errors import LoweringError, SourceLoc
 from septran.expr import BinOp, Const, Dim, Expr, Sym, Tunable, Var, evaluate, leaves, simplify, substitute
-from septran.frontend.ir import Arg, Launch, Loop, Param, PrimCall, Privilege, TaskDef, TaskGraph, TileRef, walk
-from septran.frontend.primitives import PRIMITIVES
+from septran.frontend import elementwise as el
+from septran.frontend.ir import Arg, Launch, Loop, Param, PrimCall, Privilege, TaskDef, TaskGraph, Temp, TileRef, walk
 from septran.frontend.shapes import ShapeRelations
 from septran.lowering import tile_ir as ir
 from septran.lowering.tile_ir import Why
@@ -46,6 +46,9 @@ class View:
     extents: tuple[Expr, ...]
     space: str
     whole: bool
+    # Per dimension of the logic's view of it: where the view starts in the whole
+    # tensor it was cut from, and that tensor's extent (task.global_index / global_size).
+    origin: tuple[tuple[Expr, Expr], ...] = ()
 
 
 @dataclass
@@ -170,15 +173,16 @@ class _Lowerer:
         return _fold_same_ceildiv(out)
 
     def _region(self, arg: Arg, views, task, chain, loops) -> View:
-        if isinstance(arg, Param):
+        if isinstance(arg, (Param, Temp)):
             return views[arg.name]
         base = self._region(arg.partition.source, views, task, chain, loops)
-        offsets, extents = [], []
+        offsets, extents, origin = [], [], []
         part = arg.partition
         for axis, (idx, tile) in enumerate(zip(arg.index, part.tile)):
             if arg.is_whole(axis):
                 offsets.append(base.offsets[axis])
                 extents.append(base.extents[axis])
+                origin.append(base.origin[axis])
                 continue
             t = self._subst(tile, views, task, chain, loops, part.loc)
             i = self._subst(idx, views, task, chain, loops, arg.loc)
@@ -195,8 +199,9 @@ class _Lowerer:
                     )
             offsets.append(simplify(base.offsets[axis] + i * t))
             extents.append(t)
+            origin.append((simplify(base.origin[axis][0] + i * t), base.origin[axis][1]))
         whole = base.whole and all(arg.is_whole(a) for a in range(part.rank))
-        return View(base.of, tuple(offsets), tuple(extents), base.space, whole)
+        return View(base.of, tuple(offsets), tuple(extents), base.space, whole, tuple(origin))
 
     # the program ---------------------------------------------------------------
     def lower(self) -> ir.TileProgram:
@@ -211,7 +216,8 @@ class _Lowerer:
             params.append(tp)
             self._dtypes[tp.sym] = tp.dtype
             self._shapes[tp.sym] = shape
-            views[p.name] = View(tp.sym, tuple(Const(0) for _ in shape), shape, self.global_space, True)
+            views[p.name] = View(tp.sym, tuple(Const(0) for _ in shape), shape, self.global_space, True,
+                                 tuple((Const(0), e) for e in shape))
         ordered = [t for t in params if t.role != "output"] + [t for t in params if t.role == "output"]
         proc = self.target.procs[entry.proc.value]
         if not proc.grid:
@@ -296,6 +302,9 @@ class _Lowerer:
 
     def _body(self, inst, task: TaskDef, views, chain, scopes: list[_Scope], loops: dict) -> None:
         staged: dict[tuple, _Staged] = {}
+        views = dict(views)
+        for t in task.temps:
+            views[t.name] = self._temp(t, inst, task, views, chain, loops)
         self._stmts(task.body, inst, task, views, chain, scopes, loops, staged, top=True)
 
     def _stmts(self, body, inst, task, views, chain, scopes, loops, staged, top) -> None:
@@ -343,11 +352,30 @@ class _Lowerer:
             regions.append(self._stage(view, arg, priv, inst, task, scopes, staged, launch, keep.get(pname)))
         self._sync_pending(scopes[-1], launch)
         if callee_task.leaf:
-            scopes[-1].stmts.append(self._leaf(launch, callee_task, regions, inst))
+            scopes[-1].stmts.extend(self._leaf(launch, callee_task, regions, inst))
             return
         callee = self.mapping.instance(inst.calls[launch.callee].value)
         callee_views = {callee_task.params[k].name: v for k, v in enumerate(regions)}
         self._body(callee, callee_task, callee_views, chain + (callee,), scopes, {})
+
+    def _temp(self, t: Temp, inst, task: TaskDef, views, chain, loops) -> View:
+        """A temp: a buffer of the task's own, in the memory its mapping names, for one run of the task."""
+        space = inst.mems[t.name]
+        mem = self.target.memories[space.value]
+        if mem.is_global:
+            raise LoweringError(f"temp {t.name} cannot live in {space.value}: a program allocates temps on chip", space.loc)
+        shape = tuple(self._subst(e, views, task, chain, loops, t.loc) for e in t.shape)
+        if t.dtype_of is not None:
+            dtype = self._dtypes[views[t.dtype_of].of]
+        else:
+            dtype = inst.accum_dtype.value if inst.accum_dtype is not None else "float32"
+        sym = Sym(self._unique(t.name))
+        why = Why(f"temp {t.name} of {task.name}: {'x'.join(str(self._value(e)) for e in shape)} {dtype} in {space.value} "
+                  f"({inst.name}.mems)", mapping=space.loc, logic=t.loc)
+        self._new_buffer(sym, shape, dtype, mem, why)
+        self._stages_of[sym] = 1
+        self._space_loc[sym] = space.loc
+        return View(sym, tuple(Const(0) for _ in shape), shape, space.value, True, tuple((Const(0), e) for e in shape))
 
     def _stage(self, view: View, arg: Arg, priv: Privilege, inst, task, scopes, staged, launch: Launch, keep=None) -> View:
         """Stages ``view`` where the instance's mems put it; ``keep``: the rank a leaf operand needs
@@ -364,8 +392,12 @@ class _Lowerer:
         key = (param, view.of, view.offsets, view.extents, id(scope))
         entry = staged.get(key)
         shape = view.extents
-        while keep is not None and len(shape) > keep and shape[0] == Const(1):
+        # A leaf's operand drops leading dimensions of one (a batch of one, one head):
+        # down to the rank its primitives read it at, or to one dimension.
+        while keep is not None and len(shape) > max(keep, 1) and shape[0] == Const(1):
             shape = shape[1:]
+        if entry is not None:
+            shape = entry.buffer.shape
         zeros = tuple(Const(0) for _ in shape)
         if entry is None:
             reduce_first = priv is Privilege.REDUCE
@@ -381,7 +413,7 @@ class _Lowerer:
             self._space_loc[sym] = space.loc
             entry = _Staged(buf, scope)
             staged[key] = entry
-            tile = View(sym, zeros, shape, space.value, True)
+            tile = View(sym, zeros, shape, space.value, True, view.origin)
             options = tuple((k, v.value) for k, v in inst.copy.get(param, {}).items())
             if priv.reads:
                 why = Why(f"copy {param} in before its first read ({priv.value})", mapping=space.loc, logic=launch.loc)
@@ -389,7 +421,7 @@ class _Lowerer:
             elif reduce_first:
                 why = Why(f"clear the accumulator {sym.name}: {param} is reduced into", mapping=space.loc, logic=launch.loc)
                 scope.stmts.append(self._fill_zero(tile, why))
-        tile = View(entry.buffer.sym, zeros, shape, space.value, True)
+        tile = View(entry.buffer.sym, zeros, shape, space.value, True, view.origin)
         if priv.writes and not entry.wrote:
             entry.wrote = True
             options = tuple((k, v.value) for k, v in inst.copy.get(param, {}).items())
@@ -457,12 +489,18 @@ class _Lowerer:
         return ir.Region(view.of, view.offsets, view.extents, view.whole, tuple(valid),
                          full[-1] if len(full) > 1 else Const(1), dtype, self.target.dtype_codes.get(dtype))
 
-    def _leaf(self, launch: Launch, leaf: TaskDef, regions: list[View], inst: InstanceMapping) -> ir.LeafCall:
+    def _leaf(self, launch: Launch, leaf: TaskDef, regions: list[View], inst: InstanceMapping) -> list:
+        """The bound implementation's statements for each primitive the leaf calls, in order."""
         binding = inst.leaf_task_bindings[leaf.name]
         impl = self.target.leaves[binding.value]
-        prim = next(s for s, _ in walk(leaf.body) if isinstance(s, PrimCall))
-        sig = PRIMITIVES[prim.name]
         by_param = {p.name: regions[k] for k, p in enumerate(leaf.params)}
+        out = []
+        for prim in (s for s, _ in walk(leaf.body) if isinstance(s, PrimCall)):
+            out.append(self._primitive(prim, launch, leaf, by_param, inst, binding, impl))
+        return out
+
+    def _primitive(self, prim: PrimCall, launch: Launch, leaf: TaskDef, by_param, inst, binding, impl):
+        sig = prim.signature
         args = []
         for k, pname in enumerate(sig.params):
             arg = prim.args[k]
@@ -470,38 +508,80 @@ class _Lowerer:
                 raise LoweringError(f"a bound leaf must call {prim.name!r} on its parameters, not on tiles of them", prim.loc)
             view = by_param[arg.name]
             caller_param = _root_name(launch.args[leaf.params.index(arg)])
-            if len(view.extents) != sig.ranks[k]:
+            if sig.ranks[k] is not None and len(view.extents) != sig.ranks[k]:
                 raise LoweringError(
                     f"{impl.name} takes {pname} as a {sig.ranks[k]}-D tile, but {inst.name} hands it a "
-                    f"{len(view.extents)}-D one",
+                    f"{len(view.extents)}-D one ({'x'.join(str(self._value(e)) for e in view.extents)})",
                     binding.loc,
-                    hint="stage it in on-chip memory (mems) with a tile of 1 on every batch dimension",
+                    hint="stage it in on-chip memory (mems) with a tile of 1 on every dimension the primitive does not read",
                 )
-            allowed = impl.accepts(pname)
-            if allowed and view.space not in allowed:
-                where = inst.mems.get(caller_param)
-                raise LoweringError(
-                    f"{impl.name} takes {pname} in {' or '.join(allowed)}, but {inst.name} holds {caller_param} in {view.space}",
-                    where.loc if where else inst.loc,
-                    hint=f"set `mems: {{{caller_param}: {allowed[0]}}}` in {inst.name}",
-                )
-            for axis, letter in enumerate(sig.dims[k]):
-                multiple = impl.tile_multiple.get(letter)
-                extent = self._value(view.extents[axis])
-                if multiple and extent % multiple:
-                    tun = next((n for n, (s, _) in self.tunable_syms.items() if view.extents[axis] == Var(s)), None)
-                    loc = self.tunable_syms[tun][1].tunables[tun].loc if tun else binding.loc
-                    raise LoweringError(
-                        f"{impl.name} needs dimension {axis} of {pname} ({letter!r} of {sig.name} {pname}[{', '.join(sig.dims[k])}]) "
-                        f"to be a multiple of {multiple}; the tile has {extent}",
-                        loc,
-                        hint=f"the matrix unit of {self.target.name} takes tiles in multiples of "
-                             + ", ".join(f"{l}={m}" for l, m in impl.tile_multiple.items()),
-                    )
+            if sig.ranks[k] is not None:
+                self._check_operand(impl, sig, k, pname, view, inst, caller_param, binding)
             args.append((pname, self._ir_region(view)))
-        why = Why(f"{leaf.name} -> {impl.name}: {impl.meaning}", mapping=binding.loc, logic=launch.loc)
+        why = Why(f"{leaf.name} -> {impl.name}: {sig.meaning}", mapping=binding.loc, logic=prim.loc)
+        if prim.expr is not None:
+            return self._compute(prim, args, by_param, impl, why)
         flags = tuple((f, on) for f, on in sig.flags.items() if on)
-        return ir.LeafCall(impl.name, impl.template, tuple(args), why, flags, sig.scalar, tuple(zip(sig.params, sig.dims)))
+        return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, sig.scalar,
+                           tuple(zip(sig.params, sig.dims)), attrs=tuple(sig.attrs.items()))
+
+    def _check_operand(self, impl, sig, k, pname, view: View, inst, caller_param, binding) -> None:
+        allowed = impl.accepts(pname)
+        if allowed and view.space not in allowed:
+            where = inst.mems.get(caller_param)
+            raise LoweringError(
+                f"{impl.name} takes {pname} in {' or '.join(allowed)}, but {inst.name} holds {caller_param} in {view.space}",
+                where.loc if where else inst.loc,
+                hint=f"set `mems: {{{caller_param}: {allowed[0]}}}` in {inst.name}",
+            )
+        for axis, letter in enumerate(sig.dims[k]):
+            multiple = impl.tile_multiple.get(letter)
+            extent = self._value(view.extents[axis])
+            if multiple and extent % multiple:
+                tun = next((n for n, (s, _) in self.tunable_syms.items() if view.extents[axis] == Var(s)), None)
+                loc = self.tunable_syms[tun][1].tunables[tun].loc if tun else binding.loc
+                raise LoweringError(
+                    f"{impl.name} needs dimension {axis} of {pname} ({letter!r} of {sig.name} {pname}[{', '.join(sig.dims[k])}]) "
+                    f"to be a multiple of {multiple}; the tile has {extent}",
+                    loc,
+                    hint=f"the matrix unit of {self.target.name} takes tiles in multiples of "
+                         + ", ".join(f"{l}={m}" for l, m in impl.tile_multiple.items()),
+                )
+
+    def _compute(self, prim: PrimCall, args, by_param, impl, why: Why):
+        """task.compute: a fill, a copy, or the target's loop over the output with the folded expression."""
+        regions = dict(args)
+        names = prim.signature.dims[0]
+
+        def view_of(arg, axis: int, what: str) -> View:
+            view = by_param[arg.name]
+            if axis >= len(view.origin):
+                raise LoweringError(f"{what}({arg.name}, {axis}): {arg.name} has {len(view.origin)} dimensions", prim.loc)
+            return view
+
+        def resolve(e: el.Elem) -> el.Elem:
+            if isinstance(e, el.GlobalIndex):
+                return el.Position(view_of(e.arg, e.axis, "global_index").origin[e.axis][0], e.idx)
+            if isinstance(e, el.Bin):
+                return el.Bin(e.op, resolve(e.lhs), resolve(e.rhs))
+            if isinstance(e, el.Neg):
+                return el.Neg(resolve(e.operand))
+            if isinstance(e, el.Call):
+                return el.Call(e.fn, tuple(resolve(a) for a in e.args))
+            return e
+
+        value = el.fold(prim.expr, lambda g: self._value(view_of(g.arg, g.axis, "global_size").origin[g.axis][1]))
+        value = resolve(value)
+        out_name = prim.signature.params[0]
+        out = regions[out_name]
+        if out.whole and isinstance(value, el.Num):
+            return ir.Fill(out.of, value.value, why)
+        if (out.whole and isinstance(value, el.Load) and value.idx == names
+                and regions[value.arg.name].whole and regions[value.arg.name].extents == out.extents):
+            return ir.Copy(regions[value.arg.name], out, (), why)
+        return ir.LeafCall(impl.name, impl.template(prim.signature), tuple(args), why,
+                           indices=tuple(zip(prim.signature.params, (d or () for d in prim.signature.dims))),
+                           expr=value, loop=names)
 
     def _check_capacity(self) -> None:
         used: dict[str, list[tuple[ir.Buffer, int]]] = {}
@@ -534,10 +614,13 @@ def _prod(xs) -> int:
 
 
 def _operand_ranks(leaf: TaskDef) -> dict[str, int]:
-    """The rank the bound primitive needs of each leaf parameter."""
-    prim = next(s for s, _ in walk(leaf.body) if isinstance(s, PrimCall))
-    sig = PRIMITIVES[prim.name]
-    return {arg.name: sig.ranks[k] for k, arg in enumerate(prim.args) if isinstance(arg, Param)}
+    """The rank the leaf's primitives read each parameter at (0: only where it sits is used)."""
+    out: dict[str, int] = {}
+    for prim in (s for s, _ in walk(leaf.body) if isinstance(s, PrimCall)):
+        for k, arg in enumerate(prim.args):
+            if isinstance(arg, Param):
+                out[arg.name] = max(out.get(arg.name, 0), prim.signature.ranks[k] or 0)
+    return out
 
 
 def _root_name(arg: Arg) -> str:

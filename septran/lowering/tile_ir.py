@@ -79,7 +79,7 @@ class Region:
 @dataclass(frozen=True)
 class Fill:
     dst: Sym
-    value: Union[int, float]  # 0 is emitted as T.clear
+    value: Union[int, float]  # 0 is emitted as T.clear; +-inf as T.infinity
     why: Why
 
 
@@ -101,6 +101,11 @@ class LeafCall:
     # An elementwise primitive: its scalar meaning and each operand's index letters ({body}).
     scalar: Optional[str] = None
     indices: tuple[tuple[str, str], ...] = ()
+    attrs: tuple[tuple[str, object], ...] = ()  # fixed template fields of the primitive ({op}, {clear})
+    # task.compute: the element expression (septran.frontend.elementwise, sizes folded) and
+    # the loop indices over the output ({indices}, {body}).
+    expr: Optional[object] = None
+    loop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,211 @@
+"""Element expressions: what ``task.compute(out, lambda i, j: ...)`` stores in each element.
+
+Tracing the lambda on ``Index`` objects builds a small tree: loads of the
+leaf's tiles at those indices (``X[i, j]``, ``m[i]``: equal index names mean
+equal extents, as in einsum), float constants, arithmetic, comparisons, math
+functions, and two facts about where a tile sits in its whole tensor
+(``global_index``, ``global_size``), which masks need. No hardware here: a
+target only says how to loop over the elements.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from septran.errors import FrontendError, SourceLoc
+
+# name -> (arity, meaning); the TileLang spelling is the emitter's business
+FUNCTIONS = {
+    "exp": (1, "e ** x"),
+    "exp2": (1, "2 ** x"),
+    "log": (1, "natural logarithm"),
+    "log2": (1, "base-2 logarithm"),
+    "sqrt": (1, "square root"),
+    "rsqrt": (1, "1 / sqrt(x)"),
+    "erf": (1, "error function"),
+    "maximum": (2, "the larger of two values"),
+    "minimum": (2, "the smaller of two values"),
+    "where": (3, "where(cond, a, b): a where cond holds, else b"),
+}
+
+
+class Elem:
+    """A node of an element expression; Python operators build the tree."""
+
+    def _bin(self, op: str, other, swap: bool = False) -> "Elem":
+        other = as_elem(other)
+        return Bin(op, other, self) if swap else Bin(op, self, other)
+
+    def __add__(self, o): return self._bin("+", o)
+    def __radd__(self, o): return self._bin("+", o, True)
+    def __sub__(self, o): return self._bin("-", o)
+    def __rsub__(self, o): return self._bin("-", o, True)
+    def __mul__(self, o): return self._bin("*", o)
+    def __rmul__(self, o): return self._bin("*", o, True)
+    def __truediv__(self, o): return self._bin("/", o)
+    def __rtruediv__(self, o): return self._bin("/", o, True)
+    def __neg__(self): return Neg(self)
+    def __lt__(self, o): return self._bin("<", o)
+    def __le__(self, o): return self._bin("<=", o)
+    def __gt__(self, o): return self._bin(">", o)
+    def __ge__(self, o): return self._bin(">=", o)
+
+    def __bool__(self):
+        raise TypeError("an element expression has no truth value while a task is traced; use task.where(cond, a, b)")
+
+    __hash__ = object.__hash__
+
+
+class Num(Elem):
+    def __init__(self, value: float):
+        self.value = float(value)
+
+
+class Load(Elem):
+    """``X[i, j]``: the element of operand ``arg`` at the compute's indices ``idx``."""
+
+    def __init__(self, arg, idx: tuple[str, ...]):
+        self.arg, self.idx = arg, idx
+
+
+class GlobalIndex(Elem):
+    """Where index ``idx`` of ``arg``'s axis ``axis`` falls in the whole tensor the tile was cut from."""
+
+    def __init__(self, arg, axis: int, idx: str):
+        self.arg, self.axis, self.idx = arg, axis, idx
+
+
+class GlobalSize(Elem):
+    """The extent of the whole tensor ``arg`` was cut from, along ``axis``."""
+
+    def __init__(self, arg, axis: int):
+        self.arg, self.axis = arg, axis
+
+
+class Position(Elem):
+    """A resolved ``GlobalIndex``: the tile's start in its tensor (an integer expression) plus the index."""
+
+    def __init__(self, start, idx: str):
+        self.start, self.idx = start, idx
+
+
+class Bin(Elem):
+    def __init__(self, op: str, lhs: Elem, rhs: Elem):
+        self.op, self.lhs, self.rhs = op, lhs, rhs
+
+
+class Neg(Elem):
+    def __init__(self, operand: Elem):
+        self.operand = operand
+
+
+class Call(Elem):
+    def __init__(self, fn: str, args: tuple[Elem, ...]):
+        self.fn, self.args = fn, args
+
+
+class Index:
+    """A loop index of ``task.compute``; use it to index tiles, not in arithmetic."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def _refuse(self, *_):
+        raise TypeError(
+            f"index {self.name} can only index tiles (X[{self.name}]) or go to task.global_index; "
+            "index arithmetic (stencils) is not supported"
+        )
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __lt__ = __gt__ = __le__ = __ge__ = _refuse
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def as_elem(value) -> Elem:
+    if isinstance(value, Elem):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Num(value)
+    if isinstance(value, Index):
+        raise TypeError(f"index {value.name} is not a value; use task.global_index(X, axis, {value.name})")
+    raise TypeError(f"{value!r} ({type(value).__name__}) is not an element expression")
+
+
+def children(e: Elem) -> tuple[Elem, ...]:
+    if isinstance(e, Bin):
+        return (e.lhs, e.rhs)
+    if isinstance(e, Neg):
+        return (e.operand,)
+    if isinstance(e, Call):
+        return e.args
+    return ()
+
+
+def nodes(e: Elem):
+    yield e
+    for c in children(e):
+        yield from nodes(c)
+
+
+def fold(e: Elem, size_of) -> Elem:
+    """Replaces ``GlobalSize`` by its value (``size_of(node)``) and folds constant subtrees to numbers."""
+    if isinstance(e, GlobalSize):
+        return Num(size_of(e))
+    if isinstance(e, Bin):
+        a, b = fold(e.lhs, size_of), fold(e.rhs, size_of)
+        if isinstance(a, Num) and isinstance(b, Num) and e.op in _ARITH:
+            return Num(_ARITH[e.op](a.value, b.value))
+        return Bin(e.op, a, b)
+    if isinstance(e, Neg):
+        a = fold(e.operand, size_of)
+        return Num(-a.value) if isinstance(a, Num) else Neg(a)
+    if isinstance(e, Call):
+        args = tuple(fold(a, size_of) for a in e.args)
+        if all(isinstance(a, Num) for a in args) and e.fn in _MATH:
+            try:
+                return Num(_MATH[e.fn](*(a.value for a in args)))
+            except (ValueError, ZeroDivisionError, OverflowError):
+                pass
+        return Call(e.fn, args)
+    return e
+
+
+def _div(a: float, b: float) -> float:
+    return a / b if b else math.copysign(math.inf, a) if a else math.nan
+
+
+_ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _div}
+_MATH = {
+    "exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2, "sqrt": math.sqrt,
+    "rsqrt": lambda x: 1.0 / math.sqrt(x), "erf": math.erf, "maximum": max, "minimum": min,
+}
+
+
+def describe(e: Elem, name_of) -> str:
+    """The expression as the logic wrote it, for dumps and error messages."""
+    if isinstance(e, Num):
+        return repr(e.value)
+    if isinstance(e, Load):
+        return f"{name_of(e.arg)}[{', '.join(e.idx)}]"
+    if isinstance(e, GlobalIndex):
+        return f"global_index({name_of(e.arg)}, {e.axis}, {e.idx})"
+    if isinstance(e, GlobalSize):
+        return f"global_size({name_of(e.arg)}, {e.axis})"
+    if isinstance(e, Bin):
+        return f"({describe(e.lhs, name_of)} {e.op} {describe(e.rhs, name_of)})"
+    if isinstance(e, Neg):
+        return f"-{describe(e.operand, name_of)}"
+    if isinstance(e, Call):
+        return f"{e.fn}({', '.join(describe(a, name_of) for a in e.args)})"
+    return "?"
+
+
+def check_function(fn: str, args: tuple, loc: Optional[SourceLoc]) -> Call:
+    arity, _ = FUNCTIONS[fn]
+    if len(args) != arity:
+        raise FrontendError(f"task.{fn} takes {arity} argument{'s' if arity > 1 else ''}, got {len(args)}", loc)
+    try:
+        return Call(fn, tuple(as_elem(a) for a in args))
+    except TypeError as err:
+        raise FrontendError(f"task.{fn}: {err}", loc) from None
