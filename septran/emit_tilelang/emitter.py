@@ -153,7 +153,11 @@ def _element(e: el.Elem, names: dict, parent: int = 0) -> str:
         text = _number(e.value)
         return f"({text})" if text.startswith("-") and parent > 0 else text
     if isinstance(e, el.Load):
-        return f"{names[e.arg.name]}[{', '.join(e.idx)}]"
+        name, dtype = names[e.arg.name]
+        load = f"{name}[{', '.join(e.idx)}]"
+        return load if dtype == "float32" else f'T.Cast("float32", {load})'  # compute evaluates in float32
+    if isinstance(e, el.Size):
+        return expr(e.expr, 3)
     if isinstance(e, el.Position):
         if e.start == Const(0):
             return e.idx
@@ -171,12 +175,12 @@ def _element(e: el.Elem, names: dict, parent: int = 0) -> str:
 
 
 def _compute_body(s: ir.LeafCall, placed: dict, dtypes: dict) -> str:
-    names = {name: str(_Operand(r, placed)) for name, r in s.args}
+    names = {name: (str(_Operand(r, placed)), dtypes.get(r.of, r.dtype)) for name, r in s.args}
     out_name, out = s.args[0]
     value = _element(s.expr, names)
-    if dtypes.get(out.of, out.dtype) != "float32":
-        value = f'T.Cast("{dtypes.get(out.of, out.dtype)}", {value})'
-    return f"{names[out_name]}[{', '.join(s.loop)}] = {value}"
+    if names[out_name][1] != "float32":
+        value = f'T.Cast("{names[out_name][1]}", {value})'
+    return f"{names[out_name][0]}[{', '.join(s.loop)}] = {value}"
 
 
 def _elementwise_body(scalar: str, indices) -> str:

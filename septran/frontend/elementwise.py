@@ -148,27 +148,49 @@ def nodes(e: Elem):
         yield from nodes(c)
 
 
+class Size(Elem):
+    """A resolved ``GlobalSize``: an integer expression (a problem size) and its value."""
+
+    def __init__(self, expr, value: int):
+        self.expr, self.value = expr, value
+
+
 def fold(e: Elem, size_of) -> Elem:
-    """Replaces ``GlobalSize`` by its value (``size_of(node)``) and folds constant subtrees to numbers."""
+    """Resolves ``GlobalSize`` (``size_of(node)`` -> ``Size``) and folds float arithmetic on constants.
+
+    Integer arithmetic on sizes stays symbolic (``j < X_dim1``); as soon as a
+    number or a math function meets a size, the result is a float constant
+    (``1 / sqrt(head_dim)`` becomes one number).
+    """
     if isinstance(e, GlobalSize):
-        return Num(size_of(e))
+        return size_of(e)
     if isinstance(e, Bin):
         a, b = fold(e.lhs, size_of), fold(e.rhs, size_of)
-        if isinstance(a, Num) and isinstance(b, Num) and e.op in _ARITH:
-            return Num(_ARITH[e.op](a.value, b.value))
+        if e.op in _ARITH and not (_integer(a) and _integer(b)):
+            # float arithmetic: a size that meets it is a float constant
+            a, b = (Num(x.value) if isinstance(x, Size) else x for x in (a, b))
+            if isinstance(a, Num) and isinstance(b, Num):
+                return Num(_ARITH[e.op](a.value, b.value))
         return Bin(e.op, a, b)
     if isinstance(e, Neg):
         a = fold(e.operand, size_of)
         return Num(-a.value) if isinstance(a, Num) else Neg(a)
     if isinstance(e, Call):
         args = tuple(fold(a, size_of) for a in e.args)
-        if all(isinstance(a, Num) for a in args) and e.fn in _MATH:
+        if all(isinstance(a, (Num, Size)) for a in args) and e.fn in _MATH:
             try:
-                return Num(_MATH[e.fn](*(a.value for a in args)))
+                return Num(_MATH[e.fn](*(float(a.value) for a in args)))
             except (ValueError, ZeroDivisionError, OverflowError):
                 pass
         return Call(e.fn, args)
     return e
+
+
+def _integer(e: Elem) -> bool:
+    """Integer-valued: sizes, positions, and + - * of them (index arithmetic for masks)."""
+    if isinstance(e, (Size, Position)):
+        return True
+    return isinstance(e, Bin) and e.op in ("+", "-", "*") and _integer(e.lhs) and _integer(e.rhs)
 
 
 def _div(a: float, b: float) -> float:

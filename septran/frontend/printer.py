@@ -1,11 +1,11 @@
 """A readable dump of a task graph (what SEPTRAN_DUMP_DIR writes as *.taskgraph.txt)."""
 from __future__ import annotations
 
-from septran.frontend.ir import FULL, Arg, Launch, Loop, Param, PrimCall, TaskGraph
+from septran.frontend.ir import FULL, Arg, Launch, Loop, Param, PrimCall, TaskGraph, Temp
 
 
 def _arg(a: Arg) -> str:
-    if isinstance(a, Param):
+    if isinstance(a, (Param, Temp)):
         return a.name
     idx = ", ".join(":" if i is FULL else str(i) for i in a.index)
     return f"{a.partition.sym.name}[{idx}]"
@@ -23,6 +23,8 @@ def _body(stmts, depth: int, out: list[str]) -> None:
             _body(s.body, depth + 1, out)
         elif isinstance(s, Launch):
             out.append(f"{pad}launch {s.callee}({', '.join(_arg(a) for a in s.args)}){where}")
+        elif isinstance(s, PrimCall) and s.expr is not None:
+            out.append(f"{pad}compute {s.signature.meaning}{where}")
         elif isinstance(s, PrimCall):
             out.append(f"{pad}primitive {s.name}({', '.join(_arg(a) for a in s.args)}){where}")
 
@@ -37,5 +39,8 @@ def format_graph(graph: TaskGraph) -> str:
         for part in task.partitions:
             tile = ", ".join("None" if t is None else str(t) for t in part.tile)
             out.append(f"    {part.sym.name} = partition({_arg(part.source)}, tile=({tile}))  # line {part.loc.line}")
+        for t in task.temps:
+            dtype = f", dtype of {t.dtype_of}" if t.dtype_of else ""
+            out.append(f"    {t.name} = temp({', '.join(str(e) for e in t.shape)}{dtype})  # line {t.loc.line}")
         _body(task.body, 1, out)
     return "\n".join(out) + "\n"

@@ -278,12 +278,14 @@ def compute(out, fn: Callable) -> None:
             if loads.setdefault(k, node.idx) != node.idx:
                 raise FrontendError(f"task.compute: {arg.name} is read at [{', '.join(loads[k])}] and at "
                                     f"[{', '.join(node.idx)}]; read each tile at one set of indices", loc)
-    dims = tuple(names if k == 0 else loads.get(k) for k in range(len(operands)))
+    dims = tuple(names if k == 0 else loads.get(k) for k, _ in enumerate(operands))
     out_priv = Privilege.READ_WRITE if 0 in loads else Privilege.WRITE
+    # A tile used only for where it sits (global_index / global_size) is not read: it is never staged.
+    in_privs = tuple(Privilege.READ if k in loads else Privilege.NONE for k, _ in enumerate(operands) if k)
     name_of = lambda a: a.name  # noqa: E731
     sig = PrimitiveSig(
         name="compute", kind="elementwise", params=tuple(a.name for a in operands),
-        privileges=(out_priv,) + (Privilege.READ,) * (len(operands) - 1), dims=dims,
+        privileges=(out_priv,) + in_privs, dims=dims,
         meaning=f"{out_arg.name}[{', '.join(names)}] = {el.describe(value, name_of)}", batched=True,
     )
     frame.stmts.append(PrimCall("compute", tuple(operands), loc, sig=sig, expr=value))

@@ -382,8 +382,8 @@ class _Lowerer:
         (leading dimensions of one element, a batch of one, are dropped from the staged buffer)."""
         param = _root_name(arg)
         space = inst.mems.get(param)
-        if space is None or space.value == view.space:
-            return view
+        if space is None or space.value == view.space or priv is Privilege.NONE:
+            return view  # already there, or only where it sits is used (task.global_index)
         mem = self.target.memories[space.value]
         if mem.is_global:
             raise LoweringError(f"{inst.name} cannot move {param} into {space.value} inside a program", space.loc)
@@ -570,8 +570,11 @@ class _Lowerer:
                 return el.Call(e.fn, tuple(resolve(a) for a in e.args))
             return e
 
-        value = el.fold(prim.expr, lambda g: self._value(view_of(g.arg, g.axis, "global_size").origin[g.axis][1]))
-        value = resolve(value)
+        def size(g: el.GlobalSize) -> el.Size:
+            extent = view_of(g.arg, g.axis, "global_size").origin[g.axis][1]
+            return el.Size(extent, self._value(extent))
+
+        value = el.fold(resolve(prim.expr), size)
         out_name = prim.signature.params[0]
         out = regions[out_name]
         if out.whole and isinstance(value, el.Num):
