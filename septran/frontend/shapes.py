@@ -95,8 +95,11 @@ class ShapeRelations:
                 for (a, da), (b, db) in sig.equal_dims:
                     self._union(self._dim(path, name, stmt.args[a], da % ranks[a]),
                                 self._dim(path, name, stmt.args[b], db % ranks[b]), stmt.loc)
-                for axis in range(0 if sig.per_operand_batch else ranks[0] - sig.ranks[0]):  # batch dimensions
-                    for arg in stmt.args[1:]:
+                batch = 0 if sig.per_operand_batch else ranks[0] - sig.ranks[0]
+                for axis in range(batch):  # batch dimensions, between operands that have as many
+                    for k, arg in enumerate(stmt.args[1:], 1):
+                        if ranks[k] - sig.ranks[k] != batch:
+                            continue
                         self._union(self._dim(path, name, stmt.args[0], axis), self._dim(path, name, arg, axis), stmt.loc)
             if isinstance(stmt, Launch):
                 callee = self.graph.tasks[stmt.callee]

@@ -358,6 +358,20 @@ class _Lowerer:
         callee_views = {callee_task.params[k].name: v for k, v in enumerate(regions)}
         self._body(callee, callee_task, callee_views, chain + (callee,), scopes, {})
 
+    def _reduced_into(self, task: TaskDef, param: str) -> bool:
+        """Whether a primitive reduces into ``param`` anywhere below ``task`` (gemm's C += ...)."""
+        for stmt, _ in walk(task.body):
+            if isinstance(stmt, PrimCall):
+                sig = stmt.signature
+                if any(_root_name(a) == param and sig.privileges[k] is Privilege.REDUCE for k, a in enumerate(stmt.args)):
+                    return True
+            elif isinstance(stmt, Launch):
+                callee = self.graph.tasks[stmt.callee]
+                if any(_root_name(a) == param and self._reduced_into(callee, callee.params[k].name)
+                       for k, a in enumerate(stmt.args)):
+                    return True
+        return False
+
     def _temp(self, t: Temp, inst, task: TaskDef, views, chain, loops) -> View:
         """A temp: a buffer of the task's own, in the memory its mapping names, for one run of the task."""
         space = inst.mems[t.name]
@@ -402,7 +416,7 @@ class _Lowerer:
         if entry is None:
             reduce_first = priv is Privilege.REDUCE
             dtype = self._dtypes[view.of]
-            if reduce_first:
+            if reduce_first or self._reduced_into(task, param):  # an accumulator, whatever comes first
                 dtype = inst.accum_dtype.value if inst.accum_dtype is not None else "float32"
             sym = Sym(self._unique(f"{param}_{mem.suffix}"))
             why = Why(f"{param} of {task.name} lives in {space.value} ({inst.name}.mems); "

@@ -89,3 +89,16 @@ def nvcc_resource_usage(cuda_src: str, arch: str) -> dict:
         "spill_stores": max((s[1] for s in spills), default=0),
         "spill_loads": max((s[2] for s in spills), default=0),
     }
+
+
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+def canonical_names(src: str) -> str:
+    """``src`` with every identifier renamed by order of first appearance (id0, id1, ...).
+
+    Two sources equal after this differ only by a consistent renaming: the same
+    statements, in the same order, on the same buffers.
+    """
+    names: dict[str, str] = {}
+    return _IDENT.sub(lambda m: names.setdefault(m.group(0), f"id{len(names)}"), src)
