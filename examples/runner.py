@@ -34,9 +34,10 @@ def median_seconds(fn, repeats: int, device: str) -> float:
 
 
 def run(logic, title: str, make_inputs: Callable[[str, torch.dtype], dict], reference: Callable, flops: float,
-        dtype: str | None = None, show_source: bool = True, repeats: int = 5) -> float:
+        dtype: str | None = None, show_source: bool = True, repeats: int = 5, unit: str = "GFLOP/s") -> float:
     """Runs one operator (``logic``: a logic file or an entry task); returns max |out - reference|
-    (nan where nothing could run).
+    (nan where nothing could run). ``flops``: the work per call, in units of ``unit`` x 1e9 per second
+    (floating-point operations for GFLOP/s, bytes moved for GB/s).
 
     ``dtype`` defaults to float16 on GPUs and float32 on the CPU and the DSAs.
     """
@@ -66,6 +67,6 @@ def run(logic, title: str, make_inputs: Callable[[str, torch.dtype], dict], refe
     print(f"{title}, {dtype}")
     print(f"  max |out - ref|  septran {err:.3e}   torch {torch_err:.3e}   (ref in float64)")
     print(f"  first call (compile + run) {first_call:.2f} s")
-    print(f"  septran {t_septran * 1e3:8.3f} ms  {flops / t_septran / 1e9:8.2f} GFLOP/s")
-    print(f"  torch   {t_torch * 1e3:8.3f} ms  {flops / t_torch / 1e9:8.2f} GFLOP/s")
+    print(f"  septran {t_septran * 1e3:8.3f} ms  {flops / t_septran / 1e9:8.2f} {unit}")
+    print(f"  torch   {t_torch * 1e3:8.3f} ms  {flops / t_torch / 1e9:8.2f} {unit}")
     return err

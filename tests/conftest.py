@@ -39,6 +39,18 @@ def assert_gemm_close(out, a, b) -> None:
     assert err <= 2 * torch_err + 1e-5, f"max |C - ref| = {err:.3e}, torch's = {torch_err:.3e}"
 
 
+def assert_flash_rule(out, ref, torch_out, what: str = "") -> None:
+    """The issue's rule for every operator (FlashAttention's): max |out - ref| <= 2 x max |torch - ref| + 1e-5,
+    with ``ref`` computed in float32 from the same inputs and ``torch_out`` torch's result in the input dtype.
+    NaN must appear exactly where the reference has it (rows that see nothing)."""
+    ref = ref.float()
+    nan = ref.isnan()
+    assert bool((out.float().isnan() == nan).all()), f"{what}: NaN where the reference has none (or the reverse)"
+    err = (out.float() - ref)[~nan].abs().max().item() if bool((~nan).any()) else 0.0
+    torch_err = (torch_out.float() - ref)[~nan].abs().max().item() if bool((~nan).any()) else 0.0
+    assert err <= 2 * torch_err + 1e-5, f"{what}: max |out - ref| = {err:.3e}, torch's = {torch_err:.3e}"
+
+
 def forbid_tilelang(monkeypatch, what: str) -> None:
     """Makes any hand-over to TileLang fail the test: the error under test must come first."""
 

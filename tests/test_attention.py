@@ -1,0 +1,134 @@
+"""FlashAttention forward (examples/attention): CPU numerics, code for every target, parity with TileLang's own."""
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+
+import pytest
+import torch
+
+import septran
+from conftest import REPO, assert_flash_rule, mapping_path, needs_nvcc
+from reference.handwritten_attention import septran_order, tilelang_example
+from support.cuda_tools import canonical_names, lower_device_source, normalize_cuda, nvcc_resource_usage
+
+_spec = importlib.util.spec_from_file_location("attention_logic_module", REPO / "examples" / "attention" / "attention.py")
+logic = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(logic)
+
+KERNELS: dict = {}
+
+
+def kernel(causal: bool, target: str = "cpu", scale=None):
+    key = (causal, target, scale)
+    if key not in KERNELS:
+        KERNELS[key] = septran.compile(logic.attention(causal, scale), mapping_file=mapping_path(target, "attention"))
+    return KERNELS[key]
+
+
+def reference(q, k, v, causal, scale=None):
+    s = q @ k.transpose(-1, -2) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    if causal:
+        sq, sk = q.shape[-2], k.shape[-2]
+        s = s.masked_fill(~torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _qkv(b, h, sq, sk, d, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(b, h, s, d, generator=gen).to(dtype) for s in (sq, sk, sk))
+
+
+SHAPES = [(1, 2, 113, 203, 64), (2, 1, 203, 203, 40), (1, 3, 113, 113, 40), (2, 2, 203, 113, 64)]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_cpu_matches_torch(causal, dtype, shape):
+    """Sequence lengths 113 and 203 (neither a multiple of the 32-row tiles), head dims 64 and 40, Sq < = > Sk.
+
+    With more queries than keys, the causal mask leaves the first Sq - Sk queries no key at all:
+    their rows are NaN, as in the reference.
+    """
+    q, k, v = _qkv(*shape, dtype, seed=sum(shape))
+    out = kernel(causal)(q, k, v)
+    assert out.shape == q.shape and out.dtype == dtype
+    assert_flash_rule(out, reference(q.float(), k.float(), v.float(), causal), reference(q, k, v, causal), f"{shape} {dtype}")
+
+
+def test_scale_is_a_parameter_of_the_logic():
+    q, k, v = _qkv(1, 1, 50, 70, 16, torch.float32, 3)
+    assert_flash_rule(kernel(True, scale=0.5)(q, k, v), reference(q, k, v, True, 0.5), reference(q, k, v, True, 0.5))
+
+
+def test_only_q_k_v_are_inputs():
+    kern = kernel(False)
+    assert [a.name for a in kern.inputs] == ["Q", "K", "V"] and [a.name for a in kern.outputs] == ["O"]
+
+
+SM90 = dict(Q=((1, 2, 1024, 64), "float16"), K=((1, 2, 1024, 64), "float16"), V=((1, 2, 1024, 64), "float16"))
+
+
+@pytest.mark.parametrize("target", ["cpu", "sm80", "sm90", "gfx942"])
+def test_emitted_attention_matches_golden(target, golden):
+    dtype = "float32" if target == "cpu" else "float16"
+    shapes = dict(Q=((2, 4, 203, 64), dtype), K=((2, 4, 331, 64), dtype), V=((2, 4, 331, 64), dtype))
+    golden(f"attention.{target}.py", kernel(True, target).specialize(**shapes).tilelang_source)
+
+
+@pytest.mark.parametrize("target,needles", [("sm90", ("tl::tma_load(", "wgmma", "AllReduce")),
+                                            ("sm80", ("cp_async", "mma", "AllReduce")), ("gfx942", ("mfma",))])
+def test_device_code(target, needles):
+    src = kernel(False, target).specialize(**SM90).device_source
+    for needle in needles:
+        assert needle in src
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.parametrize("target,arch", [("sm90", "sm_90a"), ("sm80", "sm_80")])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cubin_has_no_spills(target, arch, causal):
+    usage = nvcc_resource_usage(kernel(causal, target).specialize(**SM90).device_source, arch)
+    assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
+
+
+def _cuda(prim_func) -> str:
+    return normalize_cuda(lower_device_source(prim_func, {"kind": "cuda", "arch": "sm_90a"}))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q,seq_kv", [(1024, 1024), (203, 331)])
+def test_sm90_cuda_equals_handwritten_tilelang(causal, seq_q, seq_kv):
+    """Same blocks (128 x 128), stages (2) and threads (256) as mappings/sm90/attention.yaml: the same CUDA,
+    statement for statement, up to the names of variables."""
+    shapes = dict(Q=((1, 2, seq_q, 64), "float16"), K=((1, 2, seq_kv, 64), "float16"), V=((1, 2, seq_kv, 64), "float16"))
+    ours = normalize_cuda(kernel(causal, "sm90").specialize(**shapes).device_source)
+    theirs = _cuda(septran_order(1, 2, seq_q, seq_kv, 64, causal, 128, 128, 2, 256))
+    assert canonical_names(ours) == canonical_names(theirs)
+
+
+def _instructions(src: str) -> dict:
+    words = ("tl::tma_load", "wgmma_ss", "wgmma_rs", "AllReduce", "exp2", "mbarrier", "__syncthreads", "fence")
+    return {w: len(re.findall(re.escape(w), src)) for w in words}
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_tilelang_example_differs_only_in_order_and_the_output_path(causal):
+    """TileLang's example as shipped and the SepTran-ordered version issue the same loads, products and
+    reductions; what differs is statement order and the example's extra O_shared for the store."""
+    ex = _cuda(tilelang_example(1, 2, 1024, 1024, 64, causal, 128, 128, 2, 256))
+    so = _cuda(septran_order(1, 2, 1024, 1024, 64, causal, 128, 128, 2, 256))
+    a, b = _instructions(ex), _instructions(so)
+    assert {k: v for k, v in a.items() if k not in ("__syncthreads", "fence")} == \
+           {k: v for k, v in b.items() if k not in ("__syncthreads", "fence")}, (a, b)
+    assert "O_shared" in ex and "O_shared" not in so
+
+
+def test_head_dim_the_tensor_cores_cannot_take_is_refused():
+    """WGMMA takes K in multiples of 16: head dim 40 is refused at the binding, before TileLang runs."""
+    shapes = dict(Q=((1, 1, 128, 40), "float16"), K=((1, 1, 128, 40), "float16"), V=((1, 1, 128, 40), "float16"))
+    with pytest.raises(septran.LoweringError, match="multiple of 16; the tile has 40"):
+        kernel(False, "sm90").specialize(**shapes)

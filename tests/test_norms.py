@@ -1,0 +1,89 @@
+"""LayerNorm and RMSNorm (examples/layernorm, examples/rmsnorm): numerics on the CPU, code for every target."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+import septran
+from conftest import REPO, assert_flash_rule, mapping_path, needs_nvcc
+from support.cuda_tools import nvcc_resource_usage
+
+
+def _load(op: str):
+    spec = importlib.util.spec_from_file_location(f"{op}_logic_module", REPO / "examples" / op / f"{op}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+LN, RMS = _load("layernorm"), _load("rmsnorm")
+KERNELS: dict = {}
+
+
+def kernel(op: str, eps: float, target: str = "cpu"):
+    key = (op, eps, target)
+    if key not in KERNELS:
+        entry = LN.layernorm(eps) if op == "layernorm" else RMS.rmsnorm(eps)
+        KERNELS[key] = septran.compile(entry, mapping_file=mapping_path(target, op))
+    return KERNELS[key]
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _inputs(rows, cols, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=gen) * 2 + 0.5  # a non-zero mean: the variance must not cancel
+    return x.to(dtype), torch.randn(cols, generator=gen).to(dtype), torch.randn(cols, generator=gen).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("rows,cols", [(9, 1), (5, 768), (6, 4097)])
+def test_layernorm_matches_torch(dtype, rows, cols):
+    x, w, b = _inputs(rows, cols, dtype, rows + cols)
+    out = kernel("layernorm", 1e-5)(x, w, b)
+    ref = torch.nn.functional.layer_norm(x.float(), (cols,), w.float(), b.float(), 1e-5)
+    assert_flash_rule(out, ref, torch.nn.functional.layer_norm(x, (cols,), w, b, 1e-5), f"{rows}x{cols} {dtype}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("rows,cols", [(9, 1), (5, 768), (6, 4097)])
+def test_rmsnorm_matches_torch(dtype, rows, cols):
+    x, w, _ = _inputs(rows, cols, dtype, rows * cols)
+    out = kernel("rmsnorm", 1e-6)(x, w)
+    assert_flash_rule(out, rms_norm(x.float(), w.float(), 1e-6), rms_norm(x, w, 1e-6), f"{rows}x{cols} {dtype}")
+
+
+def test_eps_is_part_of_the_program():
+    """eps is fixed when the logic is built; a large one visibly changes the result."""
+    x, w, b = _inputs(3, 100, torch.float32, 0)
+    big = kernel("layernorm", 10.0)(x, w, b)
+    ref = torch.nn.functional.layer_norm(x, (100,), w, b, 10.0)
+    assert_flash_rule(big, ref, ref)
+    assert (big - kernel("layernorm", 1e-5)(x, w, b)).abs().max() > 0.1
+    assert "T.float32(10.0)" in kernel("layernorm", 10.0).specialize(X=x, W=w, B=b).tilelang_source
+
+
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("target", ["cpu", "sm80", "sm90", "gfx942"])
+def test_emitted_norm_matches_golden(op, target, golden):
+    dtype = "float32" if target == "cpu" else "float16"
+    shapes = dict(X=((1000, 4097), dtype), W=((4097,), dtype))
+    if op == "layernorm":
+        shapes["B"] = ((4097,), dtype)
+    golden(f"{op}.{target}.py", kernel(op, 1e-5, target).specialize(**shapes).tilelang_source)
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.parametrize("target,arch", [("sm90", "sm_90a"), ("sm80", "sm_80")])
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
+def test_cubin_has_no_spills(target, arch, op):
+    shapes = dict(X=((1000, 4097), "float16"), W=((4097,), "float16"))
+    if op == "layernorm":
+        shapes["B"] = ((4097,), "float16")
+    usage = nvcc_resource_usage(kernel(op, 1e-5, target).specialize(**shapes).device_source, arch)
+    assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
