@@ -32,7 +32,10 @@ class Expr:
     """Base of symbolic integer expressions; Python arithmetic builds trees."""
 
     def _bin(self, op: str, other, swap=False) -> "Expr":
-        other = as_expr(other)
+        try:
+            other = as_expr(other)
+        except TypeError:
+            return NotImplemented  # an element expression on the other side builds the tree
         lhs, rhs = (other, self) if swap else (self, other)
         return simplify(BinOp(op, lhs, rhs))
 
@@ -82,6 +85,26 @@ class Dim(Expr):
 
 
 @dataclass(frozen=True)
+class GlobalStart(Expr):
+    """Where a task parameter's tile starts, along ``axis``, in the whole tensor it was cut from."""
+
+    param: Sym
+    axis: int
+
+    def __str__(self): return f"global_offset({self.param.name}, {self.axis})"
+
+
+@dataclass(frozen=True)
+class GlobalExtent(Expr):
+    """The extent along ``axis`` of the whole tensor a task parameter's tile was cut from."""
+
+    param: Sym
+    axis: int
+
+    def __str__(self): return f"global_size({self.param.name}, {self.axis})"
+
+
+@dataclass(frozen=True)
 class Var(Expr):
     """A loop index or any other named integer."""
 
@@ -115,6 +138,10 @@ def as_expr(x: ExprLike) -> Expr:
 
 def ceildiv(a: ExprLike, b: ExprLike) -> Expr:
     return simplify(BinOp("ceildiv", as_expr(a), as_expr(b)))
+
+
+def minimum(a: ExprLike, b: ExprLike) -> Expr:
+    return simplify(BinOp("min", as_expr(a), as_expr(b)))
 
 
 _FOLD: dict[str, Callable[[int, int], int]] = {

@@ -106,6 +106,8 @@ class Target:
     memories: Mapping[str, MemorySpace]
     leaves: Mapping[str, LeafImpl]
     dtype_codes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # how vendor calls name dtypes
+    # The most pipeline stages TileLang can give a loop whose trip count is not a constant (None: no limit).
+    dynamic_pipeline_stages: Optional[int] = None
     vendor: Optional[Vendor] = None
 
     @property
@@ -217,6 +219,7 @@ def load_target_file(path: Path) -> Target:
         memories=MappingProxyType(memories),
         leaves=MappingProxyType(leaves),
         dtype_codes=MappingProxyType(_plain(d["dtype_codes"]) if "dtype_codes" in d else {}),
+        dynamic_pipeline_stages=_plain(d["dynamic_pipeline_stages"]) if "dynamic_pipeline_stages" in d else None,
         vendor=vendor,
     )
 

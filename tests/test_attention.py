@@ -132,3 +132,11 @@ def test_head_dim_the_tensor_cores_cannot_take_is_refused():
     shapes = dict(Q=((1, 1, 128, 40), "float16"), K=((1, 1, 128, 40), "float16"), V=((1, 1, 128, 40), "float16"))
     with pytest.raises(septran.LoweringError, match="multiple of 16; the tile has 40"):
         kernel(False, "sm90").specialize(**shapes)
+
+
+def test_sm80_pipelines_the_causal_loop_over_one_stage():
+    """sm80's target says TileLang cannot pipeline a block-dependent trip count over more stages; the
+    non-causal loop keeps the mapping's two, and explain() says why the causal one has one."""
+    full, causal = kernel(False, "sm80").specialize(**SM90), kernel(True, "sm80").specialize(**SM90)
+    assert "num_stages=2" in full.tilelang_source and "num_stages=1" in causal.tilelang_source
+    assert "takes at most 1 where the trip count is not a constant" in causal.explain()

@@ -6,7 +6,8 @@ rows of one head and walks the keys in tiles: scores S = Q K^T (starting from
 the mask: 0 where a query may see a key, -inf elsewhere), then the running
 row maximum m and sum l are updated, the accumulator O is rescaled by
 exp(m_old - m_new) and P V is added. O is divided by l at the end. The causal
-mask is aligned bottom-right: query i sees keys j <= i + Sk - Sq.
+mask is aligned bottom-right: query i sees keys j <= i + Sk - Sq, and a block of
+queries stops at the last key tile it can see.
 """
 from septran import task
 
@@ -73,8 +74,12 @@ def attention(causal: bool = False, sm_scale: float | None = None):
         alpha = task.temp(Q.shape[2])  # how much the old accumulator shrinks
         l = task.temp(Q.shape[2])  # running row sum of the probabilities
         rowsum = task.temp(Q.shape[2])
+        tiles = Kp.shape[2]
+        if causal:  # only the key tiles that reach this block's last query
+            last = task.global_offset(Q, 2) + Q.shape[2] + task.global_size(K, 2) - task.global_size(Q, 2)
+            tiles = task.minimum(tiles, task.ceildiv(last, "BN"))
         task.launch(attn_start, O, m, l)
-        for k in task.range(Kp.shape[2]):  # sequential: may be pipelined
+        for k in task.range(tiles):  # sequential: may be pipelined
             task.launch(attn_mask, S, Q, Kp[0, 0, k, 0])
             task.launch(attn_scores, S, Q, Kp[0, 0, k, 0])
             task.launch(attn_softmax, S, P, m, m_prev, alpha, l, rowsum, Q)

@@ -75,11 +75,11 @@ class GlobalIndex(Elem):
         self.arg, self.axis, self.idx = arg, axis, idx
 
 
-class GlobalSize(Elem):
-    """The extent of the whole tensor ``arg`` was cut from, along ``axis``."""
+class IntExpr(Elem):
+    """An integer from the task's shapes (``task.global_size(K, 2) - task.global_size(Q, 2)``)."""
 
-    def __init__(self, arg, axis: int):
-        self.arg, self.axis = arg, axis
+    def __init__(self, expr):
+        self.expr = expr
 
 
 class Position(Elem):
@@ -123,8 +123,12 @@ class Index:
 
 
 def as_elem(value) -> Elem:
+    from septran.expr import Expr
+
     if isinstance(value, Elem):
         return value
+    if isinstance(value, Expr):
+        return IntExpr(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return Num(value)
     if isinstance(value, Index):
@@ -149,35 +153,33 @@ def nodes(e: Elem):
 
 
 class Size(Elem):
-    """A resolved ``GlobalSize``: an integer expression (a problem size) and its value."""
+    """A resolved ``IntExpr``: an integer expression of the program, and its value where it is a constant."""
 
     def __init__(self, expr, value: int):
         self.expr, self.value = expr, value
 
 
-def fold(e: Elem, size_of) -> Elem:
-    """Resolves ``GlobalSize`` (``size_of(node)`` -> ``Size``) and folds float arithmetic on constants.
+def fold(e: Elem) -> Elem:
+    """Folds float arithmetic on constants (after the lowering resolved ``IntExpr`` to ``Size``).
 
     Integer arithmetic on sizes stays symbolic (``j < X_dim1``); as soon as a
     number or a math function meets a size, the result is a float constant
     (``1 / sqrt(head_dim)`` becomes one number).
     """
-    if isinstance(e, GlobalSize):
-        return size_of(e)
     if isinstance(e, Bin):
-        a, b = fold(e.lhs, size_of), fold(e.rhs, size_of)
+        a, b = fold(e.lhs), fold(e.rhs)
         if e.op in _ARITH and not (_integer(a) and _integer(b)):
-            # float arithmetic: a size that meets it is a float constant
-            a, b = (Num(x.value) if isinstance(x, Size) else x for x in (a, b))
+            # float arithmetic: a constant size that meets it is a float constant
+            a, b = (Num(x.value) if isinstance(x, Size) and x.value is not None else x for x in (a, b))
             if isinstance(a, Num) and isinstance(b, Num):
                 return Num(_ARITH[e.op](a.value, b.value))
         return Bin(e.op, a, b)
     if isinstance(e, Neg):
-        a = fold(e.operand, size_of)
+        a = fold(e.operand)
         return Num(-a.value) if isinstance(a, Num) else Neg(a)
     if isinstance(e, Call):
-        args = tuple(fold(a, size_of) for a in e.args)
-        if all(isinstance(a, (Num, Size)) for a in args) and e.fn in _MATH:
+        args = tuple(fold(a) for a in e.args)
+        if all(isinstance(a, Num) or (isinstance(a, Size) and a.value is not None) for a in args) and e.fn in _MATH:
             try:
                 return Num(_MATH[e.fn](*(float(a.value) for a in args)))
             except (ValueError, ZeroDivisionError, OverflowError):
@@ -212,8 +214,8 @@ def describe(e: Elem, name_of) -> str:
         return f"{name_of(e.arg)}[{', '.join(e.idx)}]"
     if isinstance(e, GlobalIndex):
         return f"global_index({name_of(e.arg)}, {e.axis}, {e.idx})"
-    if isinstance(e, GlobalSize):
-        return f"global_size({name_of(e.arg)}, {e.axis})"
+    if isinstance(e, IntExpr):
+        return str(e.expr)
     if isinstance(e, Bin):
         return f"({describe(e.lhs, name_of)} {e.op} {describe(e.rhs, name_of)})"
     if isinstance(e, Neg):

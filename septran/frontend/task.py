@@ -11,7 +11,8 @@ import inspect
 from typing import Callable, Optional, Union
 
 from septran.errors import FrontendError
-from septran.expr import Const, Expr, Tunable, Var, as_expr, fresh
+from septran.expr import Const, Dim, Expr, GlobalExtent, GlobalStart, Tunable, Var, as_expr, fresh, leaves
+from septran.expr import ceildiv as ceildiv_expr, minimum as minimum_expr
 from septran.frontend import elementwise as el
 from septran.frontend.ir import Launch, Loop, Partition, PrimCall, Privilege, TileRef, Param, Temp
 from septran.frontend.primitives import PRIMITIVES, PrimitiveSig
@@ -19,7 +20,7 @@ from septran.frontend import tracer
 from septran.frontend.tracer import TaskFunction, caller_loc
 
 __all__ = ["define", "partition", "parallel_range", "range", "launch", "call_primitive", "temp", "compute",
-           "global_index", "global_size", *el.FUNCTIONS, "TaskFunction"]
+           "global_index", "global_size", "global_offset", "ceildiv", *el.FUNCTIONS, "TaskFunction"]
 
 
 def define(fn: Optional[Callable] = None, *, leaf: bool = False):
@@ -260,7 +261,13 @@ def compute(out, fn: Callable) -> None:
         raise FrontendError(f"task.compute: {err}", loc) from None
     operands = [out_arg]
     loads: dict[int, tuple[str, ...]] = {}
+    by_sym = {p.sym: p for p in frame.params}
     for node in el.nodes(value):
+        if isinstance(node, el.IntExpr):  # sizes and offsets name the tiles they are about
+            for leaf in leaves(node.expr):
+                if isinstance(leaf, (Dim, GlobalExtent, GlobalStart)) and by_sym[leaf.param] not in operands:
+                    operands.append(by_sym[leaf.param])
+            continue
         arg = getattr(node, "arg", None)
         if arg is None:
             continue
@@ -302,13 +309,34 @@ def global_index(tile, axis: int, index) -> el.Elem:
     return el.GlobalIndex(arg, axis, index.name)
 
 
-def global_size(tile, axis: int) -> el.Elem:
+def _located(tile, api: str, axis, loc) -> Param:
+    arg = tracer.unwrap(tile, api, "the tile", loc)
+    if not isinstance(arg, Param):
+        raise FrontendError(f"task.{api} takes a parameter of this task, not a tile of one", loc,
+                            hint="pass the tile to a task and ask there")
+    if not isinstance(axis, int) or isinstance(axis, bool) or axis < 0:
+        raise FrontendError(f"task.{api}: axis {axis!r} must be a non-negative int", loc)
+    return arg
+
+
+def global_size(tile, axis: int) -> Expr:
     """The extent along ``axis`` of the whole tensor ``tile`` was cut from (a sequence length, a row length)."""
+    return GlobalExtent(_located(tile, "global_size", axis, caller_loc()).sym, axis)
+
+
+def global_offset(tile, axis: int) -> Expr:
+    """Where ``tile`` starts along ``axis`` in the whole tensor it was cut from (for loop bounds such as causal
+    attention's: only the key tiles up to the diagonal)."""
+    return GlobalStart(_located(tile, "global_offset", axis, caller_loc()).sym, axis)
+
+
+def ceildiv(a, b) -> Expr:
+    """``-(-a // b)`` on shapes; a string names a tunable."""
     loc = caller_loc()
-    arg = tracer.unwrap(tile, "global_size", "the tile", loc)
-    if not isinstance(axis, int) or axis < 0:
-        raise FrontendError(f"task.global_size: axis {axis!r} must be a non-negative int", loc)
-    return el.GlobalSize(arg, axis)
+    try:
+        return ceildiv_expr(*(Tunable(x) if isinstance(x, str) else x for x in (a, b)))
+    except TypeError as err:
+        raise FrontendError(f"task.ceildiv: {err}", loc) from None
 
 
 def _function(fn: str):
@@ -322,3 +350,12 @@ def _function(fn: str):
 
 for _fn in el.FUNCTIONS:
     globals()[_fn] = _function(_fn)
+
+_elem_minimum = minimum  # noqa: F821 - defined just above
+
+
+def minimum(a, b):  # noqa: F811
+    """The smaller of two values: of shapes (a loop bound) or of elements (in task.compute)."""
+    if all(isinstance(x, (Expr, int, str)) and not isinstance(x, bool) for x in (a, b)):
+        return minimum_expr(*(Tunable(x) if isinstance(x, str) else x for x in (a, b)))
+    return _elem_minimum(a, b)

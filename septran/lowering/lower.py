@@ -20,11 +20,12 @@ No TileLang text is produced here; the emitter prints what this decides.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from septran.errors import LoweringError, SourceLoc
-from septran.expr import BinOp, Const, Dim, Expr, Sym, Tunable, Var, evaluate, leaves, simplify, substitute
+from septran.expr import BinOp, Const, Dim, Expr, GlobalExtent, GlobalStart, Sym, Tunable, Var, evaluate, leaves, simplify, substitute
 from septran.frontend import elementwise as el
 from septran.frontend.ir import Arg, Launch, Loop, Param, PrimCall, Privilege, TaskDef, TaskGraph, Temp, TileRef, walk
 from septran.frontend.shapes import ShapeRelations
@@ -32,6 +33,8 @@ from septran.lowering import tile_ir as ir
 from septran.lowering.tile_ir import Why
 from septran.mapping.schema import InstanceMapping, Mapping as MappingFile
 from septran.target import Target
+
+log = logging.getLogger(__name__)
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "int32": 4}
 GRID_NAMES = ("bx", "by", "bz")
@@ -167,6 +170,12 @@ class _Lowerer:
                 if leaf.axis >= len(view.extents):
                     raise LoweringError(f"{p.name}.shape[{leaf.axis}] does not exist: {p.name} has rank {len(view.extents)}", use)
                 env[leaf] = view.extents[leaf.axis]
+            elif isinstance(leaf, (GlobalStart, GlobalExtent)):
+                p = next(p for p in task.params if p.sym == leaf.param)
+                origin = views[p.name].origin
+                if leaf.axis >= len(origin):
+                    raise LoweringError(f"{leaf}: {p.name} has rank {len(origin)}", use)
+                env[leaf] = origin[leaf.axis][0 if isinstance(leaf, GlobalStart) else 1]
             elif isinstance(leaf, Var) and leaf.sym in loops:
                 env[leaf] = loops[leaf.sym]
         out = substitute(e, env)
@@ -330,13 +339,23 @@ class _Lowerer:
         var = Sym(self._unique(loop.vars[0].name))
         pipelined = top and inst.pipeline is not None
         stages = inst.pipeline.value if pipelined else None
+        limit = self.target.dynamic_pipeline_stages
+        dynamic = any(isinstance(l, Var) and l.sym not in self.const_values for l in leaves(extent))  # depends on the block
+        clamped = pipelined and dynamic and limit is not None and stages > limit
+        if clamped:
+            log.info("%s: %s pipelines a loop with a trip count that is not a constant over at most %d stage(s), "
+                     "not %d", inst.pipeline.loc, self.target.name, limit, stages)
+            stages = limit
         scope = _Scope(var, [], stages=max(stages or 1, 1))
         inner_loops = dict(loops)
         inner_loops[loop.vars[0]] = Var(var)
         self._stmts(loop.body, inst, task, views, chain, scopes + [scope], inner_loops, staged, top=False)
         self._close(scope)
         if pipelined:
-            why = Why(f"sequential range of {task.name}, software-pipelined over {stages} stages", mapping=inst.pipeline.loc, logic=loop.loc)
+            text = f"sequential range of {task.name}, software-pipelined over {stages} stages"
+            if clamped:
+                text += f" ({self.target.name} takes at most {limit} where the trip count is not a constant)"
+            why = Why(text, mapping=inst.pipeline.loc, logic=loop.loc)
         else:
             why = Why(f"sequential range of {task.name}", logic=loop.loc)
         scopes[-1].stmts.append(ir.For(var, extent, "pipelined" if pipelined else "serial", stages, tuple(scope.stmts), why))
@@ -576,6 +595,8 @@ class _Lowerer:
         def resolve(e: el.Elem) -> el.Elem:
             if isinstance(e, el.GlobalIndex):
                 return el.Position(view_of(e.arg, e.axis, "global_index").origin[e.axis][0], e.idx)
+            if isinstance(e, el.IntExpr):
+                return e
             if isinstance(e, el.Bin):
                 return el.Bin(e.op, resolve(e.lhs), resolve(e.rhs))
             if isinstance(e, el.Neg):
@@ -584,11 +605,36 @@ class _Lowerer:
                 return el.Call(e.fn, tuple(resolve(a) for a in e.args))
             return e
 
-        def size(g: el.GlobalSize) -> el.Size:
-            extent = view_of(g.arg, g.axis, "global_size").origin[g.axis][1]
-            return el.Size(extent, self._value(extent))
+        def integer(e: Expr) -> el.Size:
+            env = {}
+            for leaf in leaves(e):
+                if isinstance(leaf, (GlobalStart, GlobalExtent)):
+                    view = by_param[next(a.name for a in prim.args if a.sym == leaf.param)]
+                    if leaf.axis >= len(view.origin):
+                        raise LoweringError(f"{leaf}: the tile has {len(view.origin)} dimensions", prim.loc)
+                    env[leaf] = view.origin[leaf.axis][0 if isinstance(leaf, GlobalStart) else 1]
+                elif isinstance(leaf, Dim):
+                    env[leaf] = by_param[next(a.name for a in prim.args if a.sym == leaf.param)].extents[leaf.axis]
+                else:
+                    raise LoweringError(f"{leaf} cannot be used inside task.compute", prim.loc)
+            out = substitute(e, env)
+            try:
+                return el.Size(out, self._value(out))
+            except KeyError:
+                return el.Size(out, None)  # depends on where the program is (a block index)
 
-        value = el.fold(resolve(prim.expr), size)
+        def resolve_int(e: el.Elem) -> el.Elem:
+            if isinstance(e, el.IntExpr):
+                return integer(e.expr)
+            if isinstance(e, el.Bin):
+                return el.Bin(e.op, resolve_int(e.lhs), resolve_int(e.rhs))
+            if isinstance(e, el.Neg):
+                return el.Neg(resolve_int(e.operand))
+            if isinstance(e, el.Call):
+                return el.Call(e.fn, tuple(resolve_int(a) for a in e.args))
+            return e
+
+        value = el.fold(resolve_int(resolve(prim.expr)))
         out_name = prim.signature.params[0]
         out = regions[out_name]
         if out.whole and isinstance(value, el.Num):

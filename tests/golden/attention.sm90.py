@@ -37,7 +37,7 @@ def attention(
         T.clear(l)
         T.fill(m, -T.infinity("float32"))
         T.copy(Q[bz, by, bx * BM, 0], Q_shared)
-        for k in T.Pipelined(T.ceildiv(K_dim2, BN), num_stages=2):
+        for k in T.Pipelined(T.min(T.ceildiv(K_dim2, BN), T.ceildiv(bx * BM + BM + K_dim2 - Q_dim2, BN)), num_stages=2):
             for i, j in T.Parallel(BM, BN):
                 S[i, j] = T.if_then_else(bx * BM + i + (K_dim2 - Q_dim2) >= k * BN + j, T.float32(0.0), -T.infinity("float32"))
             T.copy(K[bz, by, k * BN, 0], K_shared)

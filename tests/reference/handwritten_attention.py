@@ -45,7 +45,13 @@ def tilelang_example(batch, heads, seq_q, seq_kv, dim, is_causal, block_M, block
             T.fill(logsum, 0)
             T.fill(scores_max, -T.infinity(accum_dtype))
 
-            for k in T.Pipelined(T.ceildiv(seq_kv, block_N), num_stages=num_stages):
+            loop_range = (
+                T.min(T.ceildiv(seq_kv, block_N), T.ceildiv((bx + 1) * block_M + past_len, block_N))
+                if is_causal
+                else T.ceildiv(seq_kv, block_N)
+            )
+
+            for k in T.Pipelined(loop_range, num_stages=num_stages):
                 T.copy(K[bz, by, k * block_N : (k + 1) * block_N, :], K_shared)
                 if is_causal:
                     for i, j in T.Parallel(block_M, block_N):
@@ -121,7 +127,13 @@ def septran_order(batch, heads, seq_q, seq_kv, dim, is_causal, block_M, block_N,
             T.fill(scores_max, -T.infinity(accum_dtype))
             T.copy(Q[bz, by, bx * block_M : (bx + 1) * block_M, :], Q_shared)
 
-            for k in T.Pipelined(T.ceildiv(seq_kv, block_N), num_stages=num_stages):
+            loop_range = (
+                T.min(T.ceildiv(seq_kv, block_N), T.ceildiv((bx + 1) * block_M + past_len, block_N))
+                if is_causal
+                else T.ceildiv(seq_kv, block_N)
+            )
+
+            for k in T.Pipelined(loop_range, num_stages=num_stages):
                 # SepTran (2): the mask reads only K's positions, so K is copied in after it, before the gemm.
                 if is_causal:
                     for i, j in T.Parallel(block_M, block_N):
