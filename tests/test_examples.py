@@ -55,3 +55,19 @@ def test_run_gemm_shows_code_where_the_device_is_absent(monkeypatch, capsys, tar
     assert math.isnan(run_gemm.main(M=256, N=256, K=128))
     out = capsys.readouterr().out
     assert "showing the generated code only" in out and "T.Pipelined" in out
+
+
+@pytest.mark.parametrize("script, kwargs, title", [
+    ("softmax/run_softmax.py", dict(rows=9, cols=700, log=True), "Y = log_softmax(X, dim=-1), 9x700"),
+    ("layernorm/run_layernorm.py", dict(rows=5, cols=300), "Y = layer_norm(X) * W + B, 5x300"),
+    ("rmsnorm/run_rmsnorm.py", dict(rows=5, cols=300), "Y = X / rms(X) * W, 5x300"),
+    ("attention/run_attention.py", dict(batch=1, heads=2, sq=37, sk=70, d=16, causal=True),
+     "O = attention(Q, K, V, causal), 1x2 heads, Sq 37, Sk 70, D 16"),
+])
+def test_run_operator_on_cpu(monkeypatch, capsys, script, kwargs, title):
+    monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
+    monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
+    run = _load(REPO / "examples" / script)
+    assert run.main(**kwargs, dtype="float32", repeats=1) < 1e-5
+    out = capsys.readouterr().out
+    assert title in out and "@T.prim_func" in out

@@ -1,0 +1,54 @@
+from septran import task
+
+
+@task.define
+def compute_not_leaf(Y, X):
+    task.compute(Y, lambda i, j: X[i, j])  # <- not a leaf
+
+
+@task.define(leaf=True)
+def temp_in_leaf(Y, X):
+    S = task.temp(4, 4)  # <- temp in leaf
+    task.compute(Y, lambda i, j: S[i, j])
+
+
+@task.define(leaf=True)
+def leaf(Y, X):
+    task.compute(Y, lambda i, j: X[i, j])
+
+
+@task.define
+def temp_unnamed(Y, X):
+    task.launch(leaf, Y, task.temp(4, 4))  # <- unnamed temp
+
+
+@task.define(leaf=True)
+def stencil(Y, X):
+    task.compute(Y, lambda i, j: X[i + 1, j])  # <- stencil
+
+
+@task.define(leaf=True)
+def index_as_value(Y, X):
+    task.compute(Y, lambda i, j: X[i, j] * j)  # <- index as value
+
+
+@task.define(leaf=True)
+def two_orders(Y, X):
+    task.compute(Y, lambda i, j: X[i, j] + X[j, i])  # <- two orders
+
+
+@task.define(leaf=True)
+def output_transposed(Y, X):
+    task.compute(Y, lambda i, j: Y[j, i] + X[i, j])  # <- output transposed
+
+
+@task.define(leaf=True)
+def bad_arity(Y, X):
+    task.compute(Y, lambda i, j: task.exp(X[i, j], X[i, j]))  # <- arity
+
+
+@task.define
+def size_of_a_tile(Y, X):
+    Xp = task.partition(X, by="blocks", tile=("BM", "BN"))
+    for k in task.range(task.global_size(Xp[0, 0], 1)):  # <- size of a tile
+        task.launch(leaf, Y, Xp[0, k])
