@@ -113,10 +113,6 @@ def test_mismatched_inner_dimensions(kernel):
     assert "Bp" in err.loc.source_line() and "Ap" in err.loc.source_line(), "the line shown must involve A and B"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "shapes.py keeps, per dimension, the first line that tied it (the host's launch that passes the whole K "
-    "dimension), so the error points at gemm.py:25 instead of line 16, where Ap[0, k] and Bp[k, 0] share k "
-    "and make A's K equal to B's K"))
 def test_mismatched_inner_dimensions_points_at_the_line_that_ties_them(kernel):
     with pytest.raises(septran.CallError) as info:
         kernel(torch.randn(64, 32), torch.randn(33, 16))

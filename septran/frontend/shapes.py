@@ -39,6 +39,7 @@ class ShapeRelations:
         self.graph = graph
         self._parent: dict[Node, Node] = {}
         self._reason: dict[Node, SourceLoc] = {}
+        self._edges: dict[Node, list[tuple[Node, SourceLoc, bool]]] = {}  # node -> (node, line, a tie?)
         self._walk(graph.entry, ())
         entry = graph.entry_task
         groups: dict[Node, list[tuple[str, int]]] = {}
@@ -59,9 +60,13 @@ class ShapeRelations:
             n = self._parent[n]
         return n
 
-    def _union(self, a: Optional[Node], b: Optional[Node], loc: SourceLoc) -> None:
+    def _union(self, a: Optional[Node], b: Optional[Node], loc: SourceLoc, tie: bool = True) -> None:
+        """``tie``: the line says the two are equal (a primitive, tiles sharing a loop index); else it only
+        hands a whole dimension on (a launch)."""
         if a is None or b is None:
             return
+        self._edges.setdefault(a, []).append((b, loc, tie))
+        self._edges.setdefault(b, []).append((a, loc, tie))
         ra, rb = self._find(a), self._find(b)
         if ra != rb:
             self._parent[ra] = rb
@@ -108,7 +113,7 @@ class ShapeRelations:
                     rank = self.graph.ranks.get((callee.name, callee.params[k].name), 0)
                     for axis in range(rank):
                         self._union((inner, callee.name, callee.params[k].name, axis),
-                                    self._dim(path, name, arg, axis), stmt.loc)
+                                    self._dim(path, name, arg, axis), stmt.loc, tie=False)
                 self._walk(stmt.callee, inner)
             if isinstance(stmt, (Launch, PrimCall)):
                 for arg in stmt.args:
@@ -141,14 +146,14 @@ class ShapeRelations:
                 if pname in shapes:
                     size = shapes[pname][axis]
                     if ci in value and value[ci][0] != size:
-                        where = cls.reasons[0] if cls.reasons else call_loc
+                        where = self._why_equal(value[ci][2], (pname, axis)) or (cls.reasons[0] if cls.reasons else call_loc)
                         raise CallError(
                             f"{value[ci][1]} is {value[ci][0]} but {pname}.shape[{axis}] is {size}; "
                             f"the logic needs them equal",
                             where,
                             hint="check the shapes of the tensors you pass",
                         )
-                    value.setdefault(ci, (size, f"{pname}.shape[{axis}]"))
+                    value.setdefault(ci, (size, f"{pname}.shape[{axis}]", (pname, axis)))
         out: dict[str, tuple[int, ...]] = {}
         for p in entry.params:
             if p.name in shapes:
@@ -166,6 +171,32 @@ class ShapeRelations:
                 dims.append(value[ci][0])
             out[p.name] = tuple(dims)
         return out
+
+    def _why_equal(self, a: tuple[str, int], b: tuple[str, int]) -> Optional[SourceLoc]:
+        """The line that makes entry dimensions ``a`` and ``b`` equal: on the chain of unions between
+        them, the first that ties (a primitive, a shared loop index) rather than hands a dimension on."""
+        entry = self.graph.entry
+        start, goal = ((), entry, a[0], a[1]), ((), entry, b[0], b[1])
+        came: dict[Node, tuple[Node, SourceLoc, bool]] = {start: None}
+        queue = [start]
+        while queue:
+            node = queue.pop(0)
+            if node == goal:
+                break
+            for nxt, loc, tie in self._edges.get(node, ()):
+                if nxt not in came:
+                    came[nxt] = (node, loc, tie)
+                    queue.append(nxt)
+        if goal not in came:
+            return None
+        path = []
+        node = goal
+        while came[node] is not None:
+            prev, loc, tie = came[node]
+            path.append((loc, tie))
+            node = prev
+        path.reverse()
+        return next((loc for loc, tie in path if tie), path[0][0] if path else None)
 
     def class_of(self, param: str, axis: int) -> int:
         return next(i for i, c in enumerate(self.classes) if (param, axis) in c.members)
