@@ -25,3 +25,26 @@ def test_bench_builds_the_handwritten_sm90_baseline():
     kernel.specialize(A=((512, 512), "float16"), B=((512, 512), "float16"))
     hand = _bench().handwritten(kernel, 512, "float16")
     assert "tma_load" in hand.get_kernel_source()
+
+
+def _attention_bench():
+    spec = importlib.util.spec_from_file_location("bench_attention", REPO / "bench" / "attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_attention_bench_runs_on_cpu():
+    rows = _attention_bench().main("cpu", "float32", [(1, 1, 40, 70, 16)], causal=True, repeats=1)
+    assert rows[0]["septran_ms"] > 0 and rows[0]["handwritten_ms"] is None and rows[0]["causal"]
+
+
+@needs_nvcc
+def test_attention_bench_builds_tilelangs_example_for_sm90():
+    bench = _attention_bench()
+    kernel = septran.compile(bench.attention(False), mapping_file=mapping_path("sm90", "attention"))
+    shapes = dict(Q=((1, 2, 512, 64), "float16"), K=((1, 2, 512, 64), "float16"), V=((1, 2, 512, 64), "float16"))
+    kernel.specialize(**shapes)
+    hand = bench.handwritten(kernel, (1, 2, 512, 512, 64), False)
+    src = hand.get_kernel_source()
+    assert "tma_load" in src and "wgmma" in src
