@@ -34,9 +34,10 @@ def median_seconds(fn, repeats: int, device: str) -> float:
 
 
 def run(logic, title: str, make_inputs: Callable[[str, torch.dtype], dict], reference: Callable, flops: float,
-        dtype: str | None = None, show_source: bool = True, repeats: int = 5, unit: str = "GFLOP/s") -> float:
+        dtype: str | None = None, show_source: bool = True, repeats: int = 5, unit: str = "GFLOP/s",
+        scalars: dict | None = None) -> float:
     """Runs one operator (``logic``: a logic file or an entry task); returns max |out - reference|
-    (nan where nothing could run). ``flops``: the work per call, in units of ``unit`` x 1e9 per second
+    (nan where nothing could run). ``scalars``: the logic's scalar arguments (eps=...). ``flops``: the work per call, in units of ``unit`` x 1e9 per second
     (floating-point operations for GFLOP/s, bytes moved for GB/s).
 
     ``dtype`` defaults to float16 on GPUs and float32 on the CPU and the DSAs.
@@ -48,19 +49,19 @@ def run(logic, title: str, make_inputs: Callable[[str, torch.dtype], dict], refe
     device = target.torch_device
     inputs = make_inputs("cpu", getattr(torch, dtype))
     if not device_present(device):
-        variant = kernel.specialize(**inputs)
+        variant = kernel.specialize(**inputs, **(scalars or {}))
         print(f"no {device} device here: showing the generated code only\n")
         print(variant.tilelang_source)
         print(variant.device_source if show_source else "")
         return float("nan")
     inputs = {k: v.to(device) for k, v in inputs.items()}
     start = time.perf_counter()
-    out = kernel(**inputs)
+    out = kernel(**inputs, **(scalars or {}))
     first_call = time.perf_counter() - start
     ref = reference(*(v.double() for v in inputs.values()))
     err = (out.double() - ref).abs().max().item()
     torch_err = (reference(*inputs.values()).double() - ref).abs().max().item()
-    t_septran = median_seconds(lambda: kernel(**inputs), repeats, device)
+    t_septran = median_seconds(lambda: kernel(**inputs, **(scalars or {})), repeats, device)
     t_torch = median_seconds(lambda: reference(*inputs.values()), repeats, device)
     if show_source:
         print(kernel.tilelang_source)

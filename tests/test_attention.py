@@ -20,10 +20,10 @@ _spec.loader.exec_module(logic)
 KERNELS: dict = {}
 
 
-def kernel(causal: bool, target: str = "cpu", scale=None):
-    key = (causal, target, scale)
+def kernel(causal: bool, target: str = "cpu"):
+    key = (causal, target)
     if key not in KERNELS:
-        KERNELS[key] = septran.compile(logic.attention(causal, scale), mapping_file=mapping_path(target, "attention"))
+        KERNELS[key] = septran.compile(logic.attention(causal), mapping_file=mapping_path(target, "attention"))
     return KERNELS[key]
 
 
@@ -58,9 +58,11 @@ def test_cpu_matches_torch(causal, dtype, shape):
     assert_flash_rule(out, reference(q.float(), k.float(), v.float(), causal), reference(q, k, v, causal), f"{shape} {dtype}")
 
 
-def test_scale_is_a_parameter_of_the_logic():
+def test_scale_is_a_scalar_argument():
     q, k, v = _qkv(1, 1, 50, 70, 16, torch.float32, 3)
-    assert_flash_rule(kernel(True, scale=0.5)(q, k, v), reference(q, k, v, True, 0.5), reference(q, k, v, True, 0.5))
+    out = kernel(True)(q, k, v, sm_scale=0.5)
+    assert_flash_rule(out, reference(q, k, v, True, 0.5), reference(q, k, v, True, 0.5))
+    assert (out - kernel(True)(q, k, v)).abs().max() > 1e-3  # the default, 1 / sqrt(16), differs
 
 
 def test_only_q_k_v_are_inputs():

@@ -21,6 +21,7 @@ SOFTMAX = REPO / "examples" / "softmax" / "softmax.py"
     ("output_transposed", "output transposed", ("the output is read at [j, i], not at its own indices [i, j]",)),
     ("bad_arity", "arity", ("task.exp takes 1 argument, got 2",)),
     ("size_of_a_tile", "size of a tile", ("task.global_size takes a parameter of this task, not a tile of one",)),
+    ("bad_scalar_arg", "scalar arg", ("s of scaled must be a number or a scalar parameter, got str",)),
 ])
 def test_compute_and_temp_errors(function, marker, phrases):
     with pytest.raises(septran.FrontendError) as info:
@@ -98,3 +99,14 @@ def test_global_size_past_the_rank_is_refused():
         kernel = septran.compile(softmax_logic, mapping_file=path)
         with pytest.raises(septran.LoweringError, match=r"global_size\(X, 5\): the tile has 2 dimensions"):
             kernel.specialize(X=((4, 300), "float32"))
+
+
+def test_scalar_of_another_task_is_refused():
+    with pytest.raises(septran.FrontendError) as info:
+        build_graph(load("bad_compute").make_leaked_scalar())
+    check(info.value, "bad_compute", "leaked scalar", "eps is a scalar of another task", "pass it in the launch")
+
+
+def test_a_scalar_default_must_be_a_number():
+    with pytest.raises(septran.FrontendError, match="parameter 'flag' must be a plain positional parameter"):
+        load("bad_scalar_default")

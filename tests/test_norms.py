@@ -22,10 +22,10 @@ LN, RMS = _load("layernorm"), _load("rmsnorm")
 KERNELS: dict = {}
 
 
-def kernel(op: str, eps: float, target: str = "cpu"):
-    key = (op, eps, target)
+def kernel(op: str, target: str = "cpu"):
+    key = (op, target)
     if key not in KERNELS:
-        entry = LN.layernorm(eps) if op == "layernorm" else RMS.rmsnorm(eps)
+        entry = LN.layernorm_logic if op == "layernorm" else RMS.rmsnorm_logic
         KERNELS[key] = septran.compile(entry, mapping_file=mapping_path(target, op))
     return KERNELS[key]
 
@@ -44,7 +44,7 @@ def _inputs(rows, cols, dtype, seed):
 @pytest.mark.parametrize("rows,cols", [(9, 1), (5, 768), (6, 4097)])
 def test_layernorm_matches_torch(dtype, rows, cols):
     x, w, b = _inputs(rows, cols, dtype, rows + cols)
-    out = kernel("layernorm", 1e-5)(x, w, b)
+    out = kernel("layernorm")(x, w, b, eps=1e-5)
     ref = torch.nn.functional.layer_norm(x.float(), (cols,), w.float(), b.float(), 1e-5)
     assert_flash_rule(out, ref, torch.nn.functional.layer_norm(x, (cols,), w, b, 1e-5), f"{rows}x{cols} {dtype}")
 
@@ -53,18 +53,31 @@ def test_layernorm_matches_torch(dtype, rows, cols):
 @pytest.mark.parametrize("rows,cols", [(9, 1), (5, 768), (6, 4097)])
 def test_rmsnorm_matches_torch(dtype, rows, cols):
     x, w, _ = _inputs(rows, cols, dtype, rows * cols)
-    out = kernel("rmsnorm", 1e-6)(x, w)
+    out = kernel("rmsnorm")(x, w, 1e-6)  # a scalar may also follow the inputs positionally
     assert_flash_rule(out, rms_norm(x.float(), w.float(), 1e-6), rms_norm(x, w, 1e-6), f"{rows}x{cols} {dtype}")
 
 
-def test_eps_is_part_of_the_program():
-    """eps is fixed when the logic is built; a large one visibly changes the result."""
+def test_eps_is_a_scalar_argument():
+    """eps defaults to the logic's 1e-5; another value is another program (a constant in it, as Triton's constexpr)."""
     x, w, b = _inputs(3, 100, torch.float32, 0)
-    big = kernel("layernorm", 10.0)(x, w, b)
+    kern = kernel("layernorm")
+    big = kern(x, w, b, eps=10.0)
     ref = torch.nn.functional.layer_norm(x, (100,), w, b, 10.0)
     assert_flash_rule(big, ref, ref)
-    assert (big - kernel("layernorm", 1e-5)(x, w, b)).abs().max() > 0.1
-    assert "T.float32(10.0)" in kernel("layernorm", 10.0).specialize(X=x, W=w, B=b).tilelang_source
+    assert (big - kern(x, w, b)).abs().max() > 0.1
+    assert "T.float32(10.0)" in kern.specialize(X=x, W=w, B=b, eps=10.0).tilelang_source
+    assert "T.float32(1e-05)" in kern.specialize(X=x, W=w, B=b).tilelang_source
+    assert kern.scalars == {"eps": 1e-5}
+
+
+def test_scalar_argument_errors():
+    x, w, b = _inputs(3, 100, torch.float32, 0)
+    with pytest.raises(septran.CallError, match="eps must be a number, got str"):
+        kernel("layernorm")(x, w, b, eps="small")
+    with pytest.raises(septran.CallError, match="scalar eps given twice"):
+        kernel("layernorm")(x, w, b, 1e-3, eps=1e-3)
+    with pytest.raises(septran.CallError, match="takes 3 inputs"):
+        kernel("layernorm")(x, w, b, 1e-3, 2.0)
 
 
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
@@ -74,7 +87,7 @@ def test_emitted_norm_matches_golden(op, target, golden):
     shapes = dict(X=((1000, 4097), dtype), W=((4097,), dtype))
     if op == "layernorm":
         shapes["B"] = ((4097,), dtype)
-    golden(f"{op}.{target}.py", kernel(op, 1e-5, target).specialize(**shapes).tilelang_source)
+    golden(f"{op}.{target}.py", kernel(op, target).specialize(**shapes).tilelang_source)
 
 
 @needs_nvcc
@@ -85,5 +98,5 @@ def test_cubin_has_no_spills(target, arch, op):
     shapes = dict(X=((1000, 4097), "float16"), W=((4097,), "float16"))
     if op == "layernorm":
         shapes["B"] = ((4097,), "float16")
-    usage = nvcc_resource_usage(kernel(op, 1e-5, target).specialize(**shapes).device_source, arch)
+    usage = nvcc_resource_usage(kernel(op, target).specialize(**shapes).device_source, arch)
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage

@@ -15,8 +15,8 @@ NEG_INF = float("-inf")
 LOG2E = 1.44269504  # exp(x) = exp2(x * log2(e)): the scale folds it in, as FlashAttention does
 
 
-def attention(causal: bool = False, sm_scale: float | None = None):
-    """The entry task; ``sm_scale`` defaults to 1 / sqrt(D)."""
+def attention(causal: bool = False):
+    """The entry task; it takes the scalar ``sm_scale`` (0, the default, means 1 / sqrt(D))."""
 
     @task.define(leaf=True)
     def attn_start(O, m, l):
@@ -39,8 +39,8 @@ def attention(causal: bool = False, sm_scale: float | None = None):
         task.call_primitive("gemm_bt", S, Q, K)  # S += Q K^T
 
     @task.define(leaf=True)
-    def attn_softmax(S, P, m, m_prev, alpha, l, rowsum, Q):  # Q: only its head dim is used
-        scale = (sm_scale if sm_scale is not None else 1.0 / task.sqrt(task.global_size(Q, 3))) * LOG2E
+    def attn_softmax(S, P, m, m_prev, alpha, l, rowsum, Q, sm_scale=0.0):  # Q: only its head dim is used
+        scale = task.where(sm_scale > 0.0, sm_scale, 1.0 / task.sqrt(task.global_size(Q, 3))) * LOG2E
         task.compute(m_prev, lambda i: m[i])
         task.compute(m, lambda i: NEG_INF)
         task.call_primitive("row_max", m, S)
@@ -64,7 +64,7 @@ def attention(causal: bool = False, sm_scale: float | None = None):
         task.compute(O, lambda i, j: O[i, j] / l[i])
 
     @task.define
-    def attention_block(O, Q, K, V):  # one block of query rows of one head; all its keys
+    def attention_block(O, Q, K, V, sm_scale=0.0):  # one block of query rows of one head; all its keys
         Kp = task.partition(K, by="blocks", tile=(1, 1, "BN", None))
         Vp = task.partition(V, by="blocks", tile=(1, 1, "BN", None))
         S = task.temp(Q.shape[2], "BN")  # scores, then probabilities
@@ -82,21 +82,21 @@ def attention(causal: bool = False, sm_scale: float | None = None):
         for k in task.range(tiles):  # sequential: may be pipelined
             task.launch(attn_mask, S, Q, Kp[0, 0, k, 0])
             task.launch(attn_scores, S, Q, Kp[0, 0, k, 0])
-            task.launch(attn_softmax, S, P, m, m_prev, alpha, l, rowsum, Q)
+            task.launch(attn_softmax, S, P, m, m_prev, alpha, l, rowsum, Q, sm_scale)
             task.launch(attn_rescale, O, alpha)
             task.launch(attn_values, O, P, Vp[0, 0, k, 0])
         task.launch(attn_finish, O, l)
 
     @task.define
-    def attention_logic(O, Q, K, V):
+    def attention_logic(O, Q, K, V, sm_scale=0.0):
         Op = task.partition(O, by="blocks", tile=(1, 1, "BM", None))
         Qp = task.partition(Q, by="blocks", tile=(1, 1, "BM", None))
         Kp = task.partition(K, by="blocks", tile=(1, 1, None, None))
         Vp = task.partition(V, by="blocks", tile=(1, 1, None, None))
         for b, h, i in task.parallel_range(Op.shape[:3]):  # parallel: may become the grid
-            task.launch(attention_block, Op[b, h, i, 0], Qp[b, h, i, 0], Kp[b, h, 0, 0], Vp[b, h, 0, 0])
+            task.launch(attention_block, Op[b, h, i, 0], Qp[b, h, i, 0], Kp[b, h, 0, 0], Vp[b, h, 0, 0], sm_scale)
 
     return attention_logic
 
 
-attention_logic = attention()  # what `septran.compile(logic_file=...)` finds: not causal, scale 1/sqrt(D)
+attention_logic = attention()  # what `septran.compile(logic_file=...)` finds: not causal

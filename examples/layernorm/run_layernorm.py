@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from layernorm import layernorm  # noqa: E402
+from layernorm import layernorm_logic  # noqa: E402
 from runner import run  # noqa: E402
 
 
@@ -33,8 +33,8 @@ def main(rows: int = 512, cols: int = 4097, eps: float = 1e-5, dtype: str | None
         return torch.nn.functional.layer_norm(x, (cols,), w, b, eps)
 
     elem = 2 if (dtype or "float32") == "float16" else 4
-    return run(layernorm(eps), f"Y = layer_norm(X) * W + B, {rows}x{cols}, eps {eps}", inputs, reference,
-               4.0 * rows * cols * elem, dtype, show_source, repeats, unit="GB/s")
+    return run(layernorm_logic, f"Y = layer_norm(X) * W + B, {rows}x{cols}, eps {eps}", inputs, reference,
+               4.0 * rows * cols * elem, dtype, show_source, repeats, unit="GB/s", scalars={"eps": eps})
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from rmsnorm import rmsnorm  # noqa: E402
+from rmsnorm import rmsnorm_logic  # noqa: E402
 from runner import run  # noqa: E402
 
 
@@ -34,8 +34,8 @@ def main(rows: int = 512, cols: int = 4097, eps: float = 1e-6, dtype: str | None
                 "W": torch.randn(cols, generator=gen).to(device=device, dtype=dt)}
 
     elem = 2 if (dtype or "float32") == "float16" else 4
-    return run(rmsnorm(eps), f"Y = X / rms(X) * W, {rows}x{cols}, eps {eps}", inputs, lambda x, w: rms_norm(x, w, eps),
-               3.0 * rows * cols * elem, dtype, show_source, repeats, unit="GB/s")
+    return run(rmsnorm_logic, f"Y = X / rms(X) * W, {rows}x{cols}, eps {eps}", inputs, lambda x, w: rms_norm(x, w, eps),
+               3.0 * rows * cols * elem, dtype, show_source, repeats, unit="GB/s", scalars={"eps": eps})
 
 
 if __name__ == "__main__":

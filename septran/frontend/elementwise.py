@@ -75,6 +75,16 @@ class GlobalIndex(Elem):
         self.arg, self.axis, self.idx = arg, axis, idx
 
 
+class ScalarRef(Elem):
+    """A task's scalar parameter (``eps``), as the task function sees it."""
+
+    def __init__(self, param):
+        self.param = param
+
+    def __repr__(self) -> str:
+        return f"<scalar {self.param.name}>"
+
+
 class IntExpr(Elem):
     """An integer from the task's shapes (``task.global_size(K, 2) - task.global_size(Q, 2)``)."""
 
@@ -168,6 +178,8 @@ def fold(e: Elem) -> Elem:
     """
     if isinstance(e, Bin):
         a, b = fold(e.lhs), fold(e.rhs)
+        if e.op in _COMPARE and isinstance(a, Num) and isinstance(b, Num):
+            return Num(float(_COMPARE[e.op](a.value, b.value)))
         if e.op in _ARITH and not (_integer(a) and _integer(b)):
             # float arithmetic: a constant size that meets it is a float constant
             a, b = (Num(x.value) if isinstance(x, Size) and x.value is not None else x for x in (a, b))
@@ -179,6 +191,8 @@ def fold(e: Elem) -> Elem:
         return Num(-a.value) if isinstance(a, Num) else Neg(a)
     if isinstance(e, Call):
         args = tuple(fold(a) for a in e.args)
+        if e.fn == "where" and isinstance(args[0], Num):  # a choice the numbers already make
+            return args[1] if args[0].value else args[2]
         if all(isinstance(a, Num) or (isinstance(a, Size) and a.value is not None) for a in args) and e.fn in _MATH:
             try:
                 return Num(_MATH[e.fn](*(float(a.value) for a in args)))
@@ -199,6 +213,7 @@ def _div(a: float, b: float) -> float:
     return a / b if b else math.copysign(math.inf, a) if a else math.nan
 
 
+_COMPARE = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 _ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _div}
 _MATH = {
     "exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2, "sqrt": math.sqrt,
@@ -216,6 +231,8 @@ def describe(e: Elem, name_of) -> str:
         return f"global_index({name_of(e.arg)}, {e.axis}, {e.idx})"
     if isinstance(e, IntExpr):
         return str(e.expr)
+    if isinstance(e, ScalarRef):
+        return e.param.name
     if isinstance(e, Bin):
         return f"({describe(e.lhs, name_of)} {e.op} {describe(e.rhs, name_of)})"
     if isinstance(e, Neg):

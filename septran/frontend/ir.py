@@ -85,6 +85,19 @@ class Param:
 
 
 @dataclass(frozen=True)
+class ScalarParam:
+    """A number a task takes after its tensors (``eps=1e-5``): fixed per call, like Triton's constexpr."""
+
+    sym: Sym
+    default: float
+    loc: SourceLoc
+
+    @property
+    def name(self) -> str:
+        return self.sym.name
+
+
+@dataclass(frozen=True)
 class Partition:
     """``task.partition(source, by="blocks", tile=...)``: a grid of tiles over ``source``."""
 
@@ -181,6 +194,7 @@ class Launch:
     callee: str
     args: tuple[Arg, ...]
     loc: SourceLoc
+    scalars: tuple = ()  # the callee's scalar parameters: a ScalarParam of the caller or a number (missing: default)
 
 
 @dataclass(frozen=True)
@@ -211,6 +225,7 @@ class TaskDef:
     partitions: tuple[Partition, ...]
     loc: SourceLoc
     temps: tuple[Temp, ...] = ()
+    scalars: tuple[ScalarParam, ...] = ()
 
     def param(self, name: str) -> Optional[Param]:
         return next((p for p in self.params if p.name == name), None)

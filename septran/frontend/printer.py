@@ -22,7 +22,8 @@ def _body(stmts, depth: int, out: list[str]) -> None:
             out.append(f"{pad}for {names} in {kind}({exts}):{where}")
             _body(s.body, depth + 1, out)
         elif isinstance(s, Launch):
-            out.append(f"{pad}launch {s.callee}({', '.join(_arg(a) for a in s.args)}){where}")
+            scalars = [a.name if hasattr(a, "name") else f"{a:g}" for a in s.scalars]
+            out.append(f"{pad}launch {s.callee}({', '.join([_arg(a) for a in s.args] + scalars)}){where}")
         elif isinstance(s, PrimCall) and s.expr is not None:
             out.append(f"{pad}compute {s.signature.meaning}{where}")
         elif isinstance(s, PrimCall):
@@ -33,7 +34,8 @@ def format_graph(graph: TaskGraph) -> str:
     out = [f"task graph, entry {graph.entry}"]
     for name, task in graph.tasks.items():
         params = ", ".join(
-            f"{p.name}: {graph.privilege(name, p.name).value}, rank {graph.ranks.get((name, p.name), '?')}" for p in task.params
+            [f"{p.name}: {graph.privilege(name, p.name).value}, rank {graph.ranks.get((name, p.name), '?')}" for p in task.params]
+            + [f"{s.name}={s.default:g}" for s in task.scalars]
         )
         out.append(f"\ntask {name}({params}){' leaf' if task.leaf else ''}  # {task.loc}")
         for part in task.partitions:

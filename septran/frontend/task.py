@@ -152,21 +152,33 @@ def launch(callee, *args) -> None:
         raise FrontendError(
             f"leaf task {frame.task.name} cannot launch other tasks", loc, hint="remove leaf=True or call a primitive"
         )
-    if len(args) != len(callee.param_names):
-        raise FrontendError(
-            f"task.launch: {callee.name} takes {len(callee.param_names)} arguments "
-            f"({', '.join(callee.param_names)}), got {len(args)}",
-            loc,
-        )
+    n, scalar_names = len(callee.param_names), list(callee.scalar_defaults)
+    if not n <= len(args) <= n + len(scalar_names):
+        takes = ", ".join(list(callee.param_names) + [f"{s}={d}" for s, d in callee.scalar_defaults.items()])
+        scalars = f" and up to {len(scalar_names)} scalars" if scalar_names else ""
+        raise FrontendError(f"task.launch: {callee.name} takes {n} arguments{scalars} ({takes}), got {len(args)}", loc)
     unwrapped = tuple(
-        tracer.unwrap(a, "launch", f"argument {callee.param_names[k]} of {callee.name}", loc) for k, a in enumerate(args)
+        tracer.unwrap(a, "launch", f"argument {callee.param_names[k]} of {callee.name}", loc) for k, a in enumerate(args[:n])
     )
+    scalars = tuple(_scalar_arg(frame, a, f"{scalar_names[k]} of {callee.name}", loc) for k, a in enumerate(args[n:]))
     known = frame.callees.setdefault(callee.name, callee)
     if known is not callee:
         raise FrontendError(
             f"task.launch: two different tasks are named {callee.name} ({known.loc} and {callee.loc})", loc
         )
-    frame.stmts.append(Launch(callee.name, unwrapped, loc))
+    frame.stmts.append(Launch(callee.name, unwrapped, loc, scalars))
+
+
+def _scalar_arg(frame, value, what: str, loc):
+    """A scalar handed on: the caller's own scalar parameter, or a number."""
+    if isinstance(value, el.ScalarRef):
+        if value.param not in frame.scalars:
+            raise FrontendError(f"task.launch: {what} is {value.param.name}, a scalar of another task", loc,
+                                hint=f"add {value.param.name}=<default> to {frame.task.name}'s parameters and pass it down")
+        return value.param
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise FrontendError(f"task.launch: {what} must be a number or a scalar parameter, got {type(value).__name__}", loc)
 
 
 def call_primitive(name: str, *args) -> None:
@@ -268,6 +280,9 @@ def compute(out, fn: Callable) -> None:
                 if isinstance(leaf, (Dim, GlobalExtent, GlobalStart)) and by_sym[leaf.param] not in operands:
                     operands.append(by_sym[leaf.param])
             continue
+        if isinstance(node, el.ScalarRef) and node.param not in frame.scalars:
+            raise FrontendError(f"task.compute: {node.param.name} is a scalar of another task", loc,
+                                hint=f"add {node.param.name}=<default> to {frame.task.name}'s parameters and pass it in the launch")
         arg = getattr(node, "arg", None)
         if arg is None:
             continue

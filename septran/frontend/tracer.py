@@ -16,7 +16,7 @@ from typing import Callable
 
 from septran.errors import FrontendError, SourceLoc
 from septran.expr import Expr, fresh
-from septran.frontend.ir import FULL, Arg, Param, Partition, TaskDef, Temp, TileRef, source_dim
+from septran.frontend.ir import FULL, Arg, Param, Partition, ScalarParam, TaskDef, Temp, TileRef, source_dim
 
 _FRONTEND_DIR = os.path.dirname(os.path.abspath(__file__))
 _SEPTRAN_DIR = os.path.dirname(_FRONTEND_DIR)
@@ -46,14 +46,22 @@ class TaskFunction:
         code = fn.__code__
         self.loc = SourceLoc(code.co_filename, code.co_firstlineno)
         sig = inspect.signature(fn)
+        tensors, scalars = [], {}
         for p in sig.parameters.values():
-            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.default is not p.empty:
+            number = isinstance(p.default, (int, float)) and not isinstance(p.default, bool)
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or (p.default is not p.empty and not number):
                 raise FrontendError(
-                    f"task {self.name}: parameter {p.name!r} must be a plain positional parameter",
+                    f"task {self.name}: parameter {p.name!r} must be a plain positional parameter (a tensor) "
+                    "or have a number as its default (a scalar, such as eps=1e-5)",
                     self.loc,
-                    hint="task parameters are tensors; tile sizes belong in the mapping's tunables",
+                    hint="tile sizes belong in the mapping's tunables",
                 )
-        self.param_names = tuple(sig.parameters)
+            if p.default is p.empty:
+                tensors.append(p.name)
+            else:
+                scalars[p.name] = float(p.default)
+        self.param_names = tuple(tensors)
+        self.scalar_defaults = scalars  # name -> default, after the tensors (Python puts defaults last)
 
     def __call__(self, *args, **kwargs):
         raise FrontendError(
@@ -75,6 +83,7 @@ class _Frame:
     callees: dict
     open_loops: int = 0
     temps: list = None
+    scalars: tuple = ()
 
 
 _stack: list[_Frame] = []
@@ -92,11 +101,14 @@ def current(api: str) -> _Frame:
 
 def trace(tf: TaskFunction) -> tuple[TaskDef, dict[str, TaskFunction]]:
     """Runs ``tf`` on symbolic parameters: its task definition and the tasks it launches."""
+    from septran.frontend.elementwise import ScalarRef
+
     params = tuple(Param(fresh(n), i, tf.loc) for i, n in enumerate(tf.param_names))
-    frame = _Frame(tf, params, [], [], {}, temps=[])
+    scalars = tuple(ScalarParam(fresh(n), d, tf.loc) for n, d in tf.scalar_defaults.items())
+    frame = _Frame(tf, params, [], [], {}, temps=[], scalars=scalars)
     _stack.append(frame)
     try:
-        result = tf.fn(*(TensorHandle(p) for p in params))
+        result = tf.fn(*(TensorHandle(p) for p in params), *(ScalarRef(s) for s in scalars))
     finally:
         _stack.pop()
     if frame.open_loops:
@@ -111,7 +123,7 @@ def trace(tf: TaskFunction) -> tuple[TaskDef, dict[str, TaskFunction]]:
             tf.loc,
             hint="write results into a parameter (a tile the caller passes)",
         )
-    return TaskDef(tf.name, params, tf.leaf, tuple(frame.stmts), tuple(frame.partitions), tf.loc, tuple(frame.temps)), frame.callees
+    return TaskDef(tf.name, params, tf.leaf, tuple(frame.stmts), tuple(frame.partitions), tf.loc, tuple(frame.temps), scalars), frame.callees
 
 
 class _ParamShape:

@@ -77,6 +77,7 @@ class Specialization:
 
     shapes: Mapping[str, tuple[int, ...]]
     dtypes: Mapping[str, str]
+    scalars: Mapping[str, float] = field(default_factory=dict)  # the entry task's scalar parameters
 
 
 class _Lowerer:
@@ -227,6 +228,8 @@ class _Lowerer:
             self._shapes[tp.sym] = shape
             views[p.name] = View(tp.sym, tuple(Const(0) for _ in shape), shape, self.global_space, True,
                                  tuple((Const(0), e) for e in shape))
+        for sp in entry_task.scalars:
+            views[sp.name] = float(self.spec.scalars.get(sp.name, sp.default))
         ordered = [t for t in params if t.role != "output"] + [t for t in params if t.role == "output"]
         proc = self.target.procs[entry.proc.value]
         if not proc.grid:
@@ -276,6 +279,7 @@ class _Lowerer:
         callee_views = {
             callee_task.params[k].name: self._region(arg, views, task, chain, loops) for k, arg in enumerate(launch.args)
         }
+        callee_views.update(_scalars(launch, callee_task, views))
         threads = None
         if self.target.has_threads:
             if callee.threads is None:
@@ -371,10 +375,11 @@ class _Lowerer:
             regions.append(self._stage(view, arg, priv, inst, task, scopes, staged, launch, keep.get(pname)))
         self._sync_pending(scopes[-1], launch)
         if callee_task.leaf:
-            scopes[-1].stmts.extend(self._leaf(launch, callee_task, regions, inst))
+            scopes[-1].stmts.extend(self._leaf(launch, callee_task, regions, inst, _scalars(launch, callee_task, views)))
             return
         callee = self.mapping.instance(inst.calls[launch.callee].value)
         callee_views = {callee_task.params[k].name: v for k, v in enumerate(regions)}
+        callee_views.update(_scalars(launch, callee_task, views))
         self._body(callee, callee_task, callee_views, chain + (callee,), scopes, {})
 
     def _reduced_into(self, task: TaskDef, param: str) -> bool:
@@ -522,11 +527,12 @@ class _Lowerer:
         return ir.Region(view.of, view.offsets, view.extents, view.whole, tuple(valid),
                          full[-1] if len(full) > 1 else Const(1), dtype, self.target.dtype_codes.get(dtype))
 
-    def _leaf(self, launch: Launch, leaf: TaskDef, regions: list[View], inst: InstanceMapping) -> list:
+    def _leaf(self, launch: Launch, leaf: TaskDef, regions: list[View], inst: InstanceMapping, scalars) -> list:
         """The bound implementation's statements for each primitive the leaf calls, in order."""
         binding = inst.leaf_task_bindings[leaf.name]
         impl = self.target.leaves[binding.value]
         by_param = {p.name: regions[k] for k, p in enumerate(leaf.params)}
+        by_param.update(scalars)
         out = []
         for prim in (s for s, _ in walk(leaf.body) if isinstance(s, PrimCall)):
             out.append(self._primitive(prim, launch, leaf, by_param, inst, binding, impl))
@@ -597,6 +603,8 @@ class _Lowerer:
                 return el.Position(view_of(e.arg, e.axis, "global_index").origin[e.axis][0], e.idx)
             if isinstance(e, el.IntExpr):
                 return e
+            if isinstance(e, el.ScalarRef):
+                return el.Num(by_param[e.param.name])
             if isinstance(e, el.Bin):
                 return el.Bin(e.op, resolve(e.lhs), resolve(e.rhs))
             if isinstance(e, el.Neg):
@@ -683,6 +691,15 @@ def _operand_ranks(leaf: TaskDef) -> dict[str, int]:
         for k, arg in enumerate(prim.args):
             if isinstance(arg, Param):
                 out[arg.name] = max(out.get(arg.name, 0), prim.signature.ranks[k] or 0)
+    return out
+
+
+def _scalars(launch: Launch, callee: TaskDef, views) -> dict[str, float]:
+    """The callee's scalar parameters: what the launch passes (a caller's scalar or a number), else defaults."""
+    out = {}
+    for k, sp in enumerate(callee.scalars):
+        arg = launch.scalars[k] if k < len(launch.scalars) else sp.default
+        out[sp.name] = views[arg.name] if hasattr(arg, "name") else float(arg)
     return out
 
 

@@ -48,7 +48,8 @@ class Variant:
     def tag(self) -> str:
         shapes = "_".join("x".join(map(str, self.spec.shapes[p.name])) for p in self.kernel.graph.entry_task.params)
         dtype = "_".join(sorted(set(self.spec.dtypes.values())))
-        return f"{self.program.name}.{self.kernel.target.name}.{shapes}.{dtype}"
+        scalars = "".join(f".{k}{v:g}" for k, v in sorted(self.spec.scalars.items()))
+        return f"{self.program.name}.{self.kernel.target.name}.{shapes}.{dtype}{scalars}"
 
     def _dump(self, suffix: str, text: str) -> None:
         folder = env.dump_dir()
@@ -110,6 +111,7 @@ class Kernel:
         )
         self.inputs = tuple(a for a in self.args if a.role != "output")
         self.outputs = tuple(a for a in self.args if a.role == "output")
+        self.scalars = {sp.name: sp.default for sp in entry.scalars}  # name -> default, after the inputs
 
     def __repr__(self) -> str:
         ins = ", ".join(a.name for a in self.inputs)
@@ -133,19 +135,30 @@ class Kernel:
             else:
                 shape, dtype = val
                 described[a.name] = (tuple(int(s) for s in shape), _dtype_name(dtype))
+        scalars = self._scalar_values({k: args.pop(k) for k in list(args) if k in self.scalars})
         if args:
             raise CallError(f"specialize() got unknown arguments {', '.join(args)}")
-        return self._variant(described)
+        return self._variant(described, scalars)
 
-    def _variant(self, described: dict[str, tuple[tuple[int, ...], str]]) -> Variant:
-        key = tuple(sorted(described.items()))
+    def _scalar_values(self, given: dict) -> dict[str, float]:
+        out = dict(self.scalars)
+        for name, value in given.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise CallError(f"{name} must be a number, got {type(value).__name__}")
+            out[name] = float(value)
+        return out
+
+    def _variant(self, described: dict[str, tuple[tuple[int, ...], str]], scalars: Optional[dict] = None) -> Variant:
+        scalars = scalars if scalars is not None else dict(self.scalars)
+        # A scalar is part of the program (like Triton's constexpr): a new value is a new variant.
+        key = tuple(sorted(described.items())) + tuple(sorted(scalars.items()))
         variant = self._variants.get(key)
         if variant is None:
             self._check_described(described)
             shapes = self.shapes.solve({n: s for n, (s, _) in described.items()})
             dtype = next(iter(described.values()))[1] if described else "float32"
             dtypes = {a.name: described[a.name][1] if a.name in described else dtype for a in self.args}
-            variant = Variant(self, Specialization(shapes, dtypes))
+            variant = Variant(self, Specialization(shapes, dtypes, scalars))
             self._variants[key] = variant
             log.info("specialised %s for %s", self.graph.entry, key)
         self._last = variant
@@ -172,7 +185,7 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         import torch
 
-        tensors = self._bind(args, kwargs)
+        tensors, scalars = self._bind(args, kwargs)
         for name, t in tensors.items():
             if not isinstance(t, torch.Tensor):
                 raise CallError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -183,7 +196,7 @@ class Kernel:
                 )
             if not t.is_contiguous():
                 raise CallError(f"{name} is not contiguous", hint=f"pass {name}.contiguous()")
-        variant = self._variant({n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()})
+        variant = self._variant({n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}, scalars)
         device = next(iter(tensors.values())).device if tensors else torch.device(self.target.torch_device)
         outputs = {}
         for a in self.outputs:
@@ -199,14 +212,21 @@ class Kernel:
         result = tuple(outputs[a.name] for a in self.outputs)
         return result[0] if len(result) == 1 else result
 
-    def _bind(self, args, kwargs) -> dict:
+    def _bind(self, args, kwargs) -> tuple[dict, dict]:
         names = [a.name for a in self.inputs]
-        if len(args) > len(names):
+        scalar_names = list(self.scalars)
+        if len(args) > len(names) + len(scalar_names):
             raise CallError(
-                f"{self.graph.entry} takes {len(names)} inputs ({', '.join(names)}), got {len(args)}",
+                f"{self.graph.entry} takes {len(names)} inputs ({', '.join(names)})"
+                + (f" and the scalars {', '.join(scalar_names)}" if scalar_names else "") + f", got {len(args)} arguments",
                 hint="outputs (" + ", ".join(a.name for a in self.outputs) + ") are allocated and returned by the kernel",
             )
         bound = dict(zip(names, args))
+        given = dict(zip(scalar_names, args[len(names):]))
+        for k in [k for k in kwargs if k in self.scalars]:
+            if k in given:
+                raise CallError(f"scalar {k} given twice")
+            given[k] = kwargs.pop(k)
         for k, v in kwargs.items():
             if k not in names:
                 raise CallError(f"{self.graph.entry} has no input {k!r}", hint=f"inputs: {', '.join(names)}")
@@ -216,7 +236,7 @@ class Kernel:
         missing = [n for n in names if n not in bound]
         if missing:
             raise CallError(f"missing input {', '.join(missing)}", hint=f"call with ({', '.join(names)})")
-        return bound
+        return bound, self._scalar_values(given)
 
     # inspection ------------------------------------------------------------------
     def _latest(self) -> Variant:

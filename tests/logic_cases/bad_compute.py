@@ -52,3 +52,26 @@ def size_of_a_tile(Y, X):
     Xp = task.partition(X, by="blocks", tile=("BM", "BN"))
     for k in task.range(task.global_size(Xp[0, 0], 1)):  # <- size of a tile
         task.launch(leaf, Y, Xp[0, k])
+
+
+def make_leaked_scalar():
+    @task.define
+    def outer(Y, X, eps=1e-5):
+        @task.define(leaf=True)
+        def inner(Y, X):
+            task.compute(Y, lambda i, j: X[i, j] + eps)  # <- leaked scalar
+
+        task.launch(inner, Y, X)
+
+    return outer
+
+
+@task.define(leaf=True)
+def scaled(Y, X, s=1.0):
+    task.compute(Y, lambda i, j: X[i, j] * s)
+
+
+@task.define
+def bad_scalar_arg(Y, X):
+    task.launch(scaled, Y, X, "two")  # <- scalar arg
+
