@@ -5,7 +5,6 @@ from types import MappingProxyType
 
 from septran.errors import FrontendError, SourceLoc
 from septran.frontend.ir import Launch, Param, PrimCall, Privilege, TaskDef, TaskGraph, Temp, TileRef, root_param, walk
-from septran.frontend.primitives import PRIMITIVES
 from septran.frontend.tracer import TaskFunction, trace
 
 

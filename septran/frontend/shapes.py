@@ -21,7 +21,6 @@ from typing import Mapping, Optional
 from septran.errors import CallError, SourceLoc
 from septran.expr import Var
 from septran.frontend.ir import Arg, Launch, PrimCall, TaskGraph, Temp, TileRef, walk
-from septran.frontend.primitives import PRIMITIVES
 
 Node = tuple  # (launch path, task name, param name, axis)
 

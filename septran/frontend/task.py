@@ -366,7 +366,7 @@ def _function(fn: str):
 for _fn in el.FUNCTIONS:
     globals()[_fn] = _function(_fn)
 
-_elem_minimum = minimum  # noqa: F821 - defined just above
+_elem_minimum = globals()["minimum"]  # the element function defined just above
 
 
 def minimum(a, b):  # noqa: F811

@@ -26,10 +26,10 @@ from typing import Mapping, Optional
 
 from septran.errors import LoweringError, SourceLoc
 from septran.expr import BinOp, Const, Dim, Expr, GlobalExtent, GlobalStart, Sym, Tunable, Var, evaluate, leaves, simplify, substitute
-from septran.frontend import elementwise as el
 from septran.frontend.ir import Arg, Launch, Loop, Param, PrimCall, Privilege, TaskDef, TaskGraph, Temp, TileRef, walk
 from septran.frontend.shapes import ShapeRelations
 from septran.lowering import tile_ir as ir
+from septran.lowering.leaf_calls import LeafCalls
 from septran.lowering.tile_ir import Why
 from septran.mapping.schema import InstanceMapping, Mapping as MappingFile
 from septran.target import Target
@@ -80,7 +80,7 @@ class Specialization:
     scalars: Mapping[str, float] = field(default_factory=dict)  # the entry task's scalar parameters
 
 
-class _Lowerer:
+class _Lowerer(LeafCalls):
     def __init__(self, graph: TaskGraph, mapping: MappingFile, target: Target, spec: Specialization, shapes: ShapeRelations):
         self.graph, self.mapping, self.target, self.spec = graph, mapping, target, spec
         self.consts: list[ir.Const] = []
@@ -526,133 +526,6 @@ class _Lowerer:
         dtype = self._dtypes[view.of]
         return ir.Region(view.of, view.offsets, view.extents, view.whole, tuple(valid),
                          full[-1] if len(full) > 1 else Const(1), dtype, self.target.dtype_codes.get(dtype))
-
-    def _leaf(self, launch: Launch, leaf: TaskDef, regions: list[View], inst: InstanceMapping, scalars) -> list:
-        """The bound implementation's statements for each primitive the leaf calls, in order."""
-        binding = inst.leaf_task_bindings[leaf.name]
-        impl = self.target.leaves[binding.value]
-        by_param = {p.name: regions[k] for k, p in enumerate(leaf.params)}
-        by_param.update(scalars)
-        out = []
-        for prim in (s for s, _ in walk(leaf.body) if isinstance(s, PrimCall)):
-            out.append(self._primitive(prim, launch, leaf, by_param, inst, binding, impl))
-        return out
-
-    def _primitive(self, prim: PrimCall, launch: Launch, leaf: TaskDef, by_param, inst, binding, impl):
-        sig = prim.signature
-        args = []
-        for k, pname in enumerate(sig.params):
-            arg = prim.args[k]
-            if not isinstance(arg, Param):
-                raise LoweringError(f"a bound leaf must call {prim.name!r} on its parameters, not on tiles of them", prim.loc)
-            view = by_param[arg.name]
-            caller_param = _root_name(launch.args[leaf.params.index(arg)])
-            if sig.ranks[k] is not None and len(view.extents) != sig.ranks[k]:
-                raise LoweringError(
-                    f"{impl.name} takes {pname} as a {sig.ranks[k]}-D tile, but {inst.name} hands it a "
-                    f"{len(view.extents)}-D one ({'x'.join(str(self._value(e)) for e in view.extents)})",
-                    binding.loc,
-                    hint="stage it in on-chip memory (mems) with a tile of 1 on every dimension the primitive does not read",
-                )
-            if sig.ranks[k] is not None:
-                self._check_operand(impl, sig, k, pname, view, inst, caller_param, binding)
-            args.append((pname, self._ir_region(view)))
-        why = Why(f"{leaf.name} -> {impl.name}: {sig.meaning}", mapping=binding.loc, logic=prim.loc)
-        if prim.expr is not None:
-            return self._compute(prim, args, by_param, impl, why)
-        flags = tuple((f, on) for f, on in sig.flags.items() if on)
-        return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, sig.scalar,
-                           tuple(zip(sig.params, sig.dims)), attrs=tuple(sig.attrs.items()))
-
-    def _check_operand(self, impl, sig, k, pname, view: View, inst, caller_param, binding) -> None:
-        allowed = impl.accepts(pname)
-        if allowed and view.space not in allowed:
-            where = inst.mems.get(caller_param)
-            raise LoweringError(
-                f"{impl.name} takes {pname} in {' or '.join(allowed)}, but {inst.name} holds {caller_param} in {view.space}",
-                where.loc if where else inst.loc,
-                hint=f"set `mems: {{{caller_param}: {allowed[0]}}}` in {inst.name}",
-            )
-        for axis, letter in enumerate(sig.dims[k]):
-            multiple = impl.tile_multiple.get(letter)
-            extent = self._value(view.extents[axis])
-            if multiple and extent % multiple:
-                tun = next((n for n, (s, _) in self.tunable_syms.items() if view.extents[axis] == Var(s)), None)
-                loc = self.tunable_syms[tun][1].tunables[tun].loc if tun else binding.loc
-                raise LoweringError(
-                    f"{impl.name} needs dimension {axis} of {pname} ({letter!r} of {sig.name} {pname}[{', '.join(sig.dims[k])}]) "
-                    f"to be a multiple of {multiple}; the tile has {extent}",
-                    loc,
-                    hint=f"the matrix unit of {self.target.name} takes tiles in multiples of "
-                         + ", ".join(f"{l}={m}" for l, m in impl.tile_multiple.items()),
-                )
-
-    def _compute(self, prim: PrimCall, args, by_param, impl, why: Why):
-        """task.compute: a fill, a copy, or the target's loop over the output with the folded expression."""
-        regions = dict(args)
-        names = prim.signature.dims[0]
-
-        def view_of(arg, axis: int, what: str) -> View:
-            view = by_param[arg.name]
-            if axis >= len(view.origin):
-                raise LoweringError(f"{what}({arg.name}, {axis}): {arg.name} has {len(view.origin)} dimensions", prim.loc)
-            return view
-
-        def resolve(e: el.Elem) -> el.Elem:
-            if isinstance(e, el.GlobalIndex):
-                return el.Position(view_of(e.arg, e.axis, "global_index").origin[e.axis][0], e.idx)
-            if isinstance(e, el.IntExpr):
-                return e
-            if isinstance(e, el.ScalarRef):
-                return el.Num(by_param[e.param.name])
-            if isinstance(e, el.Bin):
-                return el.Bin(e.op, resolve(e.lhs), resolve(e.rhs))
-            if isinstance(e, el.Neg):
-                return el.Neg(resolve(e.operand))
-            if isinstance(e, el.Call):
-                return el.Call(e.fn, tuple(resolve(a) for a in e.args))
-            return e
-
-        def integer(e: Expr) -> el.Size:
-            env = {}
-            for leaf in leaves(e):
-                if isinstance(leaf, (GlobalStart, GlobalExtent)):
-                    view = by_param[next(a.name for a in prim.args if a.sym == leaf.param)]
-                    if leaf.axis >= len(view.origin):
-                        raise LoweringError(f"{leaf}: the tile has {len(view.origin)} dimensions", prim.loc)
-                    env[leaf] = view.origin[leaf.axis][0 if isinstance(leaf, GlobalStart) else 1]
-                elif isinstance(leaf, Dim):
-                    env[leaf] = by_param[next(a.name for a in prim.args if a.sym == leaf.param)].extents[leaf.axis]
-                else:
-                    raise LoweringError(f"{leaf} cannot be used inside task.compute", prim.loc)
-            out = substitute(e, env)
-            try:
-                return el.Size(out, self._value(out))
-            except KeyError:
-                return el.Size(out, None)  # depends on where the program is (a block index)
-
-        def resolve_int(e: el.Elem) -> el.Elem:
-            if isinstance(e, el.IntExpr):
-                return integer(e.expr)
-            if isinstance(e, el.Bin):
-                return el.Bin(e.op, resolve_int(e.lhs), resolve_int(e.rhs))
-            if isinstance(e, el.Neg):
-                return el.Neg(resolve_int(e.operand))
-            if isinstance(e, el.Call):
-                return el.Call(e.fn, tuple(resolve_int(a) for a in e.args))
-            return e
-
-        value = el.fold(resolve_int(resolve(prim.expr)))
-        out_name = prim.signature.params[0]
-        out = regions[out_name]
-        if out.whole and isinstance(value, el.Num):
-            return ir.Fill(out.of, value.value, why)
-        if (out.whole and isinstance(value, el.Load) and value.idx == names
-                and regions[value.arg.name].whole and regions[value.arg.name].extents == out.extents):
-            return ir.Copy(regions[value.arg.name], out, (), why)
-        return ir.LeafCall(impl.name, impl.template(prim.signature), tuple(args), why,
-                           indices=tuple(zip(prim.signature.params, (d or () for d in prim.signature.dims))),
-                           expr=value, loop=names)
 
     def _check_capacity(self) -> None:
         used: dict[str, list[tuple[ir.Buffer, int]]] = {}
