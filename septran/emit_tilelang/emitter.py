@@ -158,6 +158,8 @@ def _element(e: el.Elem, names: dict, parent: int = 0) -> str:
         return load if dtype == "float32" else f'T.Cast("float32", {load})'  # compute evaluates in float32
     if isinstance(e, el.Size):
         return expr(e.expr, 3)
+    if isinstance(e, el.AsFloat):
+        return f"T.float32({_element(e.operand, names)})"
     if isinstance(e, el.Position):
         if e.start == Const(0):
             return e.idx

@@ -169,6 +169,13 @@ class Size(Elem):
         self.expr, self.value = expr, value
 
 
+class AsFloat(Elem):
+    """An integer of the program (a size) used in float arithmetic."""
+
+    def __init__(self, operand: Elem):
+        self.operand = operand
+
+
 def fold(e: Elem) -> Elem:
     """Folds float arithmetic on constants (after the lowering resolved ``IntExpr`` to ``Size``).
 
@@ -181,10 +188,12 @@ def fold(e: Elem) -> Elem:
         if e.op in _COMPARE and isinstance(a, Num) and isinstance(b, Num):
             return Num(float(_COMPARE[e.op](a.value, b.value)))
         if e.op in _ARITH and not (_integer(a) and _integer(b)):
-            # float arithmetic: a constant size that meets it is a float constant
-            a, b = (Num(x.value) if isinstance(x, Size) and x.value is not None else x for x in (a, b))
-            if isinstance(a, Num) and isinstance(b, Num):
-                return Num(_ARITH[e.op](a.value, b.value))
+            # float arithmetic: a constant size meeting a number folds with it; meeting a tile's
+            # element it stays named, as a float (mean[i] / T.float32(X_dim1))
+            numbers = all(isinstance(x, Num) or (isinstance(x, Size) and x.value is not None) for x in (a, b))
+            if numbers:
+                return Num(_ARITH[e.op](float(a.value), float(b.value)))
+            a, b = (AsFloat(x) if isinstance(x, Size) else x for x in (a, b))
         return Bin(e.op, a, b)
     if isinstance(e, Neg):
         a = fold(e.operand)

@@ -34,7 +34,7 @@ def layernorm(
                 acc[i, j] = acc[i, j] + T.Cast("float32", X_local[i, j])
         T.reduce_sum(acc, mean, dim=1, clear=True)
         for i in T.Parallel(BM):
-            mean[i] = mean[i] / T.float32(4097.0)
+            mean[i] = mean[i] / T.float32(X_dim1)
         T.clear(acc)
         for k_2 in T.serial(T.ceildiv(X_dim1, BN)):
             T.copy(X[bx * BM, k_2 * BN], X_local_2)
@@ -42,7 +42,7 @@ def layernorm(
                 acc[i, j] = acc[i, j] + T.if_then_else(k_2 * BN + j < X_dim1, (T.Cast("float32", X_local_2[i, j]) - mean[i]) * (T.Cast("float32", X_local_2[i, j]) - mean[i]), T.float32(0.0))
         T.reduce_sum(acc, rstd, dim=1, clear=True)
         for i in T.Parallel(BM):
-            rstd[i] = T.rsqrt(rstd[i] / T.float32(4097.0) + T.float32(1e-05))
+            rstd[i] = T.rsqrt(rstd[i] / T.float32(X_dim1) + T.float32(1e-05))
         for k_3 in T.serial(T.ceildiv(X_dim1, BN)):
             T.copy(X[bx * BM, k_3 * BN], X_local_3)
             T.copy(W[k_3 * BN], W_shared)

@@ -30,7 +30,7 @@ def rmsnorm(
                 acc[i, j] = acc[i, j] + T.Cast("float32", X_local[i, j]) * T.Cast("float32", X_local[i, j])
         T.reduce_sum(acc, rstd, dim=1, clear=True)
         for i in T.Parallel(BM):
-            rstd[i] = T.rsqrt(rstd[i] / T.float32(4097.0) + T.float32(1e-06))
+            rstd[i] = T.rsqrt(rstd[i] / T.float32(X_dim1) + T.float32(1e-06))
         for k_2 in T.serial(T.ceildiv(X_dim1, BN)):
             T.copy(X[bx * BM, k_2 * BN], X_local_2)
             T.copy(W[k_2 * BN], W_shared)
