@@ -56,3 +56,41 @@ def test_cubin_has_no_spills(target, arch, log):
     src = kernel(log, target).specialize(X=((1000, 4097), "float16")).device_source
     usage = nvcc_resource_usage(src, arch)
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
+
+
+def test_compute_indices_never_shadow_the_programs_names():
+    """A compute's `lambda i, j` inside `for j in task.range(...)`: the loop over elements gets other names,
+    so `global_index(X, 1, j)` still means the tile's start plus the element's column."""
+    from septran import task
+
+    @task.define(leaf=True)
+    def shift(Y, X):
+        task.compute(Y, lambda i, j: task.where(task.global_index(X, 1, j) < task.global_size(X, 1), X[i, j] + 1.0, 0.0))
+
+    @task.define
+    def softmax_rows(Y, X):
+        Xp = task.partition(X, by="blocks", tile=(None, "BN"))
+        Yp = task.partition(Y, by="blocks", tile=(None, "BN"))
+        for j in task.range(Xp.shape[1]):
+            task.launch(shift, Yp[0, j], Xp[0, j])
+
+    @task.define
+    def softmax_logic(Y, X):
+        Yp = task.partition(Y, by="blocks", tile=("BM", None))
+        Xp = task.partition(X, by="blocks", tile=("BM", None))
+        for i in task.parallel_range(Yp.shape[0]):
+            task.launch(softmax_rows, Yp[i, 0], Xp[i, 0])
+
+    text = mapping_path("cpu", "softmax").read_text().replace(", m: LOCAL, m_prev: LOCAL, l: LOCAL, S: LOCAL", "")
+    text = text.replace("{softmax_start: tile_loops, softmax_stats: tile_loops, softmax_write: tile_loops}", "{shift: tile_loops}")
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "m.yaml").write_text(text)
+        kern = septran.compile(softmax_logic, mapping_file=Path(tmp) / "m.yaml")
+        x = torch.randn(5, 600)
+        assert torch.equal(kern(x), x + 1.0)
+        src = kern.tilelang_source
+    assert "for j in T.serial(" in src and "for i, j_2 in T.grid(BM, BN):" in src
+    assert "j * BN + j_2 < X_dim1" in src

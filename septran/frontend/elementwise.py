@@ -230,6 +230,25 @@ _MATH = {
 }
 
 
+def rename_indices(e: Elem, rename: dict) -> Elem:
+    """``e`` with the compute's index names replaced (the lowering avoids names the program uses)."""
+    if isinstance(e, Load):
+        return Load(e.arg, tuple(rename.get(i, i) for i in e.idx))
+    if isinstance(e, Position):
+        return Position(e.start, rename.get(e.idx, e.idx))
+    if isinstance(e, GlobalIndex):
+        return GlobalIndex(e.arg, e.axis, rename.get(e.idx, e.idx))
+    if isinstance(e, Bin):
+        return Bin(e.op, rename_indices(e.lhs, rename), rename_indices(e.rhs, rename))
+    if isinstance(e, Neg):
+        return Neg(rename_indices(e.operand, rename))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(rename_indices(a, rename) for a in e.args))
+    if isinstance(e, AsFloat):
+        return AsFloat(rename_indices(e.operand, rename))
+    return e
+
+
 def describe(e: Elem, name_of) -> str:
     """The expression as the logic wrote it, for dumps and error messages."""
     if isinstance(e, Num):

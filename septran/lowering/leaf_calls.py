@@ -60,7 +60,23 @@ class LeafCalls:
             return self._compute(prim, args, by_param, impl, why)
         flags = tuple((f, on) for f, on in sig.flags.items() if on)
         return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, sig.scalar,
-                           tuple(zip(sig.params, sig.dims)), attrs=tuple(sig.attrs.items()))
+                           self._loop_indices(sig), attrs=tuple(sig.attrs.items()))
+
+    def _safe_index_names(self, names) -> dict[str, str]:
+        """Loop index names that shadow nothing of the program (a loop variable ``j``, a buffer ``m``)."""
+        out: dict[str, str] = {}
+        for n in names:
+            new, k = n, 2
+            while new in self.used_names or new in out.values():
+                new, k = f"{n}_{k}", k + 1
+            out[n] = new
+        return out
+
+    def _loop_indices(self, sig) -> tuple:
+        """Each operand's index names for an elementwise template's ``{body}``, renamed where they would shadow."""
+        letters = sorted({c for d in sig.dims if d for c in d})
+        rename = self._safe_index_names(letters)
+        return tuple((p, tuple(rename[c] for c in (d or ()))) for p, d in zip(sig.params, sig.dims))
 
     def _check_operand(self, impl, sig, k, pname, view, inst, caller_param, binding) -> None:
         allowed = impl.accepts(pname)
@@ -88,7 +104,8 @@ class LeafCalls:
     def _compute(self, prim: PrimCall, args, by_param, impl, why: Why):
         """task.compute: a fill, a copy, or the target's loop over the output with the folded expression."""
         regions = dict(args)
-        names = prim.signature.dims[0]
+        rename = self._safe_index_names(prim.signature.dims[0])
+        names = tuple(rename[n] for n in prim.signature.dims[0])
 
         def view_of(arg, axis: int, what: str) -> object:
             view = by_param[arg.name]
@@ -140,7 +157,7 @@ class LeafCalls:
                 return el.Call(e.fn, tuple(resolve_int(a) for a in e.args))
             return e
 
-        value = el.fold(resolve_int(resolve(prim.expr)))
+        value = el.rename_indices(el.fold(resolve_int(resolve(prim.expr))), rename)
         out_name = prim.signature.params[0]
         out = regions[out_name]
         if out.whole and isinstance(value, el.Num):
@@ -149,6 +166,7 @@ class LeafCalls:
                 and regions[value.arg.name].whole and regions[value.arg.name].extents == out.extents):
             return ir.Copy(regions[value.arg.name], out, (), why)
         return ir.LeafCall(impl.name, impl.template(prim.signature), tuple(args), why,
-                           indices=tuple(zip(prim.signature.params, (d or () for d in prim.signature.dims))),
+                           indices=tuple((p, tuple(rename[n] for n in (d or ()))) for p, d in
+                                         zip(prim.signature.params, prim.signature.dims)),
                            expr=value, loop=names)
 
