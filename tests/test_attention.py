@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import re
 
 import pytest
 import torch
 
 import septran
 from conftest import REPO, assert_flash_rule, mapping_path, needs_nvcc
-from reference.handwritten_attention import septran_order, tilelang_example
+from reference.handwritten_attention import tilelang_example
 from support.cuda_tools import canonical_names, lower_device_source, normalize_cuda, nvcc_resource_usage
 
 _spec = importlib.util.spec_from_file_location("attention_logic_module", REPO / "examples" / "attention" / "attention.py")
@@ -103,30 +102,35 @@ def _cuda(prim_func) -> str:
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("seq_q,seq_kv", [(1024, 1024), (203, 331)])
-def test_sm90_cuda_equals_handwritten_tilelang(causal, seq_q, seq_kv):
-    """Same blocks (128 x 128), stages (2) and threads (256) as mappings/sm90/attention.yaml: the same CUDA,
-    statement for statement, up to the names of variables."""
+def test_sm90_cuda_equals_tilelangs_own_example(causal, seq_q, seq_kv):
+    """Same blocks (128 x 128), stages (2) and threads (256) as mappings/sm90/attention.yaml: the CUDA of
+    TileLang's example as shipped, statement for statement, up to the names of variables."""
     shapes = dict(Q=((1, 2, seq_q, 64), "float16"), K=((1, 2, seq_kv, 64), "float16"), V=((1, 2, seq_kv, 64), "float16"))
     ours = normalize_cuda(kernel(causal, "sm90").specialize(**shapes).device_source)
-    theirs = _cuda(septran_order(1, 2, seq_q, seq_kv, 64, causal, 128, 128, 2, 256))
+    theirs = _cuda(tilelang_example(1, 2, seq_q, seq_kv, 64, causal, 128, 128, 2, 256))
     assert canonical_names(ours) == canonical_names(theirs)
 
 
-def _instructions(src: str) -> dict:
-    words = ("tl::tma_load", "wgmma_ss", "wgmma_rs", "AllReduce", "exp2", "mbarrier", "__syncthreads", "fence")
-    return {w: len(re.findall(re.escape(w), src)) for w in words}
+def test_output_through_shared_is_the_mappings_choice(tmp_path):
+    """Without `copy: {O: {via: SHARED}}` the output goes from registers straight to global memory: the
+    same kernel but for the final store (no O_shared)."""
+    text = mapping_path("sm90", "attention").read_text()
+    assert "copy: {O: {via: SHARED}}" in text
+    (tmp_path / "attention.yaml").write_text(text.replace("copy: {O: {via: SHARED}}", ""))
+    direct = septran.compile(logic.attention(False), mapping_file=tmp_path / "attention.yaml").specialize(**SM90)
+    via = kernel(False, "sm90").specialize(**SM90)
+    assert "O_shared" in via.tilelang_source and "O_shared" not in direct.tilelang_source
+    assert "T.copy(O_local, O_shared)\n        T.copy(O_shared, O[bz, by, bx * BM, 0])" in via.tilelang_source
+    assert "T.copy(O_local, O[bz, by, bx * BM, 0])" in direct.tilelang_source
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_tilelang_example_differs_only_in_order_and_the_output_path(causal):
-    """TileLang's example as shipped and the SepTran-ordered version issue the same loads, products and
-    reductions; what differs is statement order and the example's extra O_shared for the store."""
-    ex = _cuda(tilelang_example(1, 2, 1024, 1024, 64, causal, 128, 128, 2, 256))
-    so = _cuda(septran_order(1, 2, 1024, 1024, 64, causal, 128, 128, 2, 256))
-    a, b = _instructions(ex), _instructions(so)
-    assert {k: v for k, v in a.items() if k not in ("__syncthreads", "fence")} == \
-           {k: v for k, v in b.items() if k not in ("__syncthreads", "fence")}, (a, b)
-    assert "O_shared" in ex and "O_shared" not in so
+def test_via_must_name_an_on_chip_memory(tmp_path):
+    text = mapping_path("sm90", "attention").read_text().replace("{O: {via: SHARED}}", "{O: {via: GLOBAL}}")
+    (tmp_path / "attention.yaml").write_text(text)
+    with pytest.raises(septran.MappingError) as info:
+        septran.compile(logic.attention(False), mapping_file=tmp_path / "attention.yaml")
+    assert "attn_block.copy.O.via: BLOCK on sm90 cannot stage a transfer through GLOBAL" in str(info.value)
+    assert "via: GLOBAL" in text.splitlines()[info.value.loc.line - 1]
 
 
 def test_head_dim_the_tensor_cores_cannot_take_is_refused():

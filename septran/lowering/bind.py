@@ -78,6 +78,16 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
         if param not in params:
             raise MappingError(f"{inst.name}.copy names {param!r}, which is not a parameter of {task.name}",
                                inst.key_loc("copy"), hint=_suggest(param, params))
+        via = loc_val.get("via")
+        if via is not None:
+            mem = target.memories.get(via.value)
+            if via.value not in proc.memories or mem is None or mem.is_global or mem.placed:
+                raise MappingError(
+                    f"{inst.name}.copy.{param}.via: {proc.name} on {target.name} cannot stage a transfer through {via.value}",
+                    via.loc,
+                    hint="name an on-chip memory TileLang allocates: "
+                         + ", ".join(m for m in proc.memories if not target.memories[m].is_global and not target.memories[m].placed),
+                )
     if inst.threads is not None and not target.has_threads:
         raise MappingError(f"target {target.name} has no thread count to choose", inst.key_loc("threads"), hint="delete `threads`")
     if inst.threads is not None:

@@ -302,6 +302,8 @@ class _Lowerer(LeafCalls):
         return ir.KernelLaunch(grid, threads, tuple(buffers), tuple(root.stmts), why)
 
     def _close(self, scope: _Scope) -> None:
+        # A copy out through another memory allocates its buffer only now, in the order a reader expects.
+        scope.post = [s for item in scope.post for s in (item() if callable(item) else [item])]
         scope.stmts.extend(scope.post)
         stores = sorted({self._space_of(dict(s.args)["src"].of) for s in scope.post if isinstance(s, ir.VendorOp) and s.op == "store"})
         for name in stores:  # results must have left the device before the program ends or the tile is reused
@@ -452,20 +454,42 @@ class _Lowerer(LeafCalls):
             entry = _Staged(buf, scope)
             staged[key] = entry
             tile = View(sym, zeros, shape, space.value, True, view.origin)
-            options = tuple((k, v.value) for k, v in inst.copy.get(param, {}).items())
+            options, via = self._copy_options(inst, param)
             if priv.reads:
                 why = Why(f"copy {param} in before its first read ({priv.value})", mapping=space.loc, logic=launch.loc)
-                scope.stmts.append(self._copy(view, tile, options, why))
+                scope.stmts.extend(self._copies(view, tile, options, via, why, param, shape, task, inst))
             elif reduce_first:
                 why = Why(f"clear the accumulator {sym.name}: {param} is reduced into", mapping=space.loc, logic=launch.loc)
                 scope.stmts.append(self._fill_zero(tile, why))
         tile = View(entry.buffer.sym, zeros, shape, space.value, True, view.origin)
         if priv.writes and not entry.wrote:
             entry.wrote = True
-            options = tuple((k, v.value) for k, v in inst.copy.get(param, {}).items())
+            options, via = self._copy_options(inst, param)
             why = Why(f"copy {param} out once, after its last write ({priv.value})", mapping=space.loc, logic=launch.loc)
-            entry.scope.post.append(self._copy(tile, view, options, why))
+            entry.scope.post.append(lambda: self._copies(tile, view, options, via, why, param, shape, task, inst))
         return tile
+
+    def _copy_options(self, inst, param: str):
+        """The mapping's T.copy keywords for ``param``, and the memory its transfers go through (``via``)."""
+        opts = inst.copy.get(param, {})
+        return tuple((k, v.value) for k, v in opts.items() if k != "via"), opts.get("via")
+
+    def _copies(self, src: View, dst: View, options, via, why: Why, param: str, shape, task, inst) -> list:
+        """One copy, or two through a buffer in the ``via`` memory (global memory's side takes the options)."""
+        if via is None:
+            return [self._copy(src, dst, options, why)]
+        mem = self.target.memories[via.value]
+        outer = src if self.target.memories[src.space].is_global else dst
+        sym = Sym(self._unique(f"{param}_{mem.suffix}"))
+        buf_why = Why(f"{param} of {task.name} passes through {via.value} ({inst.name}.copy.{param}.via)", mapping=via.loc)
+        self._new_buffer(sym, shape, self._dtypes[outer.of], mem, buf_why)
+        self._stages_of[sym] = 1
+        self._space_loc[sym] = via.loc
+        mid = View(sym, tuple(Const(0) for _ in shape), shape, via.value, True, src.origin)
+        hop = Why(why.text + f", through {via.value}", mapping=via.loc, logic=why.logic)
+        if outer is src:
+            return [self._copy(src, mid, options, hop), self._copy(mid, dst, (), hop)]
+        return [self._copy(src, mid, (), hop), self._copy(mid, dst, options, hop)]
 
     # data movement: TileLang's own, or a vendor's calls for memories TileLang does not know -----
     def _new_buffer(self, sym: Sym, shape, dtype: str, mem, why: Why) -> ir.Buffer:

@@ -27,6 +27,7 @@ COPY_OPTIONS = {
     "disable_tma": (bool,),
     "eviction_policy": ("evict_normal", "evict_first", "evict_last"),
     "prefer_instruction": ("tma", "cp_async", "sync"),
+    "via": (str,),  # not T.copy's: the transfer goes through a buffer in this memory (an output through SHARED)
 }
 ACCUM_DTYPES = ("float32", "float16", "float64")
 
@@ -138,9 +139,9 @@ def _copy_policy(val: Optional[Located], inst: str) -> dict[str, dict[str, Locat
         _check_keys(opts, tuple(COPY_OPTIONS), f"{inst}.copy.{param}")
         for key, item in opts.items():
             allowed = COPY_OPTIONS[key]
-            ok = isinstance(item.value, bool) if allowed == (bool,) else item.value in allowed
+            ok = isinstance(item.value, allowed[0]) if allowed in ((bool,), (str,)) else item.value in allowed
             if not ok:
-                want = "true or false" if allowed == (bool,) else " or ".join(allowed)
+                want = {(bool,): "true or false", (str,): "a memory's name"}.get(allowed) or " or ".join(allowed)
                 raise MappingError(f"{inst}.copy.{param}.{key} must be {want}, got {item.value!r}", item.loc)
         out[param] = MappingProxyType(dict(opts.items()))
     return out

@@ -25,6 +25,7 @@ def attention(
         Q_shared = T.alloc_shared((BM, Q_dim3), "float16")
         K_shared = T.alloc_shared((BN, Q_dim3), "float16")
         V_shared = T.alloc_shared((BN, V_dim3), "float16")
+        O_shared = T.alloc_shared((BM, V_dim3), "float16")
         S = T.alloc_fragment((BM, BN), "float32")
         P = T.alloc_fragment((BM, BN), "float16")
         m = T.alloc_fragment((BM,), "float32")
@@ -61,4 +62,5 @@ def attention(
             T.gemm(P, V_shared, O_local, policy=T.GemmWarpPolicy.FullRow)
         for i, j in T.Parallel(BM, V_dim3):
             O_local[i, j] = O_local[i, j] / l[i]
-        T.copy(O_local, O[bz, by, bx * BM, 0])
+        T.copy(O_local, O_shared)
+        T.copy(O_shared, O[bz, by, bx * BM, 0])
