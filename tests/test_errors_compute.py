@@ -110,3 +110,9 @@ def test_scalar_of_another_task_is_refused():
 def test_a_scalar_default_must_be_a_number():
     with pytest.raises(septran.FrontendError, match="parameter 'flag' must be a plain positional parameter"):
         load("bad_scalar_default")
+
+
+def test_tensor_of_another_task_is_refused():
+    with pytest.raises(septran.FrontendError) as info:
+        build_graph(load("bad_compute").make_leaked_tensor())
+    check(info.value, "bad_compute", "leaked tensor", "X is not a parameter of inner", "add X to inner's parameters")

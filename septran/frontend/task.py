@@ -277,8 +277,11 @@ def compute(out, fn: Callable) -> None:
     for node in el.nodes(value):
         if isinstance(node, el.IntExpr):  # sizes and offsets name the tiles they are about
             for leaf in leaves(node.expr):
-                if isinstance(leaf, (Dim, GlobalExtent, GlobalStart)) and by_sym[leaf.param] not in operands:
-                    operands.append(by_sym[leaf.param])
+                if isinstance(leaf, (Dim, GlobalExtent, GlobalStart)):
+                    if leaf.param not in by_sym:
+                        raise _foreign(leaf.param.name, frame, loc)
+                    if by_sym[leaf.param] not in operands:
+                        operands.append(by_sym[leaf.param])
             continue
         if isinstance(node, el.ScalarRef) and node.param not in frame.scalars:
             raise FrontendError(f"task.compute: {node.param.name} is a scalar of another task", loc,
@@ -286,6 +289,8 @@ def compute(out, fn: Callable) -> None:
         arg = getattr(node, "arg", None)
         if arg is None:
             continue
+        if arg not in frame.params:
+            raise _foreign(arg.name, frame, loc)
         if arg not in operands:
             operands.append(arg)
         k = operands.index(arg)
@@ -311,6 +316,11 @@ def compute(out, fn: Callable) -> None:
         meaning=f"{out_arg.name}[{', '.join(names)}] = {el.describe(value, name_of)}", batched=True,
     )
     frame.stmts.append(PrimCall("compute", tuple(operands), loc, sig=sig, expr=value))
+
+
+def _foreign(name: str, frame, loc) -> FrontendError:
+    return FrontendError(f"task.compute: {name} is not a parameter of {frame.task.name} (a tensor of another task, "
+                         "seen through Python's closure)", loc, hint=f"add {name} to {frame.task.name}'s parameters and launch it with it")
 
 
 def global_index(tile, axis: int, index) -> el.Elem:

@@ -75,3 +75,15 @@ def scaled(Y, X, s=1.0):
 def bad_scalar_arg(Y, X):
     task.launch(scaled, Y, X, "two")  # <- scalar arg
 
+
+
+def make_leaked_tensor():
+    @task.define
+    def outer(Y, X):
+        @task.define(leaf=True)
+        def inner(Y):
+            task.compute(Y, lambda i, j: X[i, j])  # <- leaked tensor
+
+        task.launch(inner, Y)
+
+    return outer
