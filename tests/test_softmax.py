@@ -94,3 +94,15 @@ def test_compute_indices_never_shadow_the_programs_names():
         src = kern.tilelang_source
     assert "for j in T.serial(" in src and "for i, j_2 in T.grid(BM, BN):" in src
     assert "j * BN + j_2 < X_dim1" in src
+
+
+@pytest.mark.parametrize("BM,BN", [(1, 1), (3, 7), (8, 64)])
+def test_any_tile_sizes(tmp_path, BM, BN):
+    """Tiles that divide nothing: rows and columns overhang in every combination, and the masks hold."""
+    text = mapping_path("cpu", "softmax").read_text().replace("{BM: 4, BN: 256}", f"{{BM: {BM}, BN: {BN}}}")
+    (tmp_path / "softmax.yaml").write_text(text)
+    kern = septran.compile(logic.softmax(True), mapping_file=tmp_path / "softmax.yaml")
+    gen = torch.Generator().manual_seed(BM * 100 + BN)
+    for rows, cols in [(5, 13), (2, 130)]:
+        x = torch.randn(rows, cols, generator=gen) * 4
+        assert_flash_rule(kern(x), torch.log_softmax(x, -1), torch.log_softmax(x, -1), f"{rows}x{cols} BM={BM} BN={BN}")

@@ -123,7 +123,8 @@ class Kernel:
         """The variant for given input shapes and dtypes, without running it.
 
         Each input is a tensor (any device, ``meta`` included) or a ``(shape, dtype)``
-        pair: ``kernel.specialize(A=((1024, 512), "float16"), B=((512, 256), "float16"))``.
+        pair: ``kernel.specialize(A=((1024, 512), "float16"), B=((512, 256), "float16"))``;
+        scalars (``eps=1e-6``) take their defaults unless given.
         """
         described = {}
         for a in self.inputs:
