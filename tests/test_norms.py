@@ -100,3 +100,12 @@ def test_cubin_has_no_spills(target, arch, op):
         shapes["B"] = ((4097,), "float16")
     usage = nvcc_resource_usage(kernel(op, target).specialize(**shapes).device_source, arch)
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
+
+
+def test_jit_with_a_scalar(monkeypatch):
+    """A notebook's @septran.jit over the RMSNorm logic: the mapping from SEPTRAN_MAPPING, eps by keyword."""
+    monkeypatch.setenv("SEPTRAN_MAPPING", str(mapping_path("cpu", "rmsnorm")))
+    rms = septran.jit(RMS.rmsnorm_logic)
+    x, w, _ = _inputs(4, 50, torch.float32, 5)
+    assert_flash_rule(rms(x, w, eps=0.5), rms_norm(x, w, 0.5), rms_norm(x, w, 0.5))
+    assert "T.float32(0.5)" in rms.tilelang_source
