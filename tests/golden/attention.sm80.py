@@ -10,8 +10,8 @@ Q_dim2 = 203  # problem size O.shape[2], Q.shape[2]
 V_dim3 = 64  # problem size O.shape[3], V.shape[3]
 Q_dim3 = 64  # problem size Q.shape[3], K.shape[3]
 K_dim2 = 331  # problem size K.shape[2], V.shape[2]
-BM = 64  # tunable BM = 64 (mappings/sm80/attention.yaml:12)
-BN = 64  # tunable BN = 64 (mappings/sm80/attention.yaml:12)
+BM = 128  # tunable BM = 128 (mappings/sm80/attention.yaml:13)
+BN = 32  # tunable BN = 32 (mappings/sm80/attention.yaml:13)
 
 
 @T.prim_func
@@ -21,7 +21,7 @@ def attention(
     V: T.Tensor((Q_dim0, Q_dim1, K_dim2, V_dim3), "float16"),
     O: T.Tensor((Q_dim0, Q_dim1, Q_dim2, V_dim3), "float16"),
 ):
-    with T.Kernel(T.ceildiv(Q_dim2, BM), Q_dim1, Q_dim0, threads=128) as (bx, by, bz):
+    with T.Kernel(T.ceildiv(Q_dim2, BM), Q_dim1, Q_dim0, threads=256) as (bx, by, bz):
         Q_shared = T.alloc_shared((BM, Q_dim3), "float16")
         K_shared = T.alloc_shared((BN, Q_dim3), "float16")
         V_shared = T.alloc_shared((BN, V_dim3), "float16")
