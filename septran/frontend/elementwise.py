@@ -149,11 +149,24 @@ def as_elem(value) -> Elem:
 def children(e: Elem) -> tuple[Elem, ...]:
     if isinstance(e, Bin):
         return (e.lhs, e.rhs)
-    if isinstance(e, Neg):
+    if isinstance(e, (Neg, AsFloat)):
         return (e.operand,)
     if isinstance(e, Call):
         return e.args
     return ()
+
+
+def map_leaves(e: Elem, fn) -> Elem:
+    """``e`` rebuilt with every leaf (a load, a number, a position...) replaced by ``fn(leaf)``."""
+    if isinstance(e, Bin):
+        return Bin(e.op, map_leaves(e.lhs, fn), map_leaves(e.rhs, fn))
+    if isinstance(e, Neg):
+        return Neg(map_leaves(e.operand, fn))
+    if isinstance(e, AsFloat):
+        return AsFloat(map_leaves(e.operand, fn))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(map_leaves(a, fn) for a in e.args))
+    return fn(e)
 
 
 def nodes(e: Elem):
@@ -232,21 +245,17 @@ _MATH = {
 
 def rename_indices(e: Elem, rename: dict) -> Elem:
     """``e`` with the compute's index names replaced (the lowering avoids names the program uses)."""
-    if isinstance(e, Load):
-        return Load(e.arg, tuple(rename.get(i, i) for i in e.idx))
-    if isinstance(e, Position):
-        return Position(e.start, rename.get(e.idx, e.idx))
-    if isinstance(e, GlobalIndex):
-        return GlobalIndex(e.arg, e.axis, rename.get(e.idx, e.idx))
-    if isinstance(e, Bin):
-        return Bin(e.op, rename_indices(e.lhs, rename), rename_indices(e.rhs, rename))
-    if isinstance(e, Neg):
-        return Neg(rename_indices(e.operand, rename))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(rename_indices(a, rename) for a in e.args))
-    if isinstance(e, AsFloat):
-        return AsFloat(rename_indices(e.operand, rename))
-    return e
+
+    def leaf(x: Elem) -> Elem:
+        if isinstance(x, Load):
+            return Load(x.arg, tuple(rename.get(i, i) for i in x.idx))
+        if isinstance(x, Position):
+            return Position(x.start, rename.get(x.idx, x.idx))
+        if isinstance(x, GlobalIndex):
+            return GlobalIndex(x.arg, x.axis, rename.get(x.idx, x.idx))
+        return x
+
+    return map_leaves(e, leaf)
 
 
 def describe(e: Elem, name_of) -> str:

@@ -12,16 +12,10 @@ from __future__ import annotations
 from septran.errors import LoweringError
 from septran.expr import Dim, Expr, GlobalExtent, GlobalStart, Var, leaves, substitute
 from septran.frontend import elementwise as el
-from septran.frontend.ir import Launch, Param, PrimCall, TaskDef, TileRef, walk
+from septran.frontend.ir import Launch, Param, PrimCall, TaskDef, root_param, walk
 from septran.lowering import tile_ir as ir
 from septran.lowering.tile_ir import Why
 from septran.mapping.schema import InstanceMapping
-
-
-def _root_name(arg) -> str:
-    while isinstance(arg, TileRef):
-        arg = arg.partition.source
-    return arg.name
 
 
 class LeafCalls:
@@ -44,7 +38,7 @@ class LeafCalls:
             if not isinstance(arg, Param):
                 raise LoweringError(f"a bound leaf must call {prim.name!r} on its parameters, not on tiles of them", prim.loc)
             view = by_param[arg.name]
-            caller_param = _root_name(launch.args[leaf.params.index(arg)])
+            caller_param = root_param(launch.args[leaf.params.index(arg)]).name
             if sig.ranks[k] is not None and len(view.extents) != sig.ranks[k]:
                 raise LoweringError(
                     f"{impl.name} takes {pname} as a {sig.ranks[k]}-D tile, but {inst.name} hands it a "
@@ -113,21 +107,6 @@ class LeafCalls:
                 raise LoweringError(f"{what}({arg.name}, {axis}): {arg.name} has {len(view.origin)} dimensions", prim.loc)
             return view
 
-        def resolve(e: el.Elem) -> el.Elem:
-            if isinstance(e, el.GlobalIndex):
-                return el.Position(view_of(e.arg, e.axis, "global_index").origin[e.axis][0], e.idx)
-            if isinstance(e, el.IntExpr):
-                return e
-            if isinstance(e, el.ScalarRef):
-                return el.Num(by_param[e.param.name])
-            if isinstance(e, el.Bin):
-                return el.Bin(e.op, resolve(e.lhs), resolve(e.rhs))
-            if isinstance(e, el.Neg):
-                return el.Neg(resolve(e.operand))
-            if isinstance(e, el.Call):
-                return el.Call(e.fn, tuple(resolve(a) for a in e.args))
-            return e
-
         def integer(e: Expr) -> el.Size:
             env = {}
             for leaf in leaves(e):
@@ -146,18 +125,17 @@ class LeafCalls:
             except KeyError:
                 return el.Size(out, None)  # depends on where the program is (a block index)
 
-        def resolve_int(e: el.Elem) -> el.Elem:
+        def resolve(e: el.Elem) -> el.Elem:
+            """Positions, sizes and scalars become what this program knows of them."""
+            if isinstance(e, el.GlobalIndex):
+                return el.Position(view_of(e.arg, e.axis, "global_index").origin[e.axis][0], e.idx)
             if isinstance(e, el.IntExpr):
                 return integer(e.expr)
-            if isinstance(e, el.Bin):
-                return el.Bin(e.op, resolve_int(e.lhs), resolve_int(e.rhs))
-            if isinstance(e, el.Neg):
-                return el.Neg(resolve_int(e.operand))
-            if isinstance(e, el.Call):
-                return el.Call(e.fn, tuple(resolve_int(a) for a in e.args))
+            if isinstance(e, el.ScalarRef):
+                return el.Num(by_param[e.param.name])
             return e
 
-        value = el.rename_indices(el.fold(resolve_int(resolve(prim.expr))), rename)
+        value = el.rename_indices(el.fold(el.map_leaves(prim.expr, resolve)), rename)
         out_name = prim.signature.params[0]
         out = regions[out_name]
         if out.whole and isinstance(value, el.Num):

@@ -26,7 +26,8 @@ from typing import Mapping, Optional
 
 from septran.errors import LoweringError, SourceLoc
 from septran.expr import BinOp, Const, Dim, Expr, GlobalExtent, GlobalStart, Sym, Tunable, Var, evaluate, leaves, simplify, substitute
-from septran.frontend.ir import Arg, Launch, Loop, Param, PrimCall, Privilege, TaskDef, TaskGraph, Temp, TileRef, walk
+from septran.frontend.ir import (Arg, Launch, Loop, Param, PrimCall, Privilege, ScalarParam, TaskDef, TaskGraph, Temp,
+                                 root_param, walk)
 from septran.frontend.shapes import ShapeRelations
 from septran.lowering import tile_ir as ir
 from septran.lowering.leaf_calls import LeafCalls
@@ -389,11 +390,11 @@ class _Lowerer(LeafCalls):
         for stmt, _ in walk(task.body):
             if isinstance(stmt, PrimCall):
                 sig = stmt.signature
-                if any(_root_name(a) == param and sig.privileges[k] is Privilege.REDUCE for k, a in enumerate(stmt.args)):
+                if any(root_param(a).name == param and sig.privileges[k] is Privilege.REDUCE for k, a in enumerate(stmt.args)):
                     return True
             elif isinstance(stmt, Launch):
                 callee = self.graph.tasks[stmt.callee]
-                if any(_root_name(a) == param and self._reduced_into(callee, callee.params[k].name)
+                if any(root_param(a).name == param and self._reduced_into(callee, callee.params[k].name)
                        for k, a in enumerate(stmt.args)):
                     return True
         return False
@@ -420,7 +421,7 @@ class _Lowerer(LeafCalls):
     def _stage(self, view: View, arg: Arg, priv: Privilege, inst, task, scopes, staged, launch: Launch, keep=None) -> View:
         """Stages ``view`` where the instance's mems put it; ``keep``: the rank a leaf operand needs
         (leading dimensions of one element, a batch of one, are dropped from the staged buffer)."""
-        param = _root_name(arg)
+        param = root_param(arg).name
         space = inst.mems.get(param)
         if space is None or space.value == view.space or priv is Privilege.NONE:
             return view  # already there, or only where it sits is used (task.global_index)
@@ -596,14 +597,8 @@ def _scalars(launch: Launch, callee: TaskDef, views) -> dict[str, float]:
     out = {}
     for k, sp in enumerate(callee.scalars):
         arg = launch.scalars[k] if k < len(launch.scalars) else sp.default
-        out[sp.name] = views[arg.name] if hasattr(arg, "name") else float(arg)
+        out[sp.name] = views[arg.name] if isinstance(arg, ScalarParam) else float(arg)
     return out
-
-
-def _root_name(arg: Arg) -> str:
-    while isinstance(arg, TileRef):
-        arg = arg.partition.source
-    return arg.name
 
 
 def _fold_same_ceildiv(e: Expr) -> Expr:
