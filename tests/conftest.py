@@ -1,6 +1,7 @@
 """Shared fixtures: repository paths, golden files, markers for optional hardware/tools."""
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 
@@ -37,6 +38,29 @@ def assert_gemm_close(out, a, b) -> None:
     torch_err = ((a.float() @ b.float()).to(a.dtype).double() - ref).abs().max().item()
     err = (out.double() - ref).abs().max().item()
     assert err <= 2 * torch_err + 1e-5, f"max |C - ref| = {err:.3e}, torch's = {torch_err:.3e}"
+
+
+def edited_mapping(tmp_path: Path, target: str, op: str, *edits: tuple[str, str]) -> Path:
+    """mappings/<target>/<op>.yaml with each ``(old, new)`` replaced (``old`` must be there), written under tmp_path."""
+    text = mapping_path(target, op).read_text()
+    for old, new in edits:
+        assert old in text, f"{old!r} is not in mappings/{target}/{op}.yaml"
+        text = text.replace(old, new)
+    path = tmp_path / f"{op}.yaml"
+    path.write_text(text)
+    return path
+
+
+# Leaves a single-leaf test logic binds in place of softmax's three (which also drops softmax's temps).
+SOFTMAX_WITHOUT_TEMPS = (", m: LOCAL, m_prev: LOCAL, l: LOCAL, S: LOCAL", "")
+
+
+def load_module(path: Path):
+    """A Python file (an example's logic, a run script, a benchmark) as a module, without importing it by name."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def assert_flash_rule(out, ref, torch_out, what: str = "") -> None:

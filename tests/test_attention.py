@@ -1,20 +1,17 @@
 """FlashAttention forward (examples/attention): CPU numerics, code for every target, parity with TileLang's own."""
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
 import torch
 
 import septran
-from conftest import REPO, assert_flash_rule, mapping_path, needs_nvcc
+from conftest import REPO, assert_flash_rule, edited_mapping, load_module, mapping_path, needs_nvcc
 from reference.handwritten_attention import tilelang_example
 from support.cuda_tools import canonical_names, lower_device_source, normalize_cuda, nvcc_resource_usage
 
-_spec = importlib.util.spec_from_file_location("attention_logic_module", REPO / "examples" / "attention" / "attention.py")
-logic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(logic)
+logic = load_module(REPO / "examples" / "attention" / "attention.py")
 
 KERNELS: dict = {}
 
@@ -116,10 +113,8 @@ def test_sm90_cuda_equals_tilelangs_own_example(causal, seq_q, seq_kv):
 def test_output_through_shared_is_the_mappings_choice(tmp_path):
     """Without `copy: {O: {via: SHARED}}` the output goes from registers straight to global memory: the
     same kernel but for the final store (no O_shared)."""
-    text = mapping_path("sm90", "attention").read_text()
-    assert "copy: {O: {via: SHARED}}" in text
-    (tmp_path / "attention.yaml").write_text(text.replace("copy: {O: {via: SHARED}}", ""))
-    direct = septran.compile(logic.attention(False), mapping_file=tmp_path / "attention.yaml").specialize(**SM90)
+    path = edited_mapping(tmp_path, "sm90", "attention", ("copy: {O: {via: SHARED}}", ""))
+    direct = septran.compile(logic.attention(False), mapping_file=path).specialize(**SM90)
     via = kernel(False, "sm90").specialize(**SM90)
     assert "O_shared" in via.tilelang_source and "O_shared" not in direct.tilelang_source
     assert "T.copy(O_local, O_shared)\n        T.copy(O_shared, O[bz, by, bx * BM, 0])" in via.tilelang_source
@@ -127,12 +122,11 @@ def test_output_through_shared_is_the_mappings_choice(tmp_path):
 
 
 def test_via_must_name_an_on_chip_memory(tmp_path):
-    text = mapping_path("sm90", "attention").read_text().replace("{O: {via: SHARED}}", "{O: {via: GLOBAL}}")
-    (tmp_path / "attention.yaml").write_text(text)
+    path = edited_mapping(tmp_path, "sm90", "attention", ("{O: {via: SHARED}}", "{O: {via: GLOBAL}}"))
     with pytest.raises(septran.MappingError) as info:
-        septran.compile(logic.attention(False), mapping_file=tmp_path / "attention.yaml")
+        septran.compile(logic.attention(False), mapping_file=path)
     assert "attn_block.copy.O.via: BLOCK on sm90 cannot stage a transfer through GLOBAL" in str(info.value)
-    assert "via: GLOBAL" in text.splitlines()[info.value.loc.line - 1]
+    assert "via: GLOBAL" in path.read_text().splitlines()[info.value.loc.line - 1]
 
 
 def test_head_dim_the_tensor_cores_cannot_take_is_refused():

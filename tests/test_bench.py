@@ -1,17 +1,13 @@
 """The benchmark's code paths stay working (timings belong to the benchmark, not here)."""
 from __future__ import annotations
 
-import importlib.util
 
 import septran
-from conftest import GEMM_LOGIC, REPO, mapping_path, needs_nvcc
+from conftest import GEMM_LOGIC, REPO, load_module, mapping_path, needs_nvcc
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_gemm", REPO / "bench" / "gemm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(REPO / "bench" / "gemm.py")
 
 
 def test_bench_runs_on_cpu():
@@ -28,10 +24,7 @@ def test_bench_builds_the_handwritten_sm90_baseline():
 
 
 def _attention_bench():
-    spec = importlib.util.spec_from_file_location("bench_attention", REPO / "bench" / "attention.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(REPO / "bench" / "attention.py")
 
 
 def test_attention_bench_runs_on_cpu():

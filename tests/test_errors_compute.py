@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import septran
-from conftest import REPO, forbid_tilelang, mapping_path
+from conftest import SOFTMAX_WITHOUT_TEMPS, REPO, edited_mapping, forbid_tilelang
 from septran.frontend import build_graph
 from test_errors_logic import check, load
 
@@ -30,11 +30,8 @@ def test_compute_and_temp_errors(function, marker, phrases):
 
 
 def _softmax_mapping(tmp_path, old: str, new: str):
-    text = mapping_path("cpu", "softmax").read_text()
-    assert old in text
-    path = tmp_path / "softmax.yaml"
-    path.write_text(text.replace(old, new))
-    return path, text.replace(old, new).splitlines()
+    path = edited_mapping(tmp_path, "cpu", "softmax", (old, new))
+    return path, path.read_text().splitlines()
 
 
 def test_temp_without_a_memory_is_refused_at_the_mems_line(tmp_path, monkeypatch):
@@ -66,7 +63,7 @@ def test_binding_must_implement_every_primitive_of_the_leaf(tmp_path):
     assert "gemm_leaf_cpu" in lines[info.value.loc.line - 1]
 
 
-def test_global_size_past_the_rank_is_refused():
+def test_global_size_past_the_rank_is_refused(tmp_path):
     from septran import task
 
     @task.define(leaf=True)
@@ -87,18 +84,11 @@ def test_global_size_past_the_rank_is_refused():
         for i in task.parallel_range(Yp.shape[0]):
             task.launch(rows, Yp[i, 0], Xp[i, 0])
 
-    text = mapping_path("cpu", "softmax").read_text().replace("softmax_rows", "rows")
-    text = text.replace(", m: LOCAL, m_prev: LOCAL, l: LOCAL, S: LOCAL", "")
-    text = text.replace("{softmax_start: tile_loops, softmax_stats: tile_loops, softmax_write: tile_loops}", "{far: tile_loops}")
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "softmax.yaml"
-        path.write_text(text)
-        kernel = septran.compile(softmax_logic, mapping_file=path)
-        with pytest.raises(septran.LoweringError, match=r"global_size\(X, 5\): the tile has 2 dimensions"):
-            kernel.specialize(X=((4, 300), "float32"))
+    path = edited_mapping(tmp_path, "cpu", "softmax", ("softmax_rows", "rows"), SOFTMAX_WITHOUT_TEMPS,
+                          ("{softmax_start: tile_loops, softmax_stats: tile_loops, softmax_write: tile_loops}", "{far: tile_loops}"))
+    kernel = septran.compile(softmax_logic, mapping_file=path)
+    with pytest.raises(septran.LoweringError, match=r"global_size\(X, 5\): the tile has 2 dimensions"):
+        kernel.specialize(X=((4, 300), "float32"))
 
 
 def test_scalar_of_another_task_is_refused():

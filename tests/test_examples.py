@@ -1,19 +1,11 @@
 """Every example is a test: each script's main() runs and checks itself."""
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
 
-from conftest import REPO
-
-
-def _load(path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from conftest import REPO, load_module as _load
 
 
 def test_run_gemm_on_cpu(monkeypatch, capsys):

@@ -1,18 +1,15 @@
 """GEMM with a fused epilogue (bias, then relu / gelu / silu) and the transposed-A / -B variants."""
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 import torch
 
 import septran
-from conftest import REPO, mapping_path, needs_nvcc
+from conftest import REPO, load_module, mapping_path, needs_nvcc
 from support.cuda_tools import nvcc_resource_usage
 
-spec = importlib.util.spec_from_file_location("gemm_epilogue", REPO / "examples" / "gemm_epilogue" / "gemm_epilogue.py")
-logic = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(logic)
+logic = load_module(REPO / "examples" / "gemm_epilogue" / "gemm_epilogue.py")
 
 ACTIVATIONS = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}
 LAYOUTS = {"nn": (False, False), "tn": (True, False), "nt": (False, True)}

@@ -1,24 +1,17 @@
 """LayerNorm and RMSNorm (examples/layernorm, examples/rmsnorm): numerics on the CPU, code for every target."""
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 import torch
 
 import septran
-from conftest import REPO, assert_flash_rule, mapping_path, needs_nvcc
+from conftest import REPO, assert_flash_rule, load_module, mapping_path, needs_nvcc
 from support.cuda_tools import nvcc_resource_usage
 
 
-def _load(op: str):
-    spec = importlib.util.spec_from_file_location(f"{op}_logic_module", REPO / "examples" / op / f"{op}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-LN, RMS = _load("layernorm"), _load("rmsnorm")
+LN = load_module(REPO / "examples" / "layernorm" / "layernorm.py")
+RMS = load_module(REPO / "examples" / "rmsnorm" / "rmsnorm.py")
 KERNELS: dict = {}
 
 

@@ -1,18 +1,15 @@
 """Softmax and log-softmax (examples/softmax): numerics on the CPU, generated code for every target."""
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 import torch
 
 import septran
-from conftest import REPO, assert_flash_rule, mapping_path, needs_nvcc
+from conftest import SOFTMAX_WITHOUT_TEMPS, REPO, assert_flash_rule, edited_mapping, load_module, mapping_path, needs_nvcc
 from support.cuda_tools import nvcc_resource_usage
 
-_spec = importlib.util.spec_from_file_location("softmax_logic_module", REPO / "examples" / "softmax" / "softmax.py")
-logic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(logic)
+logic = load_module(REPO / "examples" / "softmax" / "softmax.py")
 
 KERNELS: dict = {}
 
@@ -58,7 +55,7 @@ def test_cubin_has_no_spills(target, arch, log):
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
 
 
-def test_compute_indices_never_shadow_the_programs_names():
+def test_compute_indices_never_shadow_the_programs_names(tmp_path):
     """A compute's `lambda i, j` inside `for j in task.range(...)`: the loop over elements gets other names,
     so `global_index(X, 1, j)` still means the tile's start plus the element's column."""
     from septran import task
@@ -81,17 +78,12 @@ def test_compute_indices_never_shadow_the_programs_names():
         for i in task.parallel_range(Yp.shape[0]):
             task.launch(softmax_rows, Yp[i, 0], Xp[i, 0])
 
-    text = mapping_path("cpu", "softmax").read_text().replace(", m: LOCAL, m_prev: LOCAL, l: LOCAL, S: LOCAL", "")
-    text = text.replace("{softmax_start: tile_loops, softmax_stats: tile_loops, softmax_write: tile_loops}", "{shift: tile_loops}")
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "m.yaml").write_text(text)
-        kern = septran.compile(softmax_logic, mapping_file=Path(tmp) / "m.yaml")
-        x = torch.randn(5, 600)
-        assert torch.equal(kern(x), x + 1.0)
-        src = kern.tilelang_source
+    path = edited_mapping(tmp_path, "cpu", "softmax", SOFTMAX_WITHOUT_TEMPS,
+                          ("{softmax_start: tile_loops, softmax_stats: tile_loops, softmax_write: tile_loops}", "{shift: tile_loops}"))
+    kern = septran.compile(softmax_logic, mapping_file=path)
+    x = torch.randn(5, 600)
+    assert torch.equal(kern(x), x + 1.0)
+    src = kern.tilelang_source
     assert "for j in T.serial(" in src and "for i, j_2 in T.grid(BM, BN):" in src
     assert "j * BN + j_2 < X_dim1" in src
 
@@ -99,9 +91,8 @@ def test_compute_indices_never_shadow_the_programs_names():
 @pytest.mark.parametrize("BM,BN", [(1, 1), (3, 7), (8, 64)])
 def test_any_tile_sizes(tmp_path, BM, BN):
     """Tiles that divide nothing: rows and columns overhang in every combination, and the masks hold."""
-    text = mapping_path("cpu", "softmax").read_text().replace("{BM: 4, BN: 256}", f"{{BM: {BM}, BN: {BN}}}")
-    (tmp_path / "softmax.yaml").write_text(text)
-    kern = septran.compile(logic.softmax(True), mapping_file=tmp_path / "softmax.yaml")
+    path = edited_mapping(tmp_path, "cpu", "softmax", ("{BM: 4, BN: 256}", f"{{BM: {BM}, BN: {BN}}}"))
+    kern = septran.compile(logic.softmax(True), mapping_file=path)
     gen = torch.Generator().manual_seed(BM * 100 + BN)
     for rows, cols in [(5, 13), (2, 130)]:
         x = torch.randn(rows, cols, generator=gen) * 4
