@@ -409,13 +409,11 @@ class _Lowerer(LeafCalls):
         if t.dtype_of is not None:
             dtype = self._dtypes[views[t.dtype_of].of]
         else:
-            dtype = inst.accum_dtype.value if inst.accum_dtype is not None else "float32"
+            dtype = _accum_dtype(inst)
         sym = Sym(self._unique(t.name))
         why = Why(f"temp {t.name} of {task.name}: {'x'.join(str(self._value(e)) for e in shape)} {dtype} in {space.value} "
                   f"({inst.name}.mems)", mapping=space.loc, logic=t.loc)
-        self._new_buffer(sym, shape, dtype, mem, why)
-        self._stages_of[sym] = 1
-        self._space_loc[sym] = space.loc
+        self._new_buffer(sym, shape, dtype, mem, why, space.loc)
         return View(sym, tuple(Const(0) for _ in shape), shape, space.value, True, tuple((Const(0), e) for e in shape))
 
     def _stage(self, view: View, arg: Arg, priv: Privilege, inst, task, scopes, staged, launch: Launch, keep=None) -> View:
@@ -444,14 +442,12 @@ class _Lowerer(LeafCalls):
             reduce_first = priv is Privilege.REDUCE
             dtype = self._dtypes[view.of]
             if reduce_first or self._reduced_into(task, param):  # an accumulator, whatever comes first
-                dtype = inst.accum_dtype.value if inst.accum_dtype is not None else "float32"
+                dtype = _accum_dtype(inst)
             sym = Sym(self._unique(f"{param}_{mem.suffix}"))
             why = Why(f"{param} of {task.name} lives in {space.value} ({inst.name}.mems); "
                       f"{'accumulates' if reduce_first else 'holds'} one {'x'.join(str(self._value(e)) for e in shape)} tile",
                       mapping=space.loc, logic=launch.loc)
-            buf = self._new_buffer(sym, shape, dtype, mem, why)
-            self._stages_of[sym] = scope.stages if mem.per_stage else 1
-            self._space_loc[sym] = space.loc
+            buf = self._new_buffer(sym, shape, dtype, mem, why, space.loc, stages=scope.stages)
             entry = _Staged(buf, scope)
             staged[key] = entry
             tile = View(sym, zeros, shape, space.value, True, view.origin)
@@ -483,9 +479,7 @@ class _Lowerer(LeafCalls):
         outer = src if self.target.memories[src.space].is_global else dst
         sym = Sym(self._unique(f"{param}_{mem.suffix}"))
         buf_why = Why(f"{param} of {task.name} passes through {via.value} ({inst.name}.copy.{param}.via)", mapping=via.loc)
-        self._new_buffer(sym, shape, self._dtypes[outer.of], mem, buf_why)
-        self._stages_of[sym] = 1
-        self._space_loc[sym] = via.loc
+        self._new_buffer(sym, shape, self._dtypes[outer.of], mem, buf_why, via.loc)
         mid = View(sym, tuple(Const(0) for _ in shape), shape, via.value, True, src.origin)
         hop = Why(why.text + f", through {via.value}", mapping=via.loc, logic=why.logic)
         if outer is src:
@@ -493,9 +487,13 @@ class _Lowerer(LeafCalls):
         return [self._copy(src, mid, (), hop), self._copy(mid, dst, options, hop)]
 
     # data movement: TileLang's own, or a vendor's calls for memories TileLang does not know -----
-    def _new_buffer(self, sym: Sym, shape, dtype: str, mem, why: Why) -> ir.Buffer:
+    def _new_buffer(self, sym: Sym, shape, dtype: str, mem, why: Why, loc: SourceLoc, stages: int = 1) -> ir.Buffer:
+        """A buffer in ``mem``; ``loc``: the mapping line that put it there (for capacity errors); ``stages``: the
+        pipeline stages of the loop it is loaded in (a memory that is per_stage holds one copy each)."""
         self._dtypes[sym] = dtype
         self._shapes[sym] = tuple(shape)
+        self._stages_of[sym] = stages if mem.per_stage else 1
+        self._space_loc[sym] = loc
         if not mem.placed:
             buf = ir.Buffer(sym, tuple(shape), dtype, mem.name, mem.alloc, why)
         else:
@@ -573,6 +571,11 @@ class _Lowerer(LeafCalls):
                     self._space_loc[biggest.sym],
                     hint="use smaller tunables or fewer pipeline stages",
                 )
+
+
+def _accum_dtype(inst: InstanceMapping) -> str:
+    """What an instance accumulates in: its accum_dtype, float32 by default."""
+    return inst.accum_dtype.value if inst.accum_dtype is not None else "float32"
 
 
 def _prod(xs) -> int:
