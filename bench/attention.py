@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ sys.path.insert(0, str(REPO / "examples"))
 sys.path.insert(0, str(REPO / "examples" / "attention"))
 
 import septran  # noqa: E402
+from septran.runtime import build  # noqa: E402
 from attention import attention  # noqa: E402
 from reference.handwritten_attention import tilelang_example  # noqa: E402
 from runner import median_seconds  # noqa: E402
@@ -32,16 +32,13 @@ from runner import median_seconds  # noqa: E402
 
 def handwritten(kernel, shape, causal: bool):
     """TileLang's example with the mapping's block sizes, stages and threads, built like SepTran's kernels."""
-    import tilelang
-
     tgt = kernel.target
     consts = {c.sym.name: c.value for c in kernel._last.program.consts}
     block = next(i for i in kernel.mapping.instances.values() if i.proc.value != "HOST")
     b, h, sq, sk, d = shape
     func = tilelang_example(b, h, sq, sk, d, causal, consts["BM"], consts["BN"],
                             block.pipeline.value if block.pipeline else 1, block.threads.value)
-    return tilelang.compile(func, target=dict(tgt.tilelang_target), execution_backend=tgt.execution_backend,
-                            pass_configs=dict(tgt.pass_configs) or None)
+    return build.compile_kernel(func, tgt, "TileLang's example_mha_fwd_bhsd")
 
 
 def main(target: str, dtype: str, shapes, causal: bool, repeats: int) -> list[dict]:

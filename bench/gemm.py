@@ -21,6 +21,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "examples"))
 
 import septran  # noqa: E402
+from septran.runtime import build  # noqa: E402
 from reference.handwritten_gemm import handwritten_gemm, handwritten_gemm_cpu  # noqa: E402
 from runner import median_seconds  # noqa: E402
 
@@ -31,8 +32,6 @@ def median_ms(fn, repeats: int, device: str) -> float:
 
 def handwritten(kernel, n: int, dtype: str):
     """The hand-written TileLang kernel with the mapping's tile sizes, stages and threads, built like SepTran's."""
-    import tilelang
-
     consts = {c.sym.name: c.value for c in kernel._last.program.consts}
     tgt = kernel.target
     block = next(i for i in kernel.mapping.instances.values() if i.proc.value != "HOST")
@@ -42,10 +41,7 @@ def handwritten(kernel, n: int, dtype: str):
                                 threads=block.threads.value, dtype=dtype)
     else:
         func = handwritten_gemm_cpu(n, n, n, consts["BM"], consts["BN"], consts["BK"], dtype=dtype)
-    flags = list(tgt.compile_flags) or None
-    return tilelang.compile(func, target=dict(tgt.tilelang_target) if not isinstance(tgt.tilelang_target, str) else tgt.tilelang_target,
-                            execution_backend=tgt.execution_backend, compile_flags=flags,
-                            pass_configs=dict(tgt.pass_configs) or None)
+    return build.compile_kernel(func, tgt, "the hand-written GEMM")
 
 
 def main(target: str, dtype: str, sizes, repeats: int) -> list[dict]:
