@@ -7,6 +7,7 @@ line with a caret, and says what to do, in the way Triton's
 """
 from __future__ import annotations
 
+import contextlib
 import linecache
 from dataclasses import dataclass
 
@@ -89,4 +90,27 @@ class DeviceError(SepTranError):
 
 
 class InternalError(Exception):
-    """A bug in SepTran itself: please report it with the message."""
+    """A bug in SepTran itself: please report it with the message.
+
+    Names the stage that failed and the input that made it fail, so that a
+    report can be reproduced; the original exception is its ``__cause__``.
+    """
+
+    def __init__(self, stage: str, message: str, inputs: str = ""):
+        self.stage, self.message, self.inputs = stage, message, inputs
+        text = f"internal error in SepTran's {stage}: {message}"
+        if inputs:
+            text += f"\n  while compiling: {inputs}"
+        text += "\n  this is a bug in SepTran, not in your logic or mapping; please report it with this message"
+        super().__init__(text)
+
+
+@contextlib.contextmanager
+def internal_errors(stage: str, inputs: str = ""):
+    """Re-raises any exception that is not a ``SepTranError`` as an ``InternalError`` of ``stage``."""
+    try:
+        yield
+    except SepTranError:
+        raise
+    except Exception as err:
+        raise InternalError(stage, f"{type(err).__name__}: {err}", inputs) from err

@@ -74,6 +74,9 @@ class LeafImpl:
     templates: Mapping[str, str]  # what it implements -> TileLang, with {C}, {A}, ... for the arguments
     loc: SourceLoc
     flags: tuple[str, ...] = ()  # primitive flags it can honour (transpose_A, ...), rendered at {flags}
+    accum_dtypes: tuple[str, ...] = ()  # the accumulator types it takes (empty: any the target has)
+    # memory -> the element types an operand it reads may have there (fp32 fragments cannot feed a tensor-core gemm)
+    dtypes_in: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     def runs(self, prim) -> bool:
         return prim.name in self.implements or prim.kind in self.implements
@@ -109,6 +112,7 @@ class Target:
     # The most pipeline stages TileLang can give a loop whose trip count is not a constant (None: no limit).
     dynamic_pipeline_stages: Optional[int] = None
     vendor: Optional[Vendor] = None
+    copy_options: tuple[str, ...] = ()  # the T.copy keywords a mapping's `copy:` may pass (besides `via`)
 
     @property
     def has_threads(self) -> bool:
@@ -185,6 +189,8 @@ def load_target_file(path: Path) -> Target:
             flags=tuple(lp.get("flags", ())),
             templates=MappingProxyType(dict(templates)),
             loc=leaf.loc,
+            accum_dtypes=tuple(lp.get("accum_dtypes", ())),
+            dtypes_in=MappingProxyType({k: tuple(v) for k, v in lp.get("dtypes_in", {}).items()}),
         )
     threads = _plain(d["threads"]) if "threads" in d else None
     vendor = None
@@ -221,6 +227,7 @@ def load_target_file(path: Path) -> Target:
         dtype_codes=MappingProxyType(_plain(d["dtype_codes"]) if "dtype_codes" in d else {}),
         dynamic_pipeline_stages=_plain(d["dynamic_pipeline_stages"]) if "dynamic_pipeline_stages" in d else None,
         vendor=vendor,
+        copy_options=tuple(_plain(d["copy_options"])) if "copy_options" in d else (),
     )
 
 

@@ -82,9 +82,10 @@ def test_dump_dir_gets_every_stage(monkeypatch, tmp_path):
     torch.testing.assert_close(kernel(a, b), a @ b)
     names = sorted(p.name for p in tmp_path.iterdir())
     stem = "gemm_host.cpu.20x8_20x12_12x8.float32"
-    assert names == sorted(f"{stem}.{s}" for s in ("device.c", "taskgraph.txt", "tileprogram.txt", "tilelang.py"))
+    passes = ("00-taskgraph", "01-constants", "02-flatten", "03-verify", "04-stage", "05-place", "06-tileprogram")
+    assert names == sorted([f"{stem}.{s}.txt" for s in passes] + [f"{stem}.device.c", f"{stem}.tilelang.py"])
     assert (tmp_path / f"{stem}.tilelang.py").read_text() == kernel.tilelang_source
-    assert "task gemm_block_logic(C: reduce" in (tmp_path / f"{stem}.taskgraph.txt").read_text()
+    assert "task gemm_block_logic(C: reduce" in (tmp_path / f"{stem}.00-taskgraph.txt").read_text()
     assert "int32_t gemm_host_kernel" in (tmp_path / f"{stem}.device.c").read_text()
 
 

@@ -1,4 +1,4 @@
 """Emission: tile program -> readable TileLang source."""
-from septran.emit_tilelang.emitter import display_path, emit
+from septran.emit_tilelang.emitter import comment_text, emit
 
-__all__ = ["emit", "display_path"]
+__all__ = ["emit", "comment_text"]

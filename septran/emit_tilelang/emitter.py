@@ -6,7 +6,6 @@ it is exactly what gets compiled.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from septran.expr import BinOp, Const, Expr, Var
@@ -18,15 +17,16 @@ _PREC = {"+": 1, "-": 1, "*": 2, "//": 2}
 _REPO = Path(__file__).resolve().parents[2]
 
 
-def display_path(path: str) -> str:
-    """A path as a reader of the generated file wants it: relative to the repository when inside it."""
-    p = Path(path).resolve()
-    for base in (Path.cwd().resolve(), _REPO):
-        try:
-            return str(p.relative_to(base))
-        except ValueError:
-            continue
-    return str(p)
+def comment_text(path: str) -> str:
+    """A file's name for a comment of the generated program: relative to the repository when inside it,
+    else its base name (so the text never depends on the working directory), printable ASCII only (a
+    newline in a user's path must never end the comment)."""
+    p = Path(path)
+    try:
+        text = str(p.resolve().relative_to(_REPO))
+    except (ValueError, OSError):
+        text = p.name
+    return "".join(c if " " <= c <= "~" else "?" for c in text)
 
 
 def expr(e: Expr, parent: int = 0) -> str:
@@ -139,7 +139,10 @@ _FUNCTIONS = {"exp": "T.exp", "exp2": "T.exp2", "log": "T.log", "log2": "T.log2"
 _ELEM_PREC = {"<": 0, "<=": 0, ">": 0, ">=": 0, "+": 1, "-": 1, "*": 2, "/": 2}
 
 
-def _number(v: float) -> str:
+def number(v: float) -> str:
+    """A float32 constant as TileLang reads it (NaN and the infinities included)."""
+    if v != v:
+        return 'T.float32(float("nan"))'
     if v == float("inf"):
         return 'T.infinity("float32")'
     if v == float("-inf"):
@@ -147,52 +150,33 @@ def _number(v: float) -> str:
     return f"T.float32({v!r})"
 
 
-def _element(e: el.Elem, names: dict, parent: int = 0) -> str:
-    """An element expression as TileLang: loads of buffers, T.exp, T.if_then_else, ..."""
+def _element(e: el.Elem, placed: dict, parent: int = 0) -> str:
+    """An element expression as TileLang: buffer elements, T.exp, T.if_then_else, casts the lowering chose."""
     if isinstance(e, el.Num):
-        text = _number(e.value)
+        text = number(e.value)
         return f"({text})" if text.startswith("-") and parent > 0 else text
-    if isinstance(e, el.Load):
-        name, dtype = names[e.arg.name]
-        load = f"{name}[{', '.join(e.idx)}]"
-        return load if dtype == "float32" else f'T.Cast("float32", {load})'  # compute evaluates in float32
+    if isinstance(e, el.Elt):
+        return f"{e.of.name}[{', '.join(expr(i) for i in e.index)}]"
+    if isinstance(e, el.Cast):
+        return f'T.Cast("{e.dtype}", {_element(e.operand, placed)})'
     if isinstance(e, el.Size):
         return expr(e.expr, 3)
     if isinstance(e, el.AsFloat):
-        return f"T.float32({_element(e.operand, names)})"
+        return f"T.float32({_element(e.operand, placed)})"
     if isinstance(e, el.Position):
         if e.start == Const(0):
             return e.idx
         text = f"{expr(e.start, 1)} + {e.idx}"
         return f"({text})" if parent > 1 else text
     if isinstance(e, el.Neg):
-        return f"-{_element(e.operand, names, 3)}"
+        return f"-{_element(e.operand, placed, 3)}"
     if isinstance(e, el.Call):
-        return f"{_FUNCTIONS[e.fn]}({', '.join(_element(a, names) for a in e.args)})"
+        return f"{_FUNCTIONS[e.fn]}({', '.join(_element(a, placed) for a in e.args)})"
     if isinstance(e, el.Bin):
         prec = _ELEM_PREC[e.op]
-        text = f"{_element(e.lhs, names, prec)} {e.op} {_element(e.rhs, names, prec + 1)}"
+        text = f"{_element(e.lhs, placed, prec)} {e.op} {_element(e.rhs, placed, prec + 1)}"
         return f"({text})" if prec < parent else text
     raise TypeError(f"unknown element expression {e!r}")  # pragma: no cover
-
-
-def _compute_body(s: ir.LeafCall, placed: dict, dtypes: dict) -> str:
-    names = {name: (str(_Operand(r, placed)), dtypes.get(r.of, r.dtype)) for name, r in s.args}
-    out_name, out = s.args[0]
-    value = _element(s.expr, names)
-    if names[out_name][1] != "float32":
-        value = f'T.Cast("{names[out_name][1]}", {value})'
-    return f"{names[out_name][0]}[{', '.join(s.loop)}] = {value}"
-
-
-def _elementwise_body(scalar: str, indices) -> str:
-    """``C = C + bias`` with index letters ``ij``, ``j`` -> ``{C}[i, j] = {C}[i, j] + {bias}[j]``."""
-    def element(name: str) -> str:
-        return "{%s}[%s]" % (name, ", ".join(dict(indices)[name]))
-
-    names = "|".join(re.escape(n) for n, _ in indices)
-    value = re.sub(rf"\b({names})\b", lambda m: element(m.group(1)), scalar)
-    return f"{element(indices[0][0])} = {value}"
 
 
 def _shape(shape) -> str:
@@ -214,6 +198,8 @@ def _stmt(w: _Writer, s, depth: int, placed: dict, dtypes: dict) -> None:
             w.line(depth, f"T.clear({s.dst.name})")
         elif abs(s.value) == float("inf"):
             w.line(depth, f'T.fill({s.dst.name}, {"-" if s.value < 0 else ""}T.infinity("{dtypes[s.dst]}"))')
+        elif s.value != s.value:
+            w.line(depth, f'T.fill({s.dst.name}, T.Cast("{dtypes[s.dst]}", {number(s.value)}))')
         else:
             w.line(depth, f"T.fill({s.dst.name}, {s.value!r})")
     elif isinstance(s, ir.Copy):
@@ -221,15 +207,10 @@ def _stmt(w: _Writer, s, depth: int, placed: dict, dtypes: dict) -> None:
         w.line(depth, f"T.copy({region(s.src, s.dst)}, {region(s.dst, s.src)}{opts})")
     elif isinstance(s, ir.LeafCall):
         template = s.template
-        if s.scalar is not None:
-            template = template.replace("{body}", _elementwise_body(s.scalar, s.indices))
-            loop = s.indices[0][1]
-        elif s.expr is not None:
-            template = template.replace("{body}", _compute_body(s, placed, dtypes).replace("{", "{{").replace("}", "}}"))
-            loop = s.loop
-        else:
-            loop = ()
-        text = _template(template, s.args, placed, s.flags, indices=", ".join(loop), **dict(s.attrs))
+        if s.expr is not None:
+            body = f"{_element(s.store, placed)} = {_element(s.expr, placed)}"
+            template = template.replace("{body}", body.replace("{", "{{").replace("}", "}}"))
+        text = _template(template, s.args, placed, s.flags, indices=", ".join(s.loop), **dict(s.attrs))
         for line in text.splitlines():
             w.line(depth, line)
     elif isinstance(s, ir.VendorOp):
@@ -242,6 +223,8 @@ def _stmt(w: _Writer, s, depth: int, placed: dict, dtypes: dict) -> None:
             w.line(depth, f"for {s.var.name} in T.serial({expr(s.extent)}):")
         for b in s.body:
             _stmt(w, b, depth + 1, placed, dtypes)
+        if not s.body:
+            w.line(depth + 1, "pass")
     else:  # pragma: no cover
         raise TypeError(f"unknown tile statement {s!r}")
 
@@ -249,13 +232,13 @@ def _stmt(w: _Writer, s, depth: int, placed: dict, dtypes: dict) -> None:
 def emit(program: ir.TileProgram, version: str) -> str:
     w = _Writer()
     w.line(0, f"# Generated by SepTran {version} for target {program.target}")
-    w.line(0, f"#   logic:   {display_path(program.logic_file)}")
-    w.line(0, f"#   mapping: {display_path(program.mapping_file)}")
+    w.line(0, f"#   logic:   {comment_text(program.logic_file)}")
+    w.line(0, f"#   mapping: {comment_text(program.mapping_file)}")
     w.line(0, "# This is the program that is compiled. To change it, change the logic or the mapping.")
     w.line(0, f"import {program.language} as T")
     w.line(0)
     for c in program.consts:
-        where = f" ({display_path(c.why.mapping.file)}:{c.why.mapping.line})" if c.why.mapping else ""
+        where = f" ({comment_text(c.why.mapping.file)}:{c.why.mapping.line})" if c.why.mapping else ""
         w.line(0, f"{c.sym.name} = {c.value}  # {c.why.text}{where}")
     w.line(0)
     w.line(0)

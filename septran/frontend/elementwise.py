@@ -114,6 +114,20 @@ class Call(Elem):
         self.fn, self.args = fn, args
 
 
+class Cast(Elem):
+    """``operand`` converted to ``dtype``: the lowering decides every conversion, the emitter prints it."""
+
+    def __init__(self, dtype: str, operand: Elem):
+        self.dtype, self.operand = dtype, operand
+
+
+class Elt(Elem):
+    """A resolved ``Load`` (or the element a compute stores): buffer ``of`` at ``index`` (integer expressions)."""
+
+    def __init__(self, of, index: tuple):
+        self.of, self.index = of, index
+
+
 class Index:
     """A loop index of ``task.compute``; use it to index tiles, not in arithmetic."""
 
@@ -149,7 +163,7 @@ def as_elem(value) -> Elem:
 def children(e: Elem) -> tuple[Elem, ...]:
     if isinstance(e, Bin):
         return (e.lhs, e.rhs)
-    if isinstance(e, (Neg, AsFloat)):
+    if isinstance(e, (Neg, AsFloat, Cast)):
         return (e.operand,)
     if isinstance(e, Call):
         return e.args
@@ -164,6 +178,8 @@ def map_leaves(e: Elem, fn) -> Elem:
         return Neg(map_leaves(e.operand, fn))
     if isinstance(e, AsFloat):
         return AsFloat(map_leaves(e.operand, fn))
+    if isinstance(e, Cast):
+        return Cast(e.dtype, map_leaves(e.operand, fn))
     if isinstance(e, Call):
         return Call(e.fn, tuple(map_leaves(a, fn) for a in e.args))
     return fn(e)

@@ -202,15 +202,14 @@ class PrimCall:
     name: str
     args: tuple[Arg, ...]
     loc: SourceLoc
-    # task.compute: the signature built for this call and the element expression it stores
+    # the primitive's signature (for task.compute, the one built for this call), and the
+    # element expression a compute stores
     sig: Optional[object] = field(default=None, compare=False)
     expr: Optional[object] = field(default=None, compare=False)
 
     @property
     def signature(self):
-        from septran.frontend.primitives import PRIMITIVES
-
-        return self.sig if self.sig is not None else PRIMITIVES[self.name]
+        return self.sig
 
 
 Stmt = Union[Loop, Launch, PrimCall]

@@ -6,15 +6,17 @@ extents there, which is how an output's shape is inferred from the inputs and
 how a target states the tile multiples its matrix unit takes. Each operand's
 privilege is how privileges are inferred. Primitives of one ``kind`` share
 target implementations: the gemm variants differ only in ``flags`` passed to
-the implementation; elementwise primitives carry their scalar meaning
-(``scalar``, a TileLang expression of the operands) and targets supply the loop.
+the implementation; elementwise primitives carry their meaning as an element
+expression of their operands (``element``), the same trees ``task.compute``
+builds, and targets supply the loop.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
+from septran.frontend import elementwise as el
 from septran.frontend.ir import Privilege
 
 
@@ -30,7 +32,8 @@ class PrimitiveSig:
     meaning: str
     batched: bool = False  # operands may share leading batch dimensions
     flags: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
-    scalar: Optional[str] = None  # elementwise: the new value of operand 0, in the operands' names
+    # elementwise: the new value of operand 0 as an element expression of the operands' elements
+    element: Optional[Callable[..., el.Elem]] = field(default=None, compare=False)
     attrs: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))  # fixed template fields ({op})
 
     @property
@@ -70,12 +73,16 @@ def _gemm(name: str, a: str, b: str, meaning: str, **flags) -> PrimitiveSig:
     )
 
 
-def _elementwise(name: str, params: tuple[str, ...], dims: tuple[str, ...], scalar: str, meaning: str) -> PrimitiveSig:
+def _elementwise(name: str, params: tuple[str, ...], dims: tuple[str, ...], element, meaning: str) -> PrimitiveSig:
     return PrimitiveSig(
         name=name, kind="elementwise", params=params,
         privileges=(Privilege.READ_WRITE,) + (Privilege.READ,) * (len(params) - 1),
-        dims=dims, meaning=meaning, batched=len(params) == 1, scalar=scalar,
+        dims=dims, meaning=meaning, batched=len(params) == 1, element=element,
     )
+
+
+def _gelu(x: el.Elem) -> el.Elem:
+    return x * 0.5 * (1.0 + el.Call("erf", (x * 0.7071067811865476,)))
 
 
 def _reduce(name: str, op: str, out_priv: Privilege, clear: bool, meaning: str) -> PrimitiveSig:
@@ -91,12 +98,11 @@ PRIMITIVES: dict[str, PrimitiveSig] = {
         _gemm("gemm", "mk", "kn", "C[m, n] += sum_k A[m, k] * B[k, n]", transpose_A=False, transpose_B=False),
         _gemm("gemm_at", "km", "kn", "C[m, n] += sum_k A[k, m] * B[k, n]", transpose_A=True, transpose_B=False),
         _gemm("gemm_bt", "mk", "nk", "C[m, n] += sum_k A[m, k] * B[n, k]", transpose_A=False, transpose_B=True),
-        _elementwise("add_bias", ("C", "bias"), ("ij", "j"), "C + bias", "C[i, j] += bias[j]"),
-        _elementwise("relu", ("X",), ("ij",), "T.max(X, T.float32(0))", "X = max(X, 0)"),
-        _elementwise("gelu", ("X",), ("ij",), "X * T.float32(0.5) * (T.float32(1) + T.erf(X * T.float32(0.7071067811865476)))",
-                     "X = X * (1 + erf(X / sqrt(2))) / 2 (torch's exact GELU)"),
+        _elementwise("add_bias", ("C", "bias"), ("ij", "j"), lambda c, bias: c + bias, "C[i, j] += bias[j]"),
+        _elementwise("relu", ("X",), ("ij",), lambda x: el.Call("maximum", (x, el.Num(0.0))), "X = max(X, 0)"),
+        _elementwise("gelu", ("X",), ("ij",), _gelu, "X = X * (1 + erf(X / sqrt(2))) / 2 (torch's exact GELU)"),
         _reduce("row_max", "max", Privilege.READ_WRITE, False, "out[i] = max(out[i], max_j X[i, j])"),
         _reduce("row_sum", "sum", Privilege.WRITE, True, "out[i] = sum_j X[i, j]"),
-        _elementwise("silu", ("X",), ("ij",), "X / (T.float32(1) + T.exp(-X))", "X = X * sigmoid(X)"),
+        _elementwise("silu", ("X",), ("ij",), lambda x: x / (1.0 + el.Call("exp", (-x,))), "X = X * sigmoid(X)"),
     )
 }

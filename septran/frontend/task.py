@@ -206,7 +206,7 @@ def call_primitive(name: str, *args) -> None:
     unwrapped = tuple(
         tracer.unwrap(a, "call_primitive", f"argument {sig.params[k]} of {name!r}", loc) for k, a in enumerate(args)
     )
-    frame.stmts.append(PrimCall(name, unwrapped, loc))
+    frame.stmts.append(PrimCall(name, unwrapped, loc, sig=sig))
 
 
 

@@ -1,16 +1,20 @@
-"""Checking a mapping against the logic it maps and the target it names.
+"""Pass: check. The mapping against the logic it maps and the target it names, one function per rule.
 
-Runs before any code is generated, so that every mistake is reported at the
-mapping's file:line with what to change, never as a TileLang traceback.
+Runs once per compile, before any code is generated, so that every mistake is
+reported at the mapping's file:line with what to change, never as a TileLang
+traceback. Later passes assume what these rules establish: every name
+resolves, every memory is reachable, every launched task is mapped.
 """
 from __future__ import annotations
 
 import difflib
 
 from septran.errors import LoweringError, MappingError
-from septran.frontend.ir import Launch, PrimCall, TaskGraph, walk
+from septran.frontend.ir import Launch, Loop, PrimCall, TaskDef, TaskGraph, walk
 from septran.mapping.schema import InstanceMapping, Mapping
 from septran.target import Target
+
+GRID_DIMS = 3  # blockIdx.x, y, z
 
 
 def _suggest(word, choices) -> str:
@@ -19,28 +23,79 @@ def _suggest(word, choices) -> str:
 
 
 def check_mapping(graph: TaskGraph, mapping: Mapping, target: Target) -> None:
+    _same_target(mapping, target)
+    _no_search_dimensions(mapping)
+    entry = _entry(graph, mapping)
+    seen: set = set()
+    _check_instance(graph, mapping, target, entry, seen)
+    _grid(graph, mapping, target, entry)
+
+
+# whole-mapping rules ------------------------------------------------------------------
+def _same_target(mapping: Mapping, target: Target) -> None:
     if mapping.target.value != target.name:
         raise MappingError(
             f"this mapping is for target {mapping.target.value!r}, but the compile is for {target.name!r}",
             mapping.target.loc,
             hint="pick the mapping of that target, or compile for the mapping's target",
         )
-    for dim in mapping.search_dimensions:
-        inst, key, val = dim
+
+
+def _no_search_dimensions(mapping: Mapping) -> None:
+    for inst, key, val in mapping.search_dimensions:
         raise LoweringError(
             f"tunable {key} of {inst} is a search dimension (!tune); autotuning is not implemented yet",
             val.loc,
             hint=f"pick one of {list(val.value.choices)} for now",
         )
+
+
+def _entry(graph: TaskGraph, mapping: Mapping) -> InstanceMapping:
     entry = mapping.instance(mapping.entrypoint.value)
     if entry.task_name.value != graph.entry:
         raise MappingError(
             f"the entrypoint {entry.name} maps task {entry.task_name.value}, but the logic's entry task is {graph.entry}",
             entry.task_name.loc,
         )
-    _check_instance(graph, mapping, target, entry, set())
+    return entry
 
 
+def _grid(graph: TaskGraph, mapping: Mapping, target: Target, inst: InstanceMapping) -> None:
+    """The entrypoint launches the grid: one parallel_range of at most three dimensions, one launch of an inner task."""
+    task = graph.tasks[inst.task_name.value]
+    proc = target.procs[inst.proc.value]
+    if not proc.grid:
+        raise LoweringError(
+            f"the entrypoint {inst.name} must run on a processor that launches the grid",
+            inst.proc.loc,
+            hint=f"use one of: {', '.join(p.name for p in target.procs.values() if p.grid)}",
+        )
+    body = task.body
+    if len(body) != 1 or not isinstance(body[0], Loop) or not body[0].parallel:
+        raise LoweringError(
+            f"{task.name} runs on {inst.proc.value}, which launches a grid: its body must be one task.parallel_range loop",
+            body[0].loc if body else task.loc,
+            hint="move other work into the task it launches",
+        )
+    loop = body[0]
+    if len(loop.body) != 1 or not isinstance(loop.body[0], Launch):
+        raise LoweringError("a grid loop must contain exactly one task.launch (one program per grid point)", loop.loc)
+    if len(loop.vars) > GRID_DIMS:
+        raise LoweringError(f"a grid has at most {GRID_DIMS} dimensions, this one has {len(loop.vars)}", loop.loc)
+    launch = loop.body[0]
+    if graph.tasks[launch.callee].leaf:
+        raise LoweringError(
+            f"{task.name} launches leaf task {launch.callee} straight from the grid; a program is an inner task",
+            launch.loc,
+            hint=f"launch an inner task that launches {launch.callee}, and map it with `calls:` in {inst.name}",
+        )
+    callee = mapping.instance(inst.calls[launch.callee].value)
+    if target.has_threads and callee.threads is None:
+        raise LoweringError(f"{callee.name} is one program of the grid and needs a thread count", callee.loc,
+                            hint="add `threads: <n>`, e.g. 128")
+
+
+# per-instance rules ----------------------------------------------------------------------
 def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: InstanceMapping, seen: set) -> None:
     if inst.name in seen:
         return
@@ -53,20 +108,30 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
         raise MappingError(
             f"target {target.name} has no processor {inst.proc.value!r}", inst.proc.loc, hint=_suggest(inst.proc.value, target.procs)
         )
-    params = [p.name for p in task.params] + [t.name for t in task.temps]
+    launched = {s.callee: s for s, _ in walk(task.body) if isinstance(s, Launch)}
+    for rule in (_mems, _temps_placed, _copy, _threads, _pipeline, _calls, _leaf_bindings, _accum_dtype, _launches_mapped):
+        rule(graph, target, inst, task, proc, launched)
+    for callee_task in launched:
+        if not graph.tasks[callee_task].leaf:
+            callee = _callee(graph, mapping, inst, callee_task)
+            _check_instance(graph, mapping, target, callee, seen)
+
+
+def _params(task: TaskDef) -> list[str]:
+    return [p.name for p in task.params] + [t.name for t in task.temps]
+
+
+def _mems(graph, target, inst, task, proc, launched) -> None:
     for param, space in inst.mems.items():
-        if param not in params:
-            raise MappingError(
-                f"{inst.name}.mems names {param!r}, which is not a parameter of {task.name}",
-                inst.mems[param].loc,
-                hint=_suggest(param, params),
-            )
+        if param not in _params(task):
+            raise MappingError(f"{inst.name}.mems names {param!r}, which is not a parameter of {task.name}",
+                               inst.mems[param].loc, hint=_suggest(param, _params(task)))
         if space.value not in proc.memories:
-            raise MappingError(
-                f"{inst.name} runs on {proc.name}, which cannot hold {param} in {space.value}",
-                space.loc,
-                hint=f"{proc.name} on {target.name} holds: {', '.join(proc.memories)}",
-            )
+            raise MappingError(f"{inst.name} runs on {proc.name}, which cannot hold {param} in {space.value}",
+                               space.loc, hint=f"{proc.name} on {target.name} holds: {', '.join(proc.memories)}")
+
+
+def _temps_placed(graph, target, inst, task, proc, launched) -> None:
     for t in task.temps:
         if t.name not in inst.mems:
             raise MappingError(
@@ -74,11 +139,19 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
                 inst.key_loc("mems") if inst.mems else inst.loc,
                 hint=f"add `{t.name}: <memory>` to mems; {proc.name} on {target.name} holds: {', '.join(proc.memories)}",
             )
-    for param, loc_val in inst.copy.items():
-        if param not in params:
+
+
+def _copy(graph, target, inst, task, proc, launched) -> None:
+    for param, options in inst.copy.items():
+        if param not in _params(task):
             raise MappingError(f"{inst.name}.copy names {param!r}, which is not a parameter of {task.name}",
-                               inst.key_loc("copy"), hint=_suggest(param, params))
-        via = loc_val.get("via")
+                               inst.key_loc("copy"), hint=_suggest(param, _params(task)))
+        for key, val in options.items():
+            if key != "via" and key not in target.copy_options:
+                raise MappingError(
+                    f"{inst.name}.copy.{param}: {target.name} does not take the copy option {key!r}", val.loc,
+                    hint=f"{target.name} takes: {', '.join(('via',) + target.copy_options)}")
+        via = options.get("via")
         if via is not None:
             mem = target.memories.get(via.value)
             if via.value not in proc.memories or mem is None or mem.is_global or mem.placed:
@@ -88,16 +161,30 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
                     hint="name an on-chip memory TileLang allocates: "
                          + ", ".join(m for m in proc.memories if not target.memories[m].is_global and not target.memories[m].placed),
                 )
-    if inst.threads is not None and not target.has_threads:
+
+
+def _threads(graph, target, inst, task, proc, launched) -> None:
+    if inst.threads is None:
+        return
+    if not target.has_threads:
         raise MappingError(f"target {target.name} has no thread count to choose", inst.key_loc("threads"), hint="delete `threads`")
-    if inst.threads is not None:
-        n = inst.threads.value
-        if n > target.max_threads or n % target.thread_multiple:
-            raise LoweringError(
-                f"{inst.name}.threads is {n}; {target.name} takes a multiple of {target.thread_multiple} up to {target.max_threads}",
-                inst.threads.loc,
-            )
-    launched = {s.callee: s for s, _ in walk(task.body) if isinstance(s, Launch)}
+    n = inst.threads.value
+    if n > target.max_threads or n % target.thread_multiple:
+        raise LoweringError(
+            f"{inst.name}.threads is {n}; {target.name} takes a multiple of {target.thread_multiple} up to {target.max_threads}",
+            inst.threads.loc,
+        )
+
+
+def _pipeline(graph, target, inst, task, proc, launched) -> None:
+    """``pipeline: N`` pipelines the task's own sequential ranges: it needs one."""
+    if inst.pipeline is not None and not any(isinstance(s, Loop) and not s.parallel for s in task.body):
+        raise MappingError(
+            f"{inst.name}.pipeline: {task.name} has no task.range at its top level to pipeline",
+            inst.pipeline.loc, hint="delete `pipeline`, or set it on the instance whose task loops with task.range")
+
+
+def _calls(graph, target, inst, task, proc, launched) -> None:
     for callee_task in inst.calls:
         if callee_task not in launched:
             raise MappingError(
@@ -105,6 +192,9 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
                 inst.calls[callee_task].loc,
                 hint=_suggest(callee_task, [c for c in launched if not graph.tasks[c].leaf]),
             )
+
+
+def _leaf_bindings(graph, target, inst, task, proc, launched) -> None:
     for leaf_task, impl in inst.leaf_task_bindings.items():
         if leaf_task not in launched or not graph.tasks[leaf_task].leaf:
             raise MappingError(
@@ -116,8 +206,7 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
             raise MappingError(
                 f"target {target.name} has no leaf implementation {impl.value!r}", impl.loc, hint=_suggest(impl.value, target.leaves)
             )
-        leaf = graph.tasks[leaf_task]
-        prims = [s for s, _ in walk(leaf.body) if isinstance(s, PrimCall)]
+        prims = [s for s, _ in walk(graph.tasks[leaf_task].body) if isinstance(s, PrimCall)]
         impl_ = target.leaves[impl.value]
         refused = [p for p in prims if not impl_.runs(p.signature)]
         if not prims or refused:
@@ -128,14 +217,28 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
                 hint="bind an implementation that runs every primitive the leaf calls, or split the leaf",
             )
         for prim in prims:
-            sig = prim.signature
-            unsupported = [f for f, on in sig.flags.items() if on and f not in impl_.flags]
+            unsupported = [f for f, on in prim.signature.flags.items() if on and f not in impl_.flags]
             if unsupported:
                 raise MappingError(
-                    f"{impl.value} cannot run {sig.name!r}: it does not support {', '.join(unsupported)}",
+                    f"{impl.value} cannot run {prim.signature.name!r}: it does not support {', '.join(unsupported)}",
                     impl.loc,
-                    hint=f"{sig.name}: {sig.meaning}; transpose the data, or bind another implementation",
+                    hint=f"{prim.signature.name}: {prim.signature.meaning}; transpose the data, or bind another implementation",
                 )
+
+
+def _accum_dtype(graph, target, inst, task, proc, launched) -> None:
+    """An accumulator type every leaf the instance binds can accumulate in."""
+    dtype = inst.accum_dtype.value if inst.accum_dtype is not None else "float32"
+    for leaf_task, impl in inst.leaf_task_bindings.items():
+        takes = target.leaves[impl.value].accum_dtypes
+        if takes and dtype not in takes:
+            raise MappingError(
+                f"{impl.value} accumulates in {' or '.join(takes)}, but {inst.name} accumulates in {dtype}",
+                inst.accum_dtype.loc if inst.accum_dtype is not None else impl.loc,
+                hint=f"set `accum_dtype: {takes[0]}`, or bind another implementation")
+
+
+def _launches_mapped(graph, target, inst, task, proc, launched) -> None:
     for callee_task, stmt in launched.items():
         if graph.tasks[callee_task].leaf:
             if callee_task not in inst.leaf_task_bindings:
@@ -144,20 +247,22 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
                     inst.loc,
                     hint=f"add `leaf_task_bindings: {{{callee_task}: <impl>}}`; {target.name} has: {', '.join(target.leaves)}",
                 )
-            continue
-        if callee_task not in inst.calls:
+        elif callee_task not in inst.calls:
             raise MappingError(
                 f"{inst.name} launches task {callee_task} (logic {stmt.loc}) but does not say which mapping runs it",
                 inst.loc,
                 hint=f"add `calls: {{{callee_task}: <task mapping>}}`",
             )
-        callee = mapping.instance(inst.calls[callee_task].value)
-        if callee.task_name.value not in graph.tasks:
-            raise MappingError(f"unknown task {callee.task_name.value!r}", callee.task_name.loc,
-                               hint=_suggest(callee.task_name.value, graph.tasks))
-        if callee.task_name.value != callee_task:
-            raise MappingError(
-                f"{inst.name}.calls sends {callee_task} to {callee.name}, which maps task {callee.task_name.value}",
-                inst.calls[callee_task].loc,
-            )
-        _check_instance(graph, mapping, target, callee, seen)
+
+
+def _callee(graph: TaskGraph, mapping: Mapping, inst: InstanceMapping, callee_task: str) -> InstanceMapping:
+    callee = mapping.instance(inst.calls[callee_task].value)
+    if callee.task_name.value not in graph.tasks:
+        raise MappingError(f"unknown task {callee.task_name.value!r}", callee.task_name.loc,
+                           hint=_suggest(callee.task_name.value, graph.tasks))
+    if callee.task_name.value != callee_task:
+        raise MappingError(
+            f"{inst.name}.calls sends {callee_task} to {callee.name}, which maps task {callee.task_name.value}",
+            inst.calls[callee_task].loc,
+        )
+    return callee

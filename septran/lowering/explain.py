@@ -47,7 +47,7 @@ def explain(program: ir.TileProgram) -> str:
     grid = ", ".join(f"{s.name} < {e}" for s, e in k.grid)
     out.append(f"grid {grid}" + (f", {k.threads} threads" if k.threads else "") + f"\n    because: {k.why}")
     for b in k.buffers:
-        how = b.alloc or f"placed at {b.address.name}"
+        how = b.alloc or (f"placed at {b.address.name}" if b.address is not None else "placed by the vendor's calls")
         out.append(f"  alloc {b.sym.name}: {_shape(b.shape)} {b.dtype} in {b.space} ({how})\n      because: {b.why}")
     for s in k.body:
         _stmt(s, 1, out)

@@ -1,150 +1,197 @@
-"""Leaf launches -> the target's statements: each primitive a bound leaf calls, in order.
+"""Leaf invocations -> the target's statements: each primitive a bound leaf calls, in order.
 
-A named primitive becomes a ``LeafCall`` of the bound implementation's template
-for its kind; a ``task.compute`` becomes a fill, a copy, or a ``LeafCall`` whose
-element expression is resolved here: scalars become numbers, positions
-(``global_index``) and sizes become the program's integer expressions, and
-float arithmetic on constants is folded (``1 / sqrt(head_dim)`` is one number).
-A mixin of the lowerer (``septran/lowering/lower.py``), which owns the state.
+A primitive with a matrix or reduction unit becomes a ``LeafCall`` of the bound
+implementation's template for its kind. Elementwise code, ``task.compute``'s
+and the named elementwise primitives' (``add_bias``, ``relu``, ``gelu``,
+``silu``) alike, becomes one element expression resolved here: scalars become
+numbers, positions (``global_index``) and sizes the program's integers, float
+arithmetic on constants is folded, every read names its buffer element, and
+every conversion between types is an explicit ``Cast``. The emitter prints
+the tree and decides nothing.
 """
 from __future__ import annotations
 
 from septran.errors import LoweringError
-from septran.expr import Dim, Expr, GlobalExtent, GlobalStart, Var, leaves, substitute
+from septran.expr import Const, Dim, Expr, GlobalExtent, GlobalStart, Sym, Var, leaves, simplify, substitute
 from septran.frontend import elementwise as el
-from septran.frontend.ir import Launch, Param, PrimCall, TaskDef, root_param, walk
+from septran.frontend.ir import Param, PrimCall, Privilege, walk
+from septran.lowering import flat_ir as fl
 from septran.lowering import tile_ir as ir
 from septran.lowering.tile_ir import Why
 from septran.mapping.schema import InstanceMapping
 
+COMPUTE_DTYPE = "float32"  # elementwise code evaluates in float32, whatever it reads and stores
 
-class LeafCalls:
-    def _leaf(self, launch: Launch, leaf: TaskDef, regions: list, inst: InstanceMapping, scalars) -> list:
-        """The bound implementation's statements for each primitive the leaf calls, in order."""
-        binding = inst.leaf_task_bindings[leaf.name]
-        impl = self.target.leaves[binding.value]
-        by_param = {p.name: regions[k] for k, p in enumerate(leaf.params)}
-        by_param.update(scalars)
-        out = []
-        for prim in (s for s, _ in walk(leaf.body) if isinstance(s, PrimCall)):
-            out.append(self._primitive(prim, launch, leaf, by_param, inst, binding, impl))
-        return out
 
-    def _primitive(self, prim: PrimCall, launch: Launch, leaf: TaskDef, by_param, inst, binding, impl):
-        sig = prim.signature
-        args = []
-        for k, pname in enumerate(sig.params):
-            arg = prim.args[k]
-            if not isinstance(arg, Param):
-                raise LoweringError(f"a bound leaf must call {prim.name!r} on its parameters, not on tiles of them", prim.loc)
-            view = by_param[arg.name]
-            caller_param = root_param(launch.args[leaf.params.index(arg)]).name
-            if sig.ranks[k] is not None and len(view.extents) != sig.ranks[k]:
-                raise LoweringError(
-                    f"{impl.name} takes {pname} as a {sig.ranks[k]}-D tile, but {inst.name} hands it a "
-                    f"{len(view.extents)}-D one ({'x'.join(str(self._value(e)) for e in view.extents)})",
-                    binding.loc,
-                    hint="stage it in on-chip memory (mems) with a tile of 1 on every dimension the primitive does not read",
-                )
-            if sig.ranks[k] is not None:
-                self._check_operand(impl, sig, k, pname, view, inst, caller_param, binding)
-            args.append((pname, self._ir_region(view)))
-        why = Why(f"{leaf.name} -> {impl.name}: {sig.meaning}", mapping=binding.loc, logic=prim.loc)
-        if prim.expr is not None:
-            return self._compute(prim, args, by_param, impl, why)
-        flags = tuple((f, on) for f, on in sig.flags.items() if on)
-        return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, sig.scalar,
-                           self._loop_indices(sig), attrs=tuple(sig.attrs.items()))
+def accum_dtype(inst: InstanceMapping) -> str:
+    """What an instance accumulates in: its accum_dtype, float32 by default."""
+    return inst.accum_dtype.value if inst.accum_dtype is not None else "float32"
 
-    def _safe_index_names(self, names) -> dict[str, str]:
-        """Loop index names that shadow nothing of the program (a loop variable ``j``, a buffer ``m``)."""
-        out: dict[str, str] = {}
-        for n in names:
-            new, k = n, 2
-            while new in self.used_names or new in out.values():
-                new, k = f"{n}_{k}", k + 1
-            out[n] = new
-        return out
 
-    def _loop_indices(self, sig) -> tuple:
-        """Each operand's index names for an elementwise template's ``{body}``, renamed where they would shadow."""
-        letters = sorted({c for d in sig.dims if d for c in d})
-        rename = self._safe_index_names(letters)
-        return tuple((p, tuple(rename[c] for c in (d or ()))) for p, d in zip(sig.params, sig.dims))
+def lower_leaf(st, s: fl.Invoke, views: list) -> list:
+    """The bound implementation's statements for each primitive the leaf calls, in order.
 
-    def _check_operand(self, impl, sig, k, pname, view, inst, caller_param, binding) -> None:
-        allowed = impl.accepts(pname)
-        if allowed and view.space not in allowed:
-            where = inst.mems.get(caller_param)
+    ``st``: the staging pass (its constants, names, buffers' types, and ``region()``).
+    """
+    impl = st.target.leaves[s.binding.value]
+    by_param = {p.name: views[k] for k, p in enumerate(s.callee.params)}
+    scalars = dict(s.scalars)
+    return [_primitive(st, prim, s, by_param, scalars, impl) for prim in (p for p, _ in walk(s.callee.body) if isinstance(p, PrimCall))]
+
+
+def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
+    sig = prim.signature
+    args = []
+    for k, pname in enumerate(sig.params):
+        arg = prim.args[k]
+        if not isinstance(arg, Param):
+            raise LoweringError(f"a bound leaf must call {prim.name!r} on its parameters, not on tiles of them", prim.loc)
+        view = by_param[arg.name]
+        caller_param = s.operands[s.callee.params.index(arg)].param
+        if sig.ranks[k] is not None and len(view.extents) != sig.ranks[k]:
             raise LoweringError(
-                f"{impl.name} takes {pname} in {' or '.join(allowed)}, but {inst.name} holds {caller_param} in {view.space}",
-                where.loc if where else inst.loc,
-                hint=f"set `mems: {{{caller_param}: {allowed[0]}}}` in {inst.name}",
+                f"{impl.name} takes {pname} as a {sig.ranks[k]}-D tile, but {s.caller.name} hands it a "
+                f"{len(view.extents)}-D one ({'x'.join(str(st.consts.value(e)) for e in view.extents)})",
+                s.binding.loc,
+                hint="stage it in on-chip memory (mems) with a tile of 1 on every dimension the primitive does not read",
             )
-        for axis, letter in enumerate(sig.dims[k]):
-            multiple = impl.tile_multiple.get(letter)
-            extent = self._value(view.extents[axis])
-            if multiple and extent % multiple:
-                tun = next((n for n, (s, _) in self.tunable_syms.items() if view.extents[axis] == Var(s)), None)
-                loc = self.tunable_syms[tun][1].tunables[tun].loc if tun else binding.loc
-                raise LoweringError(
-                    f"{impl.name} needs dimension {axis} of {pname} ({letter!r} of {sig.name} {pname}[{', '.join(sig.dims[k])}]) "
-                    f"to be a multiple of {multiple}; the tile has {extent}",
-                    loc,
-                    hint=f"the matrix unit of {self.target.name} takes tiles in multiples of "
-                         + ", ".join(f"{l}={m}" for l, m in impl.tile_multiple.items()),
-                )
+        if sig.ranks[k] is not None:
+            _check_operand(st, impl, sig, k, pname, view, s.caller, caller_param, s.binding)
+            _check_dtype(st, impl, sig, k, pname, view, s, caller_param)
+        args.append((pname, st.region(view)))
+    why = Why(f"{s.callee.name} -> {impl.name}: {sig.meaning}", mapping=s.binding.loc, logic=prim.loc)
+    if prim.expr is not None or sig.element is not None:
+        return _elementwise(st, prim, args, by_param, scalars, impl, why)
+    flags = tuple((f, on) for f, on in sig.flags.items() if on)
+    return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, attrs=tuple(sig.attrs.items()))
 
-    def _compute(self, prim: PrimCall, args, by_param, impl, why: Why):
-        """task.compute: a fill, a copy, or the target's loop over the output with the folded expression."""
-        regions = dict(args)
-        rename = self._safe_index_names(prim.signature.dims[0])
-        names = tuple(rename[n] for n in prim.signature.dims[0])
 
-        def view_of(arg, axis: int, what: str) -> object:
-            view = by_param[arg.name]
-            if axis >= len(view.origin):
-                raise LoweringError(f"{what}({arg.name}, {axis}): {arg.name} has {len(view.origin)} dimensions", prim.loc)
-            return view
+def _check_operand(st, impl, sig, k, pname, view, inst, caller_param, binding) -> None:
+    allowed = impl.accepts(pname)
+    if allowed and view.space not in allowed:
+        where = inst.mems.get(caller_param)
+        raise LoweringError(
+            f"{impl.name} takes {pname} in {' or '.join(allowed)}, but {inst.name} holds {caller_param} in {view.space}",
+            where.loc if where else inst.loc,
+            hint=f"set `mems: {{{caller_param}: {allowed[0]}}}` in {inst.name}",
+        )
+    for axis, letter in enumerate(sig.dims[k]):
+        multiple = impl.tile_multiple.get(letter)
+        extent = st.consts.value(view.extents[axis])
+        if multiple and extent % multiple:
+            const = next((c for c in st.consts.consts if Var(c.sym) == view.extents[axis] and c.why.mapping), None)
+            raise LoweringError(
+                f"{impl.name} needs dimension {axis} of {pname} ({letter!r} of {sig.name} {pname}[{', '.join(sig.dims[k])}]) "
+                f"to be a multiple of {multiple}; the tile has {extent}",
+                const.why.mapping if const else binding.loc,
+                hint=f"the matrix unit of {st.target.name} takes tiles in multiples of "
+                     + ", ".join(f"{l}={m}" for l, m in impl.tile_multiple.items()),
+            )
 
-        def integer(e: Expr) -> el.Size:
-            env = {}
-            for leaf in leaves(e):
-                if isinstance(leaf, (GlobalStart, GlobalExtent)):
-                    view = by_param[next(a.name for a in prim.args if a.sym == leaf.param)]
-                    if leaf.axis >= len(view.origin):
-                        raise LoweringError(f"{leaf}: the tile has {len(view.origin)} dimensions", prim.loc)
-                    env[leaf] = view.origin[leaf.axis][0 if isinstance(leaf, GlobalStart) else 1]
-                elif isinstance(leaf, Dim):
-                    env[leaf] = by_param[next(a.name for a in prim.args if a.sym == leaf.param)].extents[leaf.axis]
-                else:
-                    raise LoweringError(f"{leaf} cannot be used inside task.compute", prim.loc)
-            out = substitute(e, env)
-            try:
-                return el.Size(out, self._value(out))
-            except KeyError:
-                return el.Size(out, None)  # depends on where the program is (a block index)
 
-        def resolve(e: el.Elem) -> el.Elem:
-            """Positions, sizes and scalars become what this program knows of them."""
-            if isinstance(e, el.GlobalIndex):
-                return el.Position(view_of(e.arg, e.axis, "global_index").origin[e.axis][0], e.idx)
-            if isinstance(e, el.IntExpr):
-                return integer(e.expr)
-            if isinstance(e, el.ScalarRef):
-                return el.Num(by_param[e.param.name])
-            return e
+def _check_dtype(st, impl, sig, k, pname, view, s: fl.Invoke, caller_param: str) -> None:
+    """An operand the implementation reads from a memory where it takes only some element types."""
+    allowed = impl.dtypes_in.get(view.space)
+    dtype = st.dtypes[view.of]
+    if allowed and sig.privileges[k] is Privilege.READ and dtype not in allowed:
+        raise LoweringError(
+            f"{impl.name} cannot read {pname} as {dtype} from {view.space} ({caller_param} of {s.caller_task.name}); "
+            f"there it takes {' or '.join(allowed)}",
+            s.binding.loc,
+            hint=f"call the kernel on {allowed[0]} inputs, give the temp dtype= of a {allowed[0]} input, "
+                 f"or hold {caller_param} in another memory",
+        )
 
-        value = el.rename_indices(el.fold(el.map_leaves(prim.expr, resolve)), rename)
-        out_name = prim.signature.params[0]
-        out = regions[out_name]
-        if out.whole and isinstance(value, el.Num):
-            return ir.Fill(out.of, value.value, why)
-        if (out.whole and isinstance(value, el.Load) and value.idx == names
-                and regions[value.arg.name].whole and regions[value.arg.name].extents == out.extents):
-            return ir.Copy(regions[value.arg.name], out, (), why)
-        return ir.LeafCall(impl.name, impl.template(prim.signature), tuple(args), why,
-                           indices=tuple((p, tuple(rename[n] for n in (d or ()))) for p, d in
-                                         zip(prim.signature.params, prim.signature.dims)),
-                           expr=value, loop=names)
 
+def _safe_index_names(st, names) -> dict[str, str]:
+    """Loop index names that shadow nothing of the program (a loop variable ``j``, a buffer ``m``)."""
+    out: dict[str, str] = {}
+    for n in names:
+        new, k = n, 2
+        while new in st.names.used or new in out.values():
+            new, k = f"{n}_{k}", k + 1
+        out[n] = new
+    return out
+
+
+def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why):
+    """A fill, a copy, or the target's loop over the output storing the resolved expression."""
+    sig = prim.signature
+    regions = {prim.args[k].name: r for k, (_, r) in enumerate(args)}  # by the leaf's parameter names
+    out_name = prim.args[0].name
+    names_in = tuple(sig.dims[0])
+    rename = _safe_index_names(st, names_in)
+    names = tuple(rename[n] for n in names_in)
+    if prim.expr is not None:
+        expr = prim.expr
+    else:  # a named primitive: its element function of the operands' elements
+        expr = sig.element(*(el.Load(prim.args[k], tuple(sig.dims[k])) for k in range(len(sig.params))))
+
+    def arg_of(sym):
+        return next(a for a in prim.args if a.sym == sym)
+
+    def integer(e: Expr) -> el.Size:
+        env = {}
+        for leaf in leaves(e):
+            view = by_param[arg_of(leaf.param).name] if hasattr(leaf, "param") else None
+            if isinstance(leaf, (GlobalStart, GlobalExtent)):
+                if leaf.axis >= len(view.origin):
+                    raise LoweringError(f"{leaf}: the tile has {len(view.origin)} dimensions", prim.loc)
+                env[leaf] = view.origin[leaf.axis][0 if isinstance(leaf, GlobalStart) else 1]
+            elif isinstance(leaf, Dim):
+                env[leaf] = view.extents[leaf.axis]
+            else:
+                raise LoweringError(f"{leaf} cannot be used inside task.compute", prim.loc)
+        out = substitute(e, env)
+        try:
+            return el.Size(out, st.consts.value(out))
+        except KeyError:
+            return el.Size(out, None)  # depends on where the program is (a block index)
+
+    def resolve(e: el.Elem) -> el.Elem:
+        """Positions, sizes and scalars become what this program knows of them."""
+        if isinstance(e, el.GlobalIndex):
+            view = by_param[e.arg.name]
+            if e.axis >= len(view.origin):
+                raise LoweringError(f"global_index({e.arg.name}, {e.axis}): {e.arg.name} has {len(view.origin)} dimensions",
+                                    prim.loc)
+            return el.Position(view.origin[e.axis][0], e.idx)
+        if isinstance(e, el.IntExpr):
+            return integer(e.expr)
+        if isinstance(e, el.ScalarRef):
+            return el.Num(scalars[e.param.name])
+        return e
+
+    value = el.rename_indices(el.fold(el.map_leaves(expr, resolve)), rename)
+    out = regions[out_name]
+    if out.whole and isinstance(value, el.Num):
+        return ir.Fill(out.of, value.value, why)
+    if (out.whole and isinstance(value, el.Load) and value.idx == names
+            and regions[value.arg.name].whole and regions[value.arg.name].extents == out.extents):
+        return ir.Copy(regions[value.arg.name], out, (), why)
+
+    def element(name: str, idx: tuple[str, ...]) -> el.Elt:
+        view, region = by_param[name], regions[name]
+        if st.target.memories[view.space].is_global and tuple(region.valid) != tuple(region.extents):
+            raise LoweringError(f"{name} is read in place from {view.space}, and its tile may overhang the tensor",
+                                prim.loc, hint=f"stage {name} in on-chip memory (mems) so that the overhang is masked")
+        pad = len(view.offsets) - len(idx)
+        index = tuple(simplify(off + Var(Sym(idx[d - pad]))) if d >= pad else off for d, off in enumerate(view.offsets))
+        return el.Elt(view.of, index)
+
+    def loads(e: el.Elem) -> el.Elem:
+        if isinstance(e, el.Load):
+            got = element(e.arg.name, e.idx)
+            dtype = st.dtypes[got.of]
+            return got if dtype == COMPUTE_DTYPE else el.Cast(COMPUTE_DTYPE, got)
+        return e
+
+    value = el.map_leaves(value, loads)
+    store = element(out_name, names)
+    dtype = st.dtypes[store.of]
+    if dtype != COMPUTE_DTYPE:
+        value = el.Cast(dtype, value)
+    return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, store=store, expr=value, loop=names)
+
+
+__all__ = ["accum_dtype", "lower_leaf", "Const"]

@@ -59,6 +59,7 @@ class Buffer:
     # and, where the vendor names tiles by handle, the variable that holds the handle.
     address: Optional[Sym] = None
     handle: bool = False
+    stages: int = 1  # copies held at once (a pipelined loop's stages, in a memory that keeps one per stage)
 
 
 @dataclass(frozen=True)
@@ -98,12 +99,10 @@ class LeafCall:
     args: tuple[tuple[str, Region], ...]  # primitive parameter name -> region
     why: Why
     flags: tuple[tuple[str, object], ...] = ()  # the primitive's flags, as keywords ({flags})
-    # An elementwise primitive: its scalar meaning and each operand's index letters ({body}).
-    scalar: Optional[str] = None
-    indices: tuple[tuple[str, str], ...] = ()
     attrs: tuple[tuple[str, object], ...] = ()  # fixed template fields of the primitive ({op}, {clear})
-    # task.compute: the element expression (septran.frontend.elementwise, sizes folded) and
-    # the loop indices over the output ({indices}, {body}).
+    # Elementwise code (task.compute and the named elementwise primitives): the element
+    # stored at each point of the loop over the output ({indices}), and its value ({body}).
+    store: Optional[object] = None
     expr: Optional[object] = None
     loop: tuple[str, ...] = ()
 
@@ -151,3 +150,4 @@ class TileProgram:
     kernel: KernelLaunch
     logic_file: str
     mapping_file: str
+    names: frozenset = frozenset()  # every name the program uses (a pass that adds one picks a new one)

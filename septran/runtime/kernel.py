@@ -8,7 +8,6 @@ from typing import Optional
 from septran import env
 from septran.errors import CallError
 from septran.frontend.ir import Privilege, TaskGraph
-from septran.frontend.printer import format_graph
 from septran.frontend.shapes import ShapeRelations
 from septran.lowering import Specialization, explain, lower
 from septran.lowering.bind import check_mapping
@@ -34,29 +33,32 @@ class Variant:
 
         self.kernel = kernel
         self.spec = spec
-        self.program = lower(kernel.graph, kernel.mapping, kernel.target, spec, kernel.shapes)
+        self.program = lower(kernel.graph, kernel.mapping, kernel.target, spec, kernel.shapes,
+                             dump=lambda name, make: self._dump(f"{name}.txt", make), checked=True)
         self.tilelang_source = emit(self.program, __version__)
         self.source_path = build.source_file(self.tilelang_source, self.program.name)
         self._prim_func = None
         self._compiled = None
         self._device_source: Optional[str] = None
-        self._dump("taskgraph.txt", format_graph(kernel.graph))
-        self._dump("tileprogram.txt", self.explain())
+        self._dump("06-tileprogram.txt", self.explain())
         self._dump("tilelang.py", self.tilelang_source)
 
     @property
     def tag(self) -> str:
+        entry = self.kernel.graph.entry_task
+        name = entry.name.removesuffix("_logic") or entry.name
         shapes = "_".join("x".join(map(str, self.spec.shapes[p.name])) for p in self.kernel.graph.entry_task.params)
         dtype = "_".join(sorted(set(self.spec.dtypes.values())))
         scalars = "".join(f".{k}{v:g}" for k, v in sorted(self.spec.scalars.items()))
-        return f"{self.program.name}.{self.kernel.target.name}.{shapes}.{dtype}{scalars}"
+        return f"{name}.{self.kernel.target.name}.{shapes}.{dtype}{scalars}"
 
-    def _dump(self, suffix: str, text: str) -> None:
+    def _dump(self, suffix: str, text) -> None:
+        """Writes ``text`` (or what ``text()`` makes) to SEPTRAN_DUMP_DIR, when it is set."""
         folder = env.dump_dir()
         if folder is None:
             return
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{self.tag}.{suffix}").write_text(text)
+        (folder / f"{self.tag}.{suffix}").write_text(text() if callable(text) else text)
 
     def explain(self) -> str:
         return explain(self.program)

@@ -33,5 +33,5 @@ def gemm_epilogue(
         for i, j in T.grid(BM, BN):
             C_local[i, j] = C_local[i, j] + bias_local[j]
         for i, j in T.grid(BM, BN):
-            C_local[i, j] = C_local[i, j] * T.float32(0.5) * (T.float32(1) + T.erf(C_local[i, j] * T.float32(0.7071067811865476)))
+            C_local[i, j] = C_local[i, j] * T.float32(0.5) * (T.float32(1.0) + T.erf(C_local[i, j] * T.float32(0.7071067811865476)))
         T.copy(C_local, C[by * BM, bx * BN])

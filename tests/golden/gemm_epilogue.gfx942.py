@@ -31,7 +31,7 @@ def gemm_epilogue(
             T.gemm(A_shared, B_shared, C_local, transpose_B=True)
         T.copy(bias[bx * BN], bias_shared)
         for i, j in T.Parallel(BM, BN):
-            C_local[i, j] = C_local[i, j] + bias_shared[j]
+            C_local[i, j] = C_local[i, j] + T.Cast("float32", bias_shared[j])
         for i, j in T.Parallel(BM, BN):
-            C_local[i, j] = C_local[i, j] * T.float32(0.5) * (T.float32(1) + T.erf(C_local[i, j] * T.float32(0.7071067811865476)))
+            C_local[i, j] = C_local[i, j] * T.float32(0.5) * (T.float32(1.0) + T.erf(C_local[i, j] * T.float32(0.7071067811865476)))
         T.copy(C_local, C[by * BM, bx * BN])

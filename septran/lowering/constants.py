@@ -1,0 +1,189 @@
+"""Pass: resolve constants. Problem sizes and every tunable, named once, up front.
+
+The names become the generated program's constants (``A_dim0 = 200``,
+``BM = 64``); every later pass reads values from here. A tunable the logic
+uses and the mapping does not set, one that the mapping sets twice with two
+values, and one the logic never uses are errors at the mapping's line.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from septran.errors import LoweringError, MappingError
+from septran.expr import Dim, Expr, Sym, Tunable, Var, evaluate, leaves
+from septran.frontend import elementwise as el
+from septran.frontend.ir import Launch, Loop, PrimCall, TaskDef, TaskGraph, TileRef
+from septran.frontend.shapes import ShapeRelations
+from septran.lowering import tile_ir as ir
+from septran.lowering.tile_ir import Why
+from septran.mapping.schema import InstanceMapping, Mapping as MappingFile
+from septran.target import Target
+
+INDEX_LIMIT = 2**31 - 1  # TileLang indexes with 32-bit integers
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """What a call fixes: every entry parameter's shape and dtype."""
+
+    shapes: Mapping[str, tuple[int, ...]]
+    dtypes: Mapping[str, str]
+    scalars: Mapping[str, float] = field(default_factory=dict)  # the entry task's scalar parameters
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every pass may read: the inputs of the lowering, never changed by it."""
+
+    graph: TaskGraph
+    mapping: MappingFile
+    target: Target
+    spec: Specialization
+    shapes: ShapeRelations
+
+    def instance(self, name: str) -> InstanceMapping:
+        return self.mapping.instance(name)
+
+    def reachable(self) -> tuple[InstanceMapping, ...]:
+        """Every instance reached from the entrypoint through ``calls``, entry first."""
+        out, todo = [], [self.mapping.entrypoint.value]
+        while todo:
+            inst = self.mapping.instance(todo.pop(0))
+            if inst not in out:
+                out.append(inst)
+                todo.extend(c.value for c in inst.calls.values())
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class Constants:
+    consts: tuple[ir.Const, ...]
+    values: Mapping[Sym, int]
+    entry_dims: Mapping[Expr, Expr]  # Dim(entry param, axis) -> Var(its constant)
+    tunables: Mapping[str, Expr]  # tunable name -> Var(its constant)
+    names: frozenset  # names the program already uses
+
+    def value(self, e: Expr) -> int:
+        return evaluate(e, {Var(s): v for s, v in self.values.items()})
+
+
+def resolve_constants(ctx: Context) -> Constants:
+    names = {"T"}  # the emitted program's name for TileLang's language module
+    consts: list[ir.Const] = []
+    entry_dims: dict[Expr, Expr] = {}
+    entry = ctx.graph.entry_task
+
+    def new(base: str) -> Sym:
+        name, k = base, 1
+        while name in names:
+            k += 1
+            name = f"{base}_{k}"
+        names.add(name)
+        return Sym(name)
+
+    roles = {p.name: ctx.graph.privilege(entry.name, p.name).role for p in entry.params}
+    for cls in ctx.shapes.classes:
+        inputs = [m for m in cls.members if roles[m[0]] != "output"] or list(cls.members)
+        pname, axis = inputs[0]
+        sym = new(f"{pname}_dim{axis}")
+        tied = ", ".join(f"{p}.shape[{a}]" for p, a in cls.members)
+        consts.append(ir.Const(sym, ctx.spec.shapes[pname][axis],
+                               Why(f"problem size {tied}", logic=cls.reasons[0] if cls.reasons else None)))
+        for p, a in cls.members:
+            entry_dims[Dim(entry.param(p).sym, a)] = Var(sym)
+
+    settings = _tunable_settings(ctx)
+    used = _tunables_in_order(ctx.graph)
+    tunables: dict[str, Expr] = {}
+    for name, (task, use) in used.items():
+        if name not in settings:
+            # Name the partition that writes the tunable, not a line that only uses its effect (Ap.shape[1]).
+            use = next((p.loc for t in ctx.graph.tasks.values() for p in t.partitions if Tunable(name) in p.tile), use)
+            inst = next((i for i in ctx.reachable() if i.task_name.value == task.name), ctx.reachable()[-1])
+            where = next((i.key_loc("tunables") for i in ctx.reachable() if i.tunables), inst.loc)
+            raise LoweringError(
+                f"the logic uses tunable {name} (at {use}) but the mapping does not set it",
+                where,
+                hint=f"add `tunables: {{{name}: <int>}}` to {inst.name} or an instance above it",
+            )
+        val, inst = settings[name]
+        sym = new(name)
+        tunables[name] = Var(sym)
+        consts.append(ir.Const(sym, val.value, Why(f"tunable {name} = {val.value}", mapping=val.loc)))
+    for name, (val, inst) in settings.items():
+        if name not in used:
+            close = difflib.get_close_matches(name, list(used), n=1)
+            raise MappingError(
+                f"{inst.name}.tunables sets {name}, which the logic never uses",
+                val.loc,
+                hint=(f"did you mean {close[0]!r}? " if close else "")
+                + f"the logic uses: {', '.join(sorted(used)) or '(no tunables)'}",
+            )
+    values = MappingProxyType({c.sym: c.value for c in consts})
+    return Constants(tuple(consts), values, MappingProxyType(entry_dims), MappingProxyType(tunables), frozenset(names))
+
+
+def _tunable_settings(ctx: Context) -> dict:
+    """name -> (located value, instance) over the reachable instances; one value per tunable."""
+    out: dict = {}
+    for inst in ctx.reachable():
+        for name, val in inst.tunables.items():
+            if name in out and out[name][0].value != val.value:
+                first = out[name][1]
+                raise LoweringError(
+                    f"tunable {name} is {val.value} here but {out[name][0].value} in {first.name}; "
+                    "one kernel has one value per tunable",
+                    val.loc,
+                )
+            out.setdefault(name, (val, inst))
+    return out
+
+
+def _tunables_in_order(graph: TaskGraph) -> dict[str, tuple[TaskDef, object]]:
+    """Every tunable the logic uses, in the order the program first needs it (the constants' order)."""
+    found: dict[str, tuple[TaskDef, object]] = {}
+
+    def note(e, task: TaskDef, loc) -> None:
+        for leaf in leaves(e) if isinstance(e, Expr) else ():
+            if isinstance(leaf, Tunable) and leaf.name not in found:
+                found[leaf.name] = (task, loc)
+
+    def arg(a, task: TaskDef) -> None:
+        if isinstance(a, TileRef):
+            arg(a.partition.source, task)
+            for t in a.partition.tile:
+                note(t, task, a.partition.loc)
+            for i in a.index:
+                note(i, task, a.loc)
+
+    def body(task: TaskDef, stmts, seen: set) -> None:
+        for s in stmts:
+            if isinstance(s, Loop):
+                for e in s.extents:
+                    note(e, task, s.loc)
+                body(task, s.body, seen)
+            elif isinstance(s, Launch):
+                for a in s.args:
+                    arg(a, task)
+                callee = graph.tasks[s.callee]
+                if callee.name not in seen:
+                    visit(callee, seen | {callee.name})
+            elif isinstance(s, PrimCall) and s.expr is not None:
+                for node in el.nodes(s.expr):
+                    if isinstance(node, el.IntExpr):
+                        note(node.expr, task, s.loc)
+
+    def visit(task: TaskDef, seen: set) -> None:
+        for t in task.temps:
+            for e in t.shape:
+                note(e, task, t.loc)
+        body(task, task.body, seen)
+        for p in task.partitions:  # partitions never indexed still name their tunables
+            for t in p.tile:
+                note(t, task, p.loc)
+
+    visit(graph.entry_task, {graph.entry})
+    return found

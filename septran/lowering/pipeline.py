@@ -1,0 +1,65 @@
+"""TaskGraph + Mapping + Target -> TileProgram, as a list of passes.
+
+Read it top to bottom, as Halide's ``Lower.cpp``: each pass is a function
+from one frozen stage to the next, and with ``SEPTRAN_DUMP_DIR`` set each
+stage is written as text (``<tag>.<NN>-<pass>.txt``) so that a decision can
+be traced to the pass that made it. No TileLang text is produced here; the
+emitter prints what these passes decide.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from septran.errors import internal_errors
+from septran.frontend.printer import format_graph
+from septran.frontend.shapes import ShapeRelations
+from septran.lowering import tile_ir as ir
+from septran.lowering.bind import check_mapping
+from septran.lowering.capacity import check_capacity
+from septran.lowering.constants import Context, Specialization, resolve_constants
+from septran.lowering.explain import explain
+from septran.lowering.flat_ir import format_flat
+from septran.lowering.flatten import flatten
+from septran.lowering.place import place
+from septran.lowering.stage import stage
+from septran.lowering.verify import verify
+from septran.mapping.schema import Mapping
+from septran.target import Target
+
+Dump = Callable[[str, Callable[[], str]], None]  # (name, make the text): called only when dumping
+
+
+def lower(graph, mapping: Mapping, target: Target, spec: Specialization, shapes: ShapeRelations,
+          dump: Optional[Dump] = None, checked: bool = False) -> ir.TileProgram:
+    """``checked``: the caller ran ``check_mapping`` already (``septran.compile`` does, once per kernel)."""
+    dump = dump or (lambda name, make: None)
+    ctx = Context(graph, mapping, target, spec, shapes)
+    inputs = f"logic {graph.entry_task.loc.file}, mapping {mapping.file}, target {target.name}, shapes {dict(spec.shapes)}"
+    dump("00-taskgraph", lambda: format_graph(graph))
+    # The mapping's rules first: every later pass may assume names resolve and memories exist.
+    if not checked:
+        with internal_errors("check", inputs):
+            check_mapping(graph, mapping, target)
+    # Problem sizes and tunables become named numbers once; every pass after reads them from here.
+    with internal_errors("constants", inputs):
+        consts = resolve_constants(ctx)
+    dump("01-constants", lambda: "\n".join(f"{c.sym.name} = {c.value}    because: {c.why}" for c in consts.consts) + "\n")
+    # Instances inlined into one program of the grid; views in their tensors' coordinates, nothing staged.
+    with internal_errors("flatten", inputs):
+        flat, names = flatten(ctx, consts)
+    dump("02-flatten", lambda: format_flat(flat))
+    # Before anything is allocated or emitted: every index in its grid, every read in its tile.
+    with internal_errors("verify", inputs):
+        flat = verify(ctx, consts, flat)
+    dump("03-verify", lambda: format_flat(flat))
+    # Buffers and copies where mems changes the memory; leaves bound to the target's implementations.
+    with internal_errors("stage", inputs):
+        program = stage(ctx, consts, flat, names)
+    dump("04-stage", lambda: explain(program))
+    # Memories TileLang does not know: addresses, descriptors and vendor calls (targets that have them).
+    with internal_errors("place", inputs):
+        program = place(ctx, program, consts.value)
+    dump("05-place", lambda: explain(program))
+    # Last, on what will be emitted: each memory holds what one program allocates.
+    with internal_errors("capacity", inputs):
+        return check_capacity(ctx, program, consts.value)

@@ -1,0 +1,112 @@
+"""Pass: place. Memories that TileLang does not know (a DSA's scratchpad) get addresses and vendor calls.
+
+Only a target whose ``target.yaml`` gives a memory ``placement: address`` is
+touched, so this pass is the target's own: each buffer there gets a byte
+offset (a constant of the program, aligned as the memory says) and, where the
+vendor names tiles by handle, a descriptor made before anything else; its
+copies become the memory's ``load`` / ``store`` calls, its clears ``fill_zero``;
+a ``sync`` waits for transfers in before a leaf reads them and for transfers
+out before the program moves on; descriptors are released at the end.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from septran.errors import LoweringError
+from septran.expr import Const
+from septran.lowering import tile_ir as ir
+from septran.lowering.constants import Context
+from septran.lowering.flatten import _Names
+from septran.lowering.tile_ir import Why
+
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "int32": 4, "int64": 8, "bool": 1}
+
+
+def place(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
+    """``value``: an integer expression's value (the program's constants are numbers)."""
+    target = ctx.target
+    if not any(m.placed for m in target.memories.values()):
+        return program
+    names = _Names(program.names)
+    consts = list(program.consts)
+    k = program.kernel
+    buffers, prologue, released, next_address = [], [], [], {}
+    for buf in k.buffers:
+        mem = target.memories[buf.space]
+        if not mem.placed:
+            buffers.append(buf)
+            continue
+        size = DTYPE_BYTES[buf.dtype] * _prod(value(e) for e in buf.shape)
+        offset = -(-next_address.get(mem.name, 0) // mem.align_bytes) * mem.align_bytes
+        next_address[mem.name] = offset + size
+        handle = "declare" in mem.ops
+        address = names.new(f"{buf.sym.name}_addr") if handle else buf.sym
+        consts.append(ir.Const(address, offset, Why(f"byte offset of {buf.sym.name} in {mem.name}")))
+        placed = dataclasses.replace(buf, alloc=None, address=address, handle=handle)
+        buffers.append(placed)
+        if handle:
+            prologue.append(ir.VendorOp("declare", mem.ops["declare"], (("buf", _whole(buf, target)),),
+                                        Why(f"describe {buf.sym.name} to the vendor library"), result=buf.sym))
+        if "release" in mem.ops and mem.name not in released:
+            released.append(mem.name)
+    body, _ = _rewrite(list(k.body), {b.sym: b for b in k.buffers}, target, set())
+    body = prologue + body
+    for name in released:
+        body.append(ir.VendorOp("release", target.memories[name].ops["release"], (), Why(f"release this program's {name} descriptors")))
+    kernel = dataclasses.replace(k, buffers=tuple(buffers), body=tuple(body))
+    return dataclasses.replace(program, consts=tuple(consts), kernel=kernel, names=frozenset(names.used))
+
+
+def _rewrite(stmts: list, bufs, target, pending: set) -> tuple[list, set]:
+    """Copies and clears of placed memories as vendor calls, with the syncs their transfers need."""
+    out, stored = [], []
+    for s in stmts:
+        if isinstance(s, ir.For):
+            body, pending = _rewrite(list(s.body), bufs, target, pending)
+            out.append(dataclasses.replace(s, body=tuple(body)))
+            continue
+        if isinstance(s, ir.LeafCall):
+            for name in sorted(pending):  # asynchronous transfers must be complete before the data is used
+                mem = target.memories[name]
+                if "sync" in mem.ops:
+                    out.append(ir.VendorOp("sync", mem.ops["sync"], (), Why(f"wait for the transfers into {name} before they are read",
+                                                                            logic=s.why.logic)))
+            pending = set()
+            out.append(s)
+            continue
+        mem_of = lambda r: target.memories[bufs[r.of].space] if r.of in bufs else None  # noqa: E731
+        if isinstance(s, ir.Fill) and s.dst in bufs and target.memories[bufs[s.dst].space].placed:
+            mem = target.memories[bufs[s.dst].space]
+            out.append(ir.VendorOp("fill_zero", mem.ops["fill_zero"], (("dst", _whole(bufs[s.dst], target)),), s.why))
+            continue
+        if isinstance(s, ir.Copy):
+            src, dst = mem_of(s.src), mem_of(s.dst)
+            if (src and src.placed) or (dst and dst.placed):
+                if s.options:
+                    raise LoweringError(f"copy options {dict(s.options)} are TileLang's; {(dst if dst and dst.placed else src).name} "
+                                        "moves data with vendor calls", s.why.mapping)
+                op, mem = ("load", dst) if dst and dst.placed else ("store", src)
+                if op == "load":
+                    pending.add(mem.name)
+                else:
+                    stored.append(mem.name)
+                out.append(ir.VendorOp(op, mem.ops[op], (("dst", s.dst), ("src", s.src)), s.why))
+                continue
+        out.append(s)
+    for name in sorted(set(stored)):  # results must have left the device before the program ends or the tile is reused
+        mem = target.memories[name]
+        if "sync" in mem.ops:
+            out.append(ir.VendorOp("sync", mem.ops["sync"], (), Why(f"wait for the transfers out of {name}")))
+    return out, pending
+
+
+def _whole(buf: ir.Buffer, target) -> ir.Region:
+    return ir.Region(buf.sym, tuple(Const(0) for _ in buf.shape), buf.shape, True, buf.shape,
+                     buf.shape[-1] if len(buf.shape) > 1 else Const(1), buf.dtype, target.dtype_codes.get(buf.dtype))
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out

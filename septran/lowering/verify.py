@@ -1,0 +1,146 @@
+"""Pass: verify. Proves, for the specialised shapes and tunables, that the program stays in bounds.
+
+Every name is a number or a loop variable with a known range by now, so
+interval arithmetic over the loops decides each obligation:
+
+* every tile index stays in its partition's grid on every iteration;
+* every loop runs a number of times that is >= 0 and fits the index type (a
+  trip count that depends on the block and may be negative is clamped to 0);
+* every element a primitive or compute reads or writes lies in its tile: the
+  operands that share an index letter (gemm's m, n, k; a compute's i, j) have
+  the same extent, and the same tunable wherever both are tunables, so that
+  no point of a search space breaks the tie;
+* every tensor can be indexed with 32-bit integers.
+
+What it cannot prove it refuses, at the logic line, with the numbers.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from septran.errors import LoweringError
+from septran.expr import BinOp, Const, Expr, Var
+from septran.frontend.ir import Param, PrimCall, walk
+from septran.lowering import flat_ir as fl
+from septran.lowering.constants import INDEX_LIMIT, Constants, Context
+from septran.lowering.intervals import Unbounded, bounds, witness
+
+
+def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProgram:
+    env = {s: (v, v) for s, v in consts.values.items()}
+    for t in flat.tensors:
+        numel = 1
+        for e in t.shape:
+            numel *= consts.value(e)
+        if numel > INDEX_LIMIT:
+            param = ctx.graph.entry_task.param(t.name)
+            raise LoweringError(f"{t.name} has {numel} elements; TileLang indexes tensors with 32-bit integers "
+                                f"(at most {INDEX_LIMIT})", param.loc if param else None,
+                                hint="split the call into smaller tensors")
+    for sym, extent in flat.grid:
+        lo, hi = _bounds(extent, env, flat.why.logic, "the grid's extent")
+        if hi <= 0:
+            return flat  # no program runs (an empty output): nothing inside can go wrong
+        if hi > INDEX_LIMIT:
+            raise LoweringError(f"the grid has {hi} programs along one dimension, more than a 32-bit index counts",
+                                flat.why.logic)
+        env[sym] = (0, hi - 1)
+    _indices(flat.grid_indices, env)
+    return dataclasses.replace(flat, program=_invoke(flat.program, env, consts))
+
+
+def _bounds(e: Expr, env, loc, what: str):
+    try:
+        return bounds(e, env)
+    except Unbounded as err:
+        raise LoweringError(f"cannot prove {what} in bounds: {err}", loc,
+                            hint="write indices as sums and products of loop variables, shapes and tunables") from None
+
+
+def _indices(uses, env) -> None:
+    for u in uses:
+        lo, hi = _bounds(u.index, env, u.loc, f"index {u.written}")
+        n = _bounds(u.grid, env, u.loc, f"the tiles of {u.source}")[0]
+        if lo < 0 or hi > n - 1:
+            bad = lo if lo < 0 else hi
+            at = witness(u.index, {s: r for s, r in env.items() if r[0] != r[1]}, bad)
+            where = f" (at {', '.join(f'{k} = {v}' for k, v in at.items())})" if at else ""
+            raise LoweringError(
+                f"{u.partition}: index {u.written} reaches {bad}{where}, but {u.source} has {n} tile"
+                f"{'' if n == 1 else 's'} along dimension {u.axis} ({'0..' + str(n - 1) if n else 'none'})",
+                u.loc,
+                hint="keep every tile index inside its partition's grid (0 .. shape - 1)",
+            )
+
+
+def _invoke(s: fl.Invoke, env, consts: Constants) -> fl.Invoke:
+    _indices(s.indices, env)
+    if s.binding is not None:
+        _letters(s, consts)
+        return s
+    return dataclasses.replace(s, body=tuple(_stmt(b, env, consts) for b in s.body))
+
+
+def _stmt(s, env, consts: Constants):
+    if isinstance(s, fl.Invoke):
+        return _invoke(s, env, consts)
+    loc = s.why.logic
+    lo, hi = _bounds(s.extent, env, loc, "the loop's trip count")
+    if lo < 0 and lo == hi:
+        raise LoweringError(f"the loop runs {hi} times: a trip count must be >= 0", loc,
+                            hint="a range that may be empty is task.range(0) or task.minimum(n, ...); never negative")
+    if hi > INDEX_LIMIT:
+        raise LoweringError(f"the loop runs up to {hi} times, more than a 32-bit index counts ({INDEX_LIMIT})", loc)
+    extent = s.extent if lo >= 0 else BinOp("max", s.extent, Const(0))  # negative for some blocks: none there
+    if hi <= 0:
+        return dataclasses.replace(s, extent=extent)  # never runs: nothing inside can go wrong
+    inner = dict(env)
+    inner[s.var] = (0, hi - 1)
+    return dataclasses.replace(s, extent=extent, body=tuple(_stmt(b, inner, consts) for b in s.body))
+
+
+def _letters(s: fl.Invoke, consts: Constants) -> None:
+    """Operands that share an index letter have one extent there."""
+    leaf = s.callee
+    for prim in (p for p, _ in walk(leaf.body) if isinstance(p, PrimCall)):
+        sig = prim.signature
+        seen: dict[str, tuple[str, int, Expr]] = {}
+        for k, letters in enumerate(sig.dims):
+            arg = prim.args[k]
+            if letters is None or not isinstance(arg, Param):
+                continue
+            extents = s.operands[leaf.params.index(arg)].view.extents
+            extra = len(extents) - len(letters)
+            if extra < 0:
+                continue  # a rank mismatch: the leaf binding reports it with the implementation's name
+            if sig.per_operand_batch:
+                for axis in range(extra):
+                    if consts.value(extents[axis]) != 1:
+                        raise LoweringError(
+                            f"{sig.params[k]} is read at [{', '.join(letters)}], but it has {len(extents)} dimensions and "
+                            f"dimension {axis} holds {consts.value(extents[axis])} elements",
+                            prim.loc, hint="index every dimension, or cut the tile down to one element there")
+            for pos, letter in enumerate(letters):
+                extent = extents[extra + pos]
+                if letter not in seen:
+                    seen[letter] = (sig.params[k], pos, extent)
+                    continue
+                first, first_pos, first_extent = seen[letter]
+                _tie(letter, (first, first_pos, first_extent), (sig.params[k], pos, extent), sig, prim.loc, consts)
+
+
+def _tie(letter: str, a, b, sig, loc, consts: Constants) -> None:
+    (pa, axa, ea), (pb, axb, eb) = a, b
+    va, vb = consts.value(ea), consts.value(eb)
+    what = f"{sig.name}'s index {letter}" if sig.name != "compute" else f"index {letter}"
+    if va != vb:
+        raise LoweringError(
+            f"{what} runs over {va} elements of {pa} (dimension {axa}, {ea}) but {pb} has {vb} there "
+            f"(dimension {axb}, {eb}): reading {pb} at {letter} would leave its tile",
+            loc, hint="an index shared by two tiles ties their extents; check the order of the indices and operands")
+    tunables = set(consts.tunables.values())
+    if isinstance(ea, Var) and isinstance(eb, Var) and ea != eb and ea in tunables and eb in tunables:
+        raise LoweringError(
+            f"{what} ties {pa}'s dimension {axa} ({ea} = {va}) to {pb}'s dimension {axb} ({eb} = {vb}): "
+            "equal today, but two tunables; another point of the mapping would read outside a tile",
+            loc, hint=f"use one tunable for both, or check the order of the operands (is {pb} the one meant?)")
