@@ -45,3 +45,15 @@ def target_folders() -> dict[str, Path]:
 def mapping_folders() -> list[Path]:
     """Folders searched for ``<target>/<op>.yaml``: the user's first, then the packaged ones."""
     return env.mapping_path() + [_packaged("mappings")]
+
+
+def display_name(path: str) -> str:
+    """A file's name for generated text (comments of a program, explain()): relative to the source tree
+    when inside it, else its base name, so that the text never depends on the working directory, and
+    printable ASCII only, so that a newline in a user's path can never end a comment."""
+    p = Path(path)
+    try:
+        text = str(p.resolve().relative_to(_PACKAGE.parent))
+    except (ValueError, OSError):
+        text = p.name
+    return "".join(c if " " <= c <= "~" else "?" for c in text)

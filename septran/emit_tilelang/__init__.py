@@ -1,4 +1,4 @@
 """Emission: tile program -> readable TileLang source."""
-from septran.emit_tilelang.emitter import comment_text, emit
+from septran.emit_tilelang.emitter import emit
 
-__all__ = ["emit", "comment_text"]
+__all__ = ["emit"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from septran.expr import Expr
 from septran.lowering import tile_ir as ir
+from septran.resources import display_name
 
 
 def _region(r: ir.Region) -> str:
@@ -37,7 +38,7 @@ def _stmt(s, depth: int, out: list[str]) -> None:
 
 def explain(program: ir.TileProgram) -> str:
     out = [f"tile program {program.name} for target {program.target}",
-           f"  logic:   {program.logic_file}", f"  mapping: {program.mapping_file}", "constants:"]
+           f"  logic:   {display_name(program.logic_file)}", f"  mapping: {display_name(program.mapping_file)}", "constants:"]
     for c in program.consts:
         out.append(f"  {c.sym.name} = {c.value}    because: {c.why}")
     out.append("kernel arguments:")

@@ -15,7 +15,7 @@ from typing import Optional, Union
 from septran.errors import SourceLoc
 from septran.expr import Expr, Sym
 from septran.frontend.ir import Launch, Privilege, TaskDef, Temp
-from septran.lowering.tile_ir import Why
+from septran.lowering.tile_ir import TensorParam, Why
 from septran.mapping.schema import InstanceMapping
 from septran.mapping.yaml_source import Located
 
@@ -88,20 +88,9 @@ Stmt = Union[Loop, Invoke]
 
 
 @dataclass(frozen=True)
-class Tensor:
-    """A kernel argument: a tensor in global memory."""
-
-    sym: Sym
-    name: str
-    shape: tuple[Expr, ...]
-    dtype: str
-    role: str
-
-
-@dataclass(frozen=True)
 class FlatProgram:
     name: str
-    tensors: tuple[Tensor, ...]
+    tensors: tuple[TensorParam, ...]  # in the entry task's parameter order
     grid: tuple[tuple[Sym, Expr], ...]  # blockIdx.x first
     grid_indices: tuple[IndexUse, ...]  # the tile indices of the grid's launch
     threads: Optional[int]

@@ -16,7 +16,7 @@ from septran.expr import BinOp, Const, Dim, Expr, GlobalExtent, GlobalStart, Sym
 from septran.frontend.ir import Arg, Launch, Loop, Param, PrimCall, ScalarParam, TaskDef, Temp, root_param, walk
 from septran.lowering import flat_ir as fl
 from septran.lowering.constants import Constants, Context
-from septran.lowering.tile_ir import Why
+from septran.lowering.tile_ir import TensorParam, Why
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class _Flattener:
             rank = len(ctx.spec.shapes[p.name])
             shape = tuple(self.consts.entry_dims.get(Dim(p.sym, a), Const(ctx.spec.shapes[p.name][a])) for a in range(rank))
             role = ctx.graph.privilege(entry_task.name, p.name).role
-            t = fl.Tensor(self.names.new(p.name), p.name, shape, ctx.spec.dtypes[p.name], role)
+            t = TensorParam(self.names.new(p.name), shape, ctx.spec.dtypes[p.name], role)
             tensors.append(t)
             views[p.name] = fl.View(t.sym, tuple(Const(0) for _ in shape), shape, self.global_space, True,
                                     tuple((Const(0), e) for e in shape))

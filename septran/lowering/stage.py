@@ -78,7 +78,7 @@ class _Stager:
         order = list(self.target.memories)
         buffers = sorted(self.buffers, key=lambda b: order.index(b.space))
         kernel = ir.KernelLaunch(self.flat.grid, self.flat.threads, tuple(buffers), tuple(root.stmts), self.flat.why)
-        params = tuple(ir.TensorParam(t.sym, t.shape, t.dtype, t.role) for t in self.flat.tensors)
+        params = self.flat.tensors
         ordered = tuple(t for t in params if t.role != "output") + tuple(t for t in params if t.role == "output")
         return ir.TileProgram(self.flat.name, self.target.name, self.target.language, self.consts.consts, ordered, kernel,
                               self.ctx.graph.entry_task.loc.file, self.ctx.mapping.file,

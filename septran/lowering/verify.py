@@ -28,14 +28,13 @@ from septran.lowering.intervals import Unbounded, bounds, witness
 
 def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProgram:
     env = {s: (v, v) for s, v in consts.values.items()}
-    for t in flat.tensors:
+    for param, t in zip(ctx.graph.entry_task.params, flat.tensors):
         numel = 1
         for e in t.shape:
             numel *= consts.value(e)
         if numel > INDEX_LIMIT:
-            param = ctx.graph.entry_task.param(t.name)
-            raise LoweringError(f"{t.name} has {numel} elements; TileLang indexes tensors with 32-bit integers "
-                                f"(at most {INDEX_LIMIT})", param.loc if param else None,
+            raise LoweringError(f"{param.name} has {numel} elements; TileLang indexes tensors with 32-bit integers "
+                                f"(at most {INDEX_LIMIT})", param.loc,
                                 hint="split the call into smaller tensors")
     for sym, extent in flat.grid:
         lo, hi = _bounds(extent, env, flat.why.logic, "the grid's extent")
