@@ -1,0 +1,99 @@
+"""Grouped-query attention: examples/attention/attention.py with K and V of fewer heads (Hkv).
+
+Q, O: (batch, H, Sq, D); K, V: (batch, Hkv, Sk, D). Query head h reads KV head
+h // g, g = H // Hkv. With H = 8 and Hkv = 4 that is exact; with Hkv = 3, g = 2
+and h // 2 reaches 3, past K's last head: the lowering must refuse it at the
+launch marked ``# <- gqa launch``.
+"""
+from septran import task
+
+NEG_INF = float("-inf")
+LOG2E = 1.44269504  # exp(x) = exp2(x * log2(e)): the scale folds it in, as FlashAttention does
+
+
+def attention(causal: bool = False):
+    """The entry task; it takes the scalar ``sm_scale`` (0, the default, means 1 / sqrt(D))."""
+
+    @task.define(leaf=True)
+    def attn_start(O, m, l):
+        task.compute(O, lambda i, j: 0.0)
+        task.compute(l, lambda i: 0.0)
+        task.compute(m, lambda i: NEG_INF)
+
+    @task.define(leaf=True)
+    def attn_mask(S, Q, K):  # Q and K: only where they sit is used
+        q = lambda i: task.global_index(Q, 2, i)  # noqa: E731
+        k = lambda j: task.global_index(K, 2, j)  # noqa: E731
+        if causal:
+            past = task.global_size(K, 2) - task.global_size(Q, 2)
+            task.compute(S, lambda i, j: task.where(q(i) + past >= k(j), 0.0, NEG_INF))
+        else:  # keys past the end (the last tile may overhang) get no weight
+            task.compute(S, lambda i, j: task.where(k(j) >= task.global_size(K, 2), NEG_INF, 0.0))
+
+    @task.define(leaf=True)
+    def attn_scores(S, Q, K):
+        task.call_primitive("gemm_bt", S, Q, K)  # S += Q K^T
+
+    @task.define(leaf=True)
+    def attn_softmax(S, P, m, m_prev, alpha, l, rowsum, Q, sm_scale=0.0):  # Q: only its head dim is used
+        scale = task.where(sm_scale > 0.0, sm_scale, 1.0 / task.sqrt(task.global_size(Q, 3))) * LOG2E
+        task.compute(m_prev, lambda i: m[i])
+        task.compute(m, lambda i: NEG_INF)
+        task.call_primitive("row_max", m, S)
+        task.compute(m, lambda i: task.maximum(m[i], m_prev[i]))
+        task.compute(alpha, lambda i: task.exp2(m_prev[i] * scale - m[i] * scale))
+        task.compute(S, lambda i, j: task.exp2(S[i, j] * scale - m[i] * scale))
+        task.call_primitive("row_sum", rowsum, S)
+        task.compute(l, lambda i: l[i] * alpha[i] + rowsum[i])
+        task.compute(P, lambda i, j: S[i, j])  # in V's type, for the second product
+
+    @task.define(leaf=True)
+    def attn_rescale(O, alpha):
+        task.compute(O, lambda i, j: O[i, j] * alpha[i])
+
+    @task.define(leaf=True)
+    def attn_values(O, P, V):
+        task.call_primitive("gemm", O, P, V)  # O += P V
+
+    @task.define(leaf=True)
+    def attn_finish(O, l):
+        task.compute(O, lambda i, j: O[i, j] / l[i])
+
+    @task.define
+    def attention_block(O, Q, K, V, sm_scale=0.0):  # one block of query rows of one head; all its keys
+        Kp = task.partition(K, by="blocks", tile=(1, 1, "BN", None))
+        Vp = task.partition(V, by="blocks", tile=(1, 1, "BN", None))
+        S = task.temp(Q.shape[2], "BN")  # scores, then probabilities
+        P = task.temp(Q.shape[2], "BN", dtype=V)
+        m = task.temp(Q.shape[2])  # running row maximum of the scores
+        m_prev = task.temp(Q.shape[2])
+        alpha = task.temp(Q.shape[2])  # how much the old accumulator shrinks
+        l = task.temp(Q.shape[2])  # running row sum of the probabilities
+        rowsum = task.temp(Q.shape[2])
+        tiles = Kp.shape[2]
+        if causal:  # only the key tiles that reach this block's last query
+            last = task.global_offset(Q, 2) + Q.shape[2] + task.global_size(K, 2) - task.global_size(Q, 2)
+            tiles = task.minimum(tiles, task.ceildiv(last, "BN"))
+        task.launch(attn_start, O, m, l)
+        for k in task.range(tiles):  # sequential: may be pipelined
+            task.launch(attn_mask, S, Q, Kp[0, 0, k, 0])
+            task.launch(attn_scores, S, Q, Kp[0, 0, k, 0])
+            task.launch(attn_softmax, S, P, m, m_prev, alpha, l, rowsum, Q, sm_scale)
+            task.launch(attn_rescale, O, alpha)
+            task.launch(attn_values, O, P, Vp[0, 0, k, 0])
+        task.launch(attn_finish, O, l)
+
+    @task.define
+    def attention_logic(O, Q, K, V, sm_scale=0.0):
+        Op = task.partition(O, by="blocks", tile=(1, 1, "BM", None))
+        Qp = task.partition(Q, by="blocks", tile=(1, 1, "BM", None))
+        Kp = task.partition(K, by="blocks", tile=(1, 1, None, None))
+        Vp = task.partition(V, by="blocks", tile=(1, 1, None, None))
+        g = Q.shape[1] // K.shape[1]  # query heads per KV head
+        for b, h, i in task.parallel_range(Op.shape[:3]):  # parallel: may become the grid
+            task.launch(attention_block, Op[b, h, i, 0], Qp[b, h, i, 0], Kp[b, h // g, 0, 0], Vp[b, h // g, 0, 0], sm_scale)  # <- gqa launch
+
+    return attention_logic
+
+
+attention_logic = attention()  # what `septran.compile(logic_file=...)` finds: not causal
