@@ -55,6 +55,7 @@ class _Flattener:
         for p in entry_task.params:
             rank = len(ctx.spec.shapes[p.name])
             shape = tuple(self.consts.entry_dims.get(Dim(p.sym, a), Const(ctx.spec.shapes[p.name][a])) for a in range(rank))
+            shape = shape or (Const(1),)  # a tensor of rank 0 is one element: the kernel passes it as a (1,) view
             role = ctx.graph.privilege(entry_task.name, p.name).role
             t = TensorParam(self.names.new(p.name), shape, ctx.spec.dtypes[p.name], role)
             tensors.append(t)

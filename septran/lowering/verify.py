@@ -125,13 +125,15 @@ def _letters(s: fl.Invoke, consts: Constants) -> None:
                     seen[letter] = (sig.params[k], pos, extent)
                     continue
                 first, first_pos, first_extent = seen[letter]
-                _tie(letter, (first, first_pos, first_extent), (sig.params[k], pos, extent), sig, prim.loc, consts)
+                # A compute's indices are the user's choice at the compute; a primitive's operands, at the launch.
+                loc = prim.loc if prim.expr is not None else s.launch.loc
+                _tie(letter, (first, first_pos, first_extent), (sig.params[k], pos, extent), sig, loc, consts, prim.loc)
 
 
-def _tie(letter: str, a, b, sig, loc, consts: Constants) -> None:
+def _tie(letter: str, a, b, sig, loc, consts: Constants, prim_loc) -> None:
     (pa, axa, ea), (pb, axb, eb) = a, b
     va, vb = consts.value(ea), consts.value(eb)
-    what = f"{sig.name}'s index {letter}" if sig.name != "compute" else f"index {letter}"
+    what = f"{sig.name}'s index {letter} (logic {prim_loc})" if sig.name != "compute" else f"index {letter}"
     if va != vb:
         raise LoweringError(
             f"{what} runs over {va} elements of {pa} (dimension {axa}, {ea}) but {pb} has {vb} there "

@@ -209,6 +209,7 @@ class Kernel:
             make = torch.zeros if a.privilege is Privilege.REDUCE else torch.empty
             outputs[a.name] = make(shape, dtype=dtype, device=device)
         every = [tensors[a.name] if a.name in tensors else outputs[a.name] for a in self.inputs + self.outputs]
+        every = [t.reshape(1) if t.dim() == 0 else t for t in every]  # the program holds a rank-0 tensor as (1,)
         if all(t.numel() for t in every):
             variant.build()(*every)
             vendor.check_errors(self.target, variant.program.name)

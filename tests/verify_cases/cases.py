@@ -312,14 +312,16 @@ ONE_STEP_LOGIC = HERE / "gemm_one_step.py"
 
 def case_pipeline_without_a_sequential_range(tmp: Path) -> None:
     """``pipeline: 4`` on a block task that has no task.range: refused at the pipeline line."""
-    mapping = edited_mapping(tmp, "cpu", "gemm", ("    proc: BLOCK\n", "    proc: BLOCK\n    pipeline: 4\n"))
+    mapping = edited_mapping(tmp, "cpu", "gemm", ("    proc: BLOCK\n", "    proc: BLOCK\n    pipeline: 4\n"),
+                             ("{BM: 32, BN: 32, BK: 32}", "{BM: 32, BN: 32}"))
     err = refused(compile_and_specialize(ONE_STEP_LOGIC, mapping, **GEMM_SHAPES), MAPPING_ERRORS)
     assert_located(err, mapping, line_of(mapping, "pipeline: 4"), r"pipeline|range")
 
 
 def case_pipeline_one_step_control(tmp: Path) -> None:
-    """The control: gemm_one_step.py without the pipeline key runs and is correct."""
-    kernel = septran.compile(logic_file=ONE_STEP_LOGIC, mapping_file=mapping_path("cpu", "gemm"))
+    """The control: gemm_one_step.py without the pipeline key (nor BK, which it never uses) runs and is correct."""
+    mapping = edited_mapping(tmp, "cpu", "gemm", ("{BM: 32, BN: 32, BK: 32}", "{BM: 32, BN: 32}"))
+    kernel = septran.compile(logic_file=ONE_STEP_LOGIC, mapping_file=mapping)
     a, b = _rand(40, 24, seed=1), _rand(24, 36, seed=2)
     assert_gemm_close(assert_not_a_sepran_bug(lambda: kernel(a, b)), a, b)
 
