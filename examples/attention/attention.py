@@ -40,7 +40,8 @@ def attention(causal: bool = False):
 
     @task.define(leaf=True)
     def attn_softmax(S, P, m, m_prev, alpha, l, rowsum, Q, sm_scale=0.0):  # Q: only its head dim is used
-        scale = task.where(sm_scale > 0.0, sm_scale, 1.0 / task.sqrt(task.global_size(Q, 3))) * LOG2E
+        # A head dim of 0 makes every score 0 whatever the scale (torch then averages V): 1, not 1 / sqrt(0).
+        scale = task.where(sm_scale > 0.0, sm_scale, 1.0 / task.sqrt(task.maximum(task.global_size(Q, 3), 1.0))) * LOG2E
         task.compute(m_prev, lambda i: m[i])
         task.compute(m, lambda i: NEG_INF)
         task.call_primitive("row_max", m, S)
