@@ -35,16 +35,12 @@ def value(name: str, given) -> float:
         return math.nan  # one NaN: its sign and payload never reach the program
     if math.isinf(out) and given == out:
         return out  # ±inf itself
-    try:
-        struct.pack("f", out)  # raises when a finite value rounds past float32's largest
-        if math.isinf(out):
-            raise OverflowError
-    except OverflowError:
+    if math.isinf(out) or math.isinf(struct.unpack("f", struct.pack("f", out))[0]):  # rounds past float32's largest
         raise CallError(
             f"scalar {name} = {given!r} is out of float32's range: the program computes in float32, "
             f"which holds |{name}| <= {FLOAT32_MAX:.8g} (and inf, -inf, nan)",
             hint=f"pass a smaller {name}, or float('inf') if infinity is meant",
-        ) from None
+        )
     return out
 
 
