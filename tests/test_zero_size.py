@@ -49,6 +49,13 @@ def test_gemm_with_k_0_is_zeros():
     check(kernel("gemm")(a, b), a @ b)
 
 
+@pytest.mark.parametrize("target", ["dsa_ref", "dsa_acme"])
+def test_dsa_gemm_with_k_0_is_zeros(target):
+    """The DSAs' vendor calls get extents of 0 (a DMA of nothing, a product over nothing) and must do nothing."""
+    a, b = randn(20, 0), randn(0, 30)
+    check(septran.compile(REPO / "examples" / "gemm" / "gemm.py", mapping_file=mapping_path(target))(a, b), a @ b)
+
+
 def test_bmm_with_k_0_is_zeros():
     a, b = randn(3, 37, 0), randn(3, 0, 45)
     check(kernel("bmm")(a, b), a @ b)
