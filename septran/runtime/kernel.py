@@ -226,7 +226,7 @@ class Kernel:
             if not t.is_contiguous():
                 raise CallError(f"{name} is not contiguous", hint=f"pass {name}.contiguous()")
         described = {n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}
-        key, spec = self._specialization(described, scalars)
+        _, spec = self._specialization(described, scalars)  # shapes without lowering: empty outputs need no program
         device = next(iter(tensors.values())).device if tensors else torch.device(self.target.torch_device)
         outputs = {}
         for a in self.outputs:
