@@ -40,7 +40,8 @@ def attention(causal: bool = False):
 
     @task.define(leaf=True)
     def attn_softmax(S, P, m, m_prev, alpha, l, rowsum, Q, sm_scale=0.0):  # Q: only its head dim is used
-        scale = task.where(sm_scale > 0.0, sm_scale, 1.0 / task.sqrt(task.global_size(Q, 3))) * LOG2E
+        # A head dim of 0 makes every score 0 whatever the scale (torch then averages V): 1, not 1 / sqrt(0).
+        scale = task.where(sm_scale > 0.0, sm_scale, 1.0 / task.sqrt(task.maximum(task.global_size(Q, 3), 1.0))) * LOG2E
         task.compute(m_prev, lambda i: m[i])
         task.compute(m, lambda i: NEG_INF)
         task.call_primitive("row_max", m, S)
@@ -60,8 +61,15 @@ def attention(causal: bool = False):
         task.call_primitive("gemm", O, P, V)  # O += P V
 
     @task.define(leaf=True)
-    def attn_finish(O, l):
-        task.compute(O, lambda i, j: O[i, j] / l[i])
+    def attn_finish(O, l, Q, K):  # Q and K: only where they sit is used
+        # A query that sees no key (there are none, or the causal mask hides them all) gets zeros, as
+        # torch's scaled_dot_product_attention gives, not 0 / 0 or NaN. Shapes are constants of the
+        # program, so where every query sees a key the check folds away and the division is all that is left.
+        if causal:
+            sees = lambda i: task.global_index(Q, 2, i) + task.global_size(K, 2) >= task.global_size(Q, 2)  # noqa: E731
+        else:
+            sees = lambda i: task.minimum(task.global_size(K, 2), 1.0) > 0.0  # there is a key  # noqa: E731
+        task.compute(O, lambda i, j: task.where(sees(i), O[i, j] / l[i], 0.0))
 
     @task.define
     def attention_block(O, Q, K, V, sm_scale=0.0):  # one block of query rows of one head; all its keys
@@ -85,7 +93,7 @@ def attention(causal: bool = False):
             task.launch(attn_softmax, S, P, m, m_prev, alpha, l, rowsum, Q, sm_scale)
             task.launch(attn_rescale, O, alpha)
             task.launch(attn_values, O, P, Vp[0, 0, k, 0])
-        task.launch(attn_finish, O, l)
+        task.launch(attn_finish, O, l, Q, K)
 
     @task.define
     def attention_logic(O, Q, K, V, sm_scale=0.0):

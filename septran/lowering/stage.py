@@ -24,7 +24,7 @@ from septran.lowering import leaf_calls
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Constants, Context
 from septran.lowering.flatten import _Names
-from septran.lowering.intervals import bounds
+from septran.lowering.intervals import Unbounded, bounds
 from septran.lowering.linear import as_expr, difference
 from septran.lowering.tile_ir import Why
 
@@ -192,7 +192,7 @@ class _Stager:
         for off, ext, roff, rext in zip(view.offsets, view.extents, res.offsets, res.extents):
             try:
                 lo, hi = bounds(as_expr(difference(off, roff, self.consts.values)), self.env)
-            except Exception:  # noqa: BLE001 - a difference with no bounds: assume the worst
+            except Unbounded:  # a difference with no bounds: assume the worst
                 return "overlap"
             e, r = self.consts.value(ext), self.consts.value(rext)
             if hi + e <= 0 or lo >= r:

@@ -3,35 +3,40 @@
 TileLang parses ``@T.prim_func`` bodies from their source file, so the
 generated program is written to a content-addressed file under the cache
 folder and imported from there: the text a user reads is the text compiled.
+A file found there is used only if it is exactly the text its name hashes;
+anything else (truncated, edited) is rewritten, with a warning.
 """
 from __future__ import annotations
 
 import hashlib
 import importlib.util
 import logging
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from septran import env
-from septran.errors import BuildError
-from septran.runtime import vendor
+from septran.errors import BuildError, InternalError
+from septran.runtime import integrity, tl_cache, vendor
 from septran.target import Target
 
 log = logging.getLogger(__name__)
 
 
 def source_file(source: str, name: str) -> Path:
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    data = source.encode()
+    digest = hashlib.sha256(data).hexdigest()[:16]
     folder = env.cache_dir() / "sources"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}_{digest}.py"
-    if not path.exists():
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)  # atomic: concurrent processes never read half a file
+    try:
+        if path.read_bytes() == data:
+            return path
+        log.warning("cached TileLang source %s does not match the hash in its name (truncated or edited); rewriting it", path)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        log.warning("cached TileLang source %s cannot be read (%s); rewriting it", path, err)
+    integrity.write_atomic(path, data)  # atomic: concurrent processes never read half a file
     return path
 
 
@@ -46,12 +51,11 @@ def load_prim_func(source: str, name: str):
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
-    except Exception as err:
-        raise BuildError(
-            f"TileLang rejected the generated program {path}: {type(err).__name__}: {err}",
-            hint="this is a SepTran bug if the mapping passed its checks; please report it with the generated file",
-        ) from err
+        # From the checked text, not through the import system: no __pycache__ to go stale or bad.
+        exec(compile(source, str(path), "exec"), module.__dict__)
+    except Exception as err:  # the program SepTran generated does not parse: SepTran's bug, never the user's
+        raise InternalError("emitter", f"TileLang rejected the generated program {path}: {type(err).__name__}: {err}",
+                            f"the generated file {path}") from err
     sys.modules[module_name] = module
     return getattr(module, name)
 
@@ -60,7 +64,7 @@ def compile_kernel(prim_func, target: Target, path_hint: str):
     """tilelang.compile with the target's backend, flags and pass configs."""
     import tilelang
 
-    try:
+    def once():
         return tilelang.compile(
             prim_func,
             target=_tl_target(target),
@@ -68,11 +72,11 @@ def compile_kernel(prim_func, target: Target, path_hint: str):
             compile_flags=list(target.compile_flags) + vendor.link_flags(target) or None,
             pass_configs=dict(target.pass_configs) or None,
         )
+
+    try:
+        return tl_cache.checked(once)
     except Exception as err:
-        raise BuildError(
-            f"TileLang could not build {path_hint} for {target.name}: {type(err).__name__}: {str(err)[:2000]}",
-            hint="the generated TileLang source is in the file named above",
-        ) from err
+        raise _rejected(err, "build", path_hint, target) from err
 
 
 def lower_device_source(prim_func, target: Target, path_hint: str) -> str:
@@ -85,9 +89,16 @@ def lower_device_source(prim_func, target: Target, path_hint: str) -> str:
         with tvm.transform.PassContext(opt_level=3, config=dict(target.pass_configs)), t:
             return tilelang.lower(prim_func, target=t).kernel_source
     except Exception as err:
-        raise BuildError(
-            f"TileLang could not lower {path_hint} for {target.name}: {type(err).__name__}: {str(err)[:2000]}",
-        ) from err
+        raise _rejected(err, "lower", path_hint, target) from err
+
+
+def _rejected(err: Exception, what: str, path_hint: str, target: Target) -> Exception:
+    """The machine failed (a compiler missing, a full disk): a BuildError. TileLang refused a program that
+    passed every check of SepTran's: SepTran's bug, an InternalError."""
+    text = f"TileLang could not {what} {path_hint} for {target.name}: {type(err).__name__}: {str(err)[:2000]}"
+    if isinstance(err, OSError):
+        return BuildError(text, hint="check that the target's compiler is installed and the cache folder is writable")
+    return InternalError("TileLang " + what, text, f"the generated file {path_hint}")
 
 
 def _tl_target(target: Target):

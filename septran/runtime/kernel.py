@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from typing import Optional
 
 from septran import env
-from septran.errors import CallError
+from septran.errors import CallError, internal_errors
 from septran.frontend.ir import Privilege, TaskGraph
 from septran.frontend.shapes import ShapeRelations
 from septran.lowering import Specialization, explain, lower
 from septran.lowering.bind import check_mapping
 from septran.emit_tilelang import emit
 from septran.mapping.schema import Mapping
-from septran.runtime import build, vendor
+from septran.runtime import build, scalars as scalar_args, vendor
 from septran.target import Target
 
 log = logging.getLogger(__name__)
@@ -33,9 +33,13 @@ class Variant:
 
         self.kernel = kernel
         self.spec = spec
-        self.program = lower(kernel.graph, kernel.mapping, kernel.target, spec, kernel.shapes,
-                             dump=lambda name, make: self._dump(f"{name}.txt", make), checked=True)
-        self.tilelang_source = emit(self.program, __version__)
+        # The lowering names the pass that fails; the emitter is the last stage that may.
+        shapes = ", ".join(f"{n}: {tuple(s)}" for n, s in spec.shapes.items())
+        with internal_errors("lowering", f"{kernel.graph.entry} for {kernel.target.name} with {shapes}"):
+            self.program = lower(kernel.graph, kernel.mapping, kernel.target, spec, kernel.shapes,
+                                 dump=lambda name, make: self._dump(f"{name}.txt", make), checked=True)
+        with internal_errors("emitter", f"{kernel.graph.entry} for {kernel.target.name} with {shapes}"):
+            self.tilelang_source = emit(self.program, __version__)
         self.source_path = build.source_file(self.tilelang_source, self.program.name)
         self._prim_func = None
         self._compiled = None
@@ -49,7 +53,7 @@ class Variant:
         name = entry.name.removesuffix("_logic") or entry.name
         shapes = "_".join("x".join(map(str, self.spec.shapes[p.name])) for p in self.kernel.graph.entry_task.params)
         dtype = "_".join(sorted(set(self.spec.dtypes.values())))
-        scalars = "".join(f".{k}{v:g}" for k, v in sorted(self.spec.scalars.items()))
+        scalars = "".join(f".{k}{scalar_args.text(v)}" for k, v in sorted(self.spec.scalars.items()))
         return f"{name}.{self.kernel.target.name}.{shapes}.{dtype}{scalars}"
 
     def _dump(self, suffix: str, text) -> None:
@@ -89,6 +93,20 @@ class Variant:
         self._dump(f"device.{self.kernel.target.device_source_ext}", self._device_source)
 
 
+def _row_major(t):
+    """An empty tensor with the strides TileLang checks (the product of the later extents): torch gives
+    (1, 1) for a (5, 0) tensor, TileLang wants (0, 1). It holds no element, so nothing is copied."""
+    import torch
+
+    if t.numel():
+        return t
+    strides, step = [], 1
+    for extent in reversed(t.shape):
+        strides.append(step)
+        step *= extent
+    return torch.empty_strided(tuple(t.shape), tuple(reversed(strides)), dtype=t.dtype, device=t.device)
+
+
 @dataclass(frozen=True)
 class _Arg:
     name: str
@@ -105,6 +123,7 @@ class Kernel:
         self.target = target
         check_mapping(graph, mapping, target)  # mapping mistakes surface at compile time, not at the first call
         self.shapes = ShapeRelations(graph)
+        self._specs: dict[tuple, Specialization] = {}
         self._variants: dict[tuple, Variant] = {}
         self._last: Optional[Variant] = None
         entry = graph.entry_task
@@ -146,23 +165,27 @@ class Kernel:
     def _scalar_values(self, given: dict) -> dict[str, float]:
         out = dict(self.scalars)
         for name, value in given.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise CallError(f"{name} must be a number, got {type(value).__name__}")
-            out[name] = float(value)
+            out[name] = scalar_args.value(name, value)
         return out
 
-    def _variant(self, described: dict[str, tuple[tuple[int, ...], str]], scalars: Optional[dict] = None) -> Variant:
-        scalars = scalars if scalars is not None else dict(self.scalars)
+    def _specialization(self, described: dict[str, tuple[tuple[int, ...], str]], scalars: dict) -> tuple[tuple, Specialization]:
+        """Every parameter's shape and dtype for these inputs, checked; cheap (no lowering), cached."""
         # A scalar is part of the program (like Triton's constexpr): a new value is a new variant.
-        key = tuple(sorted(described.items())) + tuple(sorted(scalars.items()))
-        variant = self._variants.get(key)
-        if variant is None:
+        key = tuple(sorted(described.items())) + tuple(sorted((k, scalar_args.key(v)) for k, v in scalars.items()))
+        spec = self._specs.get(key)
+        if spec is None:
             self._check_described(described)
             shapes = self.shapes.solve({n: s for n, (s, _) in described.items()})
             dtype = next(iter(described.values()))[1] if described else "float32"
             dtypes = {a.name: described[a.name][1] if a.name in described else dtype for a in self.args}
-            variant = Variant(self, Specialization(shapes, dtypes, scalars))
-            self._variants[key] = variant
+            spec = self._specs[key] = Specialization(shapes, dtypes, scalars)
+        return key, spec
+
+    def _variant(self, described: dict[str, tuple[tuple[int, ...], str]], scalars: Optional[dict] = None) -> Variant:
+        key, spec = self._specialization(described, scalars if scalars is not None else dict(self.scalars))
+        variant = self._variants.get(key)
+        if variant is None:
+            variant = self._variants[key] = Variant(self, spec)
             log.info("specialised %s for %s", self.graph.entry, key)
         self._last = variant
         return variant
@@ -199,21 +222,25 @@ class Kernel:
                 )
             if not t.is_contiguous():
                 raise CallError(f"{name} is not contiguous", hint=f"pass {name}.contiguous()")
-        variant = self._variant({n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}, scalars)
+        described = {n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}
+        _, spec = self._specialization(described, scalars)  # shapes without lowering: empty outputs need no program
         device = next(iter(tensors.values())).device if tensors else torch.device(self.target.torch_device)
         outputs = {}
         for a in self.outputs:
-            shape = variant.spec.shapes[a.name]
-            dtype = getattr(torch, variant.spec.dtypes[a.name])
             # A reduction starts from its identity; outputs written whole need no initial value.
             make = torch.zeros if a.privilege is Privilege.REDUCE else torch.empty
-            outputs[a.name] = make(shape, dtype=dtype, device=device)
-        every = [tensors[a.name] if a.name in tensors else outputs[a.name] for a in self.inputs + self.outputs]
-        every = [t.reshape(1) if t.dim() == 0 else t for t in every]  # the program holds a rank-0 tensor as (1,)
-        if all(t.numel() for t in every):
-            variant.build()(*every)
-            vendor.check_errors(self.target, variant.program.name)
+            outputs[a.name] = make(spec.shapes[a.name], dtype=getattr(torch, spec.dtypes[a.name]), device=device)
         result = tuple(outputs[a.name] for a in self.outputs)
+        written = [outputs[a.name] for a in self.outputs] + [tensors[a.name] for a in self.inputs if a.role == "inout"]
+        if not written or any(t.numel() for t in written):
+            # Empty inputs do not stop the program: a nonempty output still needs it (a sum over K = 0
+            # is its identity, then the epilogue runs; TileLang takes extents of 0). Only where there is
+            # nothing to write is there nothing to run, and nothing to compile.
+            variant = self._variant(described, scalars)
+            every = [tensors[a.name] if a.name in tensors else outputs[a.name] for a in self.inputs + self.outputs]
+            every = [t.reshape(1) if t.dim() == 0 else t for t in every]  # the program holds a rank-0 tensor as (1,)
+            variant.build()(*map(_row_major, every))
+            vendor.check_errors(self.target, variant.program.name)
         return result[0] if len(result) == 1 else result
 
     def _bind(self, args, kwargs) -> tuple[dict, dict]:

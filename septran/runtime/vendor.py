@@ -4,6 +4,12 @@ The library is built as a shared object in the cache, loaded into this
 process with RTLD_GLOBAL, and linked (by absolute path) into every kernel of
 the target, so the kernels and SepTran see one device state: SepTran asks it
 for errors after each call, and tests switch its debug mode.
+
+The library's name hashes what it is built from (its sources, the headers
+beside them, the flags); a sidecar ``<lib>.sha256``, written after the library,
+holds the hash of the library itself. A library that does not match it
+(truncated, overwritten; loading one can crash the process with SIGBUS) is
+rebuilt, with a warning, before it is loaded.
 """
 from __future__ import annotations
 
@@ -18,29 +24,43 @@ from pathlib import Path
 
 from septran import env
 from septran.errors import BuildError, DeviceError
+from septran.runtime import integrity
 from septran.target import Target, Vendor
 
 log = logging.getLogger(__name__)
 
 
+def _inputs_digest(sources: tuple[Path, ...], cflags: tuple[str, ...]) -> str:
+    digest = hashlib.sha256()
+    headers = sorted({h for src in sources for h in src.parent.glob("*.h")})
+    for path in (*sources, *headers):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(" ".join(cflags).encode())
+    return digest.hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=None)
 def _built(sources: tuple[Path, ...], cflags: tuple[str, ...]) -> Path:
-    digest = hashlib.sha256()
-    for src in sources:
-        digest.update(src.read_bytes())
-    digest.update(" ".join(cflags).encode())
     folder = env.cache_dir() / "vendor"
     folder.mkdir(parents=True, exist_ok=True)
-    lib = folder / f"lib{sources[0].stem}_{digest.hexdigest()[:16]}.so"
-    if not lib.exists():
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".so")
-        os.close(fd)
-        cmd = ["gcc", "-std=c11", "-O2", "-fPIC", "-shared", *map(str, sources), *cflags, "-o", tmp]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode:
-            os.unlink(tmp)
-            raise BuildError(f"building the vendor library failed: {' '.join(cmd)}\n{done.stderr}")
-        os.replace(tmp, lib)
+    lib = folder / f"lib{sources[0].stem}_{_inputs_digest(sources, cflags)}.so"
+    why = integrity.problem(lib)
+    if why is None:
+        return lib
+    if lib.exists():
+        log.warning("cached vendor library %s %s; rebuilding it", lib, why)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{lib.name}.", suffix=".so")
+    os.close(fd)
+    cmd = ["gcc", "-std=c11", "-O2", "-fPIC", "-shared", *map(str, sources), *cflags, "-o", tmp]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        os.unlink(tmp)
+        raise BuildError(f"building the vendor library failed: {' '.join(cmd)}\n{done.stderr}")
+    digest = integrity.sha256_file(Path(tmp))
+    # The library first, then its hash: a reader between the two sees a mismatch and rebuilds, never trusts a
+    # half-written file. A process that mapped the old library keeps its inode (replace, never overwrite).
+    os.replace(tmp, lib)
+    integrity.record(lib, digest)
     return lib
 
 

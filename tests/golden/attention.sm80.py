@@ -60,5 +60,5 @@ def attention(
             T.copy(V[bz, by, k * BN, 0], V_shared)
             T.gemm(P, V_shared, O_local, policy=T.GemmWarpPolicy.FullRow)
         for i, j in T.Parallel(BM, V_dim3):
-            O_local[i, j] = O_local[i, j] / l[i]
+            O_local[i, j] = T.if_then_else(bx * BM + i + K_dim2 >= Q_dim2, O_local[i, j] / l[i], T.float32(0.0))
         T.copy(O_local, O[bz, by, bx * BM, 0])
