@@ -39,6 +39,7 @@ def check_user_path(value: Union[str, os.PathLike], what: str, error: type[SepTr
     """``value`` as a str when it is an acceptable path; else ``error`` naming ``what``."""
     problem = path_problem(value)
     if problem is not None:
-        shown = repr(str(value))[:80]
+        text = str(value)
+        shown = repr(text[:60]) + ("..." if len(text) > 60 else "")
         raise error(f"{what} {shown} {problem}", hint="rename the file or folder; a path may not hold control characters")
     return str(value)

@@ -23,8 +23,10 @@ def _consts(e: Expr):
 
 
 def _shown(value: int) -> str:
-    digits = len(str(abs(value))) if abs(value) < 10**4000 else 4000
-    return str(value) if digits <= 20 else f"a number of about {digits} digits"
+    if abs(value) >= 10**4000:  # str() refuses more than 4300 digits
+        return "a number of more than 4000 digits"
+    digits = len(str(abs(value)))
+    return str(value) if digits <= 20 else f"{str(value)[:8]}... ({digits} digits)"
 
 
 def check_index_expr(e: Expr, what: str, loc: SourceLoc) -> Expr:

@@ -73,6 +73,8 @@ def find_task(names: dict, file: Optional[str], logic: Logic, name: str, loc: So
 
 
 def choose_mapping(op: str, mapping: Union[Mapping, str, Path, None], target: Optional[str]) -> Mapping:
+    if env.target_override() is not None:  # refused when set at all, not only where it is used
+        check_target_name(env.target_override(), source="from SEPTRAN_TARGET", error=TargetError)
     if isinstance(mapping, Mapping):
         return mapping
     if mapping is not None:
@@ -80,8 +82,6 @@ def choose_mapping(op: str, mapping: Union[Mapping, str, Path, None], target: Op
     forced = env.mapping_override()
     if forced is not None:
         return load_mapping(forced)
-    if target is None and env.target_override() is not None:
-        check_target_name(env.target_override(), source="from SEPTRAN_TARGET", error=TargetError)
     target = target or env.target_override() or detect_target()
     check_target_name(target, error=TargetError)
     tried = []
