@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # fuzz_mutate beside this file
@@ -128,6 +129,7 @@ def run_case(case: dict) -> dict:
             time.sleep(3600)
         return {"outcome": "correct", "detail": "probe"}
     folder = Path(tempfile.mkdtemp(prefix="septran-fuzz-"))
+    warnings.simplefilter("ignore", SyntaxWarning)  # mutants are full of them; they are not outcomes
     try:
         if case["kind"] == "mapping":
             mapping = folder / f"{case['op']}.yaml"

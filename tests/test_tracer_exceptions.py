@@ -106,3 +106,10 @@ def test_tunable_named_like_a_builtin(tmp_path):
 def test_lambda_as_a_task(tmp_path):
     refused(tmp_path, '@task.define(leaf=True)\ndef gemm_leaf_logic(C, A, B):\n    task.call_primitive("gemm", C, A, B)  # C += A @ B on tiles',
             "gemm_leaf_logic = task.define(lambda C, A, B: None, leaf=True)  # <- here", "task's name")
+
+
+def test_loop_index_used_after_its_loop(tmp_path):
+    """Python keeps `k` after the loop; a tile indexed with it outside the loop used to reach TileLang."""
+    refused(tmp_path, "        task.launch(gemm_leaf_logic, C, Ap[0, k], Bp[k, 0])\n",
+            "        task.launch(gemm_leaf_logic, C, Ap[0, k], Bp[k, 0])\n"
+            "    task.launch(gemm_leaf_logic, C, Ap[0, k], Bp[k, 0])  # <- here\n", "used outside its loop")

@@ -109,6 +109,8 @@ def _loop(api: str, extents, parallel: bool, default_var: str):
         raise FrontendError(f"task.{api}: needs at least one extent", loc)
     try:
         exts = tuple(check_extent(as_expr(e), f"task.{api}", loc) for e in exts)
+        for e in exts:
+            tracer.check_live(e, f"task.{api}", loc)
     except TypeError as err:
         raise FrontendError(f"task.{api}: {err}", loc) from None
     names = tracer.loop_var_names(loc, len(exts), default_var)
@@ -121,7 +123,9 @@ def _loop_body(frame, syms, exts, parallel, loc, single):
     frame.stmts = []
     frame.open_loops += 1
     vars_ = tuple(Var(s) for s in syms)
+    frame.live.extend(syms)
     yield vars_[0] if single else vars_
+    del frame.live[-len(syms):]
     body = frame.stmts
     frame.stmts = outer
     frame.open_loops -= 1

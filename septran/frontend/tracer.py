@@ -97,6 +97,7 @@ class _Frame:
     partitions: list
     callees: dict
     open_loops: int = 0
+    live: list = None  # the loop indices (Syms) of the loops open now
     temps: list = None
     scalars: tuple = ()
 
@@ -120,7 +121,7 @@ def trace(tf: TaskFunction) -> tuple[TaskDef, dict[str, TaskFunction]]:
 
     params = tuple(Param(fresh(n), i, tf.loc) for i, n in enumerate(tf.param_names))
     scalars = tuple(ScalarParam(fresh(n), d, tf.loc) for n, d in tf.scalar_defaults.items())
-    frame = _Frame(tf, params, [], [], {}, temps=[], scalars=scalars)
+    frame = _Frame(tf, params, [], [], {}, temps=[], scalars=scalars, live=[])
     _stack.append(frame)
     try:
         result = tf.fn(*(TensorHandle(p) for p in params), *(ScalarRef(s) for s in scalars))
@@ -224,6 +225,7 @@ class PartitionHandle:
                 out.append(FULL)
             elif isinstance(i, Expr):
                 check_index_expr(i, f"{part.sym.name}[...]", loc)
+                check_live(i, f"{part.sym.name}[...]", loc)
                 out.append(i)
             elif isinstance(i, int) and not isinstance(i, bool):
                 from septran.expr import Const
@@ -232,6 +234,17 @@ class PartitionHandle:
             else:
                 raise FrontendError(f"{part.sym.name}[...]: cannot index a partition with {i!r}", loc)
         return TensorHandle(TileRef(part, tuple(out), loc))
+
+
+def check_live(e: Expr, what: str, loc: SourceLoc) -> None:
+    """A loop index used after its loop ended (Python keeps the variable) or in another task is refused."""
+    from septran.expr import Var, leaves
+
+    live = _stack[-1].live if _stack else []
+    for leaf in leaves(e):
+        if isinstance(leaf, Var) and leaf.sym not in live:
+            raise FrontendError(f"{what}: loop index {leaf.sym.name} is used outside its loop", loc,
+                                hint="use it only inside the body of the task.range / task.parallel_range that defines it")
 
 
 _FOR_TARGET = re.compile(r"^\s*for\s+(.+?)\s+in\b")
