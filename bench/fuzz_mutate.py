@@ -207,11 +207,11 @@ def l_raise(rng, source):
 
 
 def l_syntax(rng, source):
+    """Text that breaks the syntax or changes nothing (inside a comment). Not ':' or deleting a character:
+    ``task.com:pute(...)`` is a valid annotation and ``exp2`` -> ``exp`` a valid other program."""
     i = rng.randrange(len(source))
-    op = rng.choice(["delete", "paren", "colon", "indent", "quote"])
-    if op == "delete":
-        return source[:i] + source[i + 1:], f"delete char {i}"
-    ins = {"paren": "(", "colon": ":", "indent": "\n   ", "quote": "'"}[op]
+    op = rng.choice(["paren", "indent", "quote", "bracket"])
+    ins = {"paren": "(", "indent": "\n   ", "quote": "'", "bracket": "]"}[op]
     return source[:i] + ins + source[i:], f"insert {ins!r} at {i}"
 
 

@@ -14,7 +14,7 @@ import collections
 
 from conftest import REPO, load_module
 
-CASES = 500
+CASES = 1500  # about 20 s with a warm cache
 
 
 def test_logic_mutations_run_correctly_or_fail_located():
