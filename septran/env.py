@@ -1,9 +1,30 @@
-"""Every environment variable SepTran reads, in one place (as tilelang/env.py does)."""
+"""Every environment variable SepTran reads, in one place (as tilelang/env.py does).
+
+Values are untrusted: a path with a control character is refused here, with
+the variable's name (see ``septran.paths``); a target is checked against the
+registry where it is used (``septran.target.check_target_name``).
+"""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 from typing import Optional
+
+from septran.errors import MappingError, SepTranError
+from septran.paths import check_user_path
+
+
+class SettingError(SepTranError):
+    """An environment variable holds a value SepTran refuses."""
+
+    stage = "setting"
+
+
+def _path(variable: str, error: type[SepTranError] = SettingError) -> Optional[Path]:
+    value = os.environ.get(variable)
+    if not value:
+        return None
+    return Path(check_user_path(value, f"{variable}=", error))
 
 
 def target_override() -> Optional[str]:
@@ -13,23 +34,20 @@ def target_override() -> Optional[str]:
 
 def mapping_override() -> Optional[Path]:
     """SEPTRAN_MAPPING: one mapping file to use for every compile."""
-    value = os.environ.get("SEPTRAN_MAPPING")
-    return Path(value) if value else None
+    return _path("SEPTRAN_MAPPING", MappingError)
 
 
 def mapping_path() -> list[Path]:
     """SEPTRAN_MAPPING_PATH: folders of a user's own mappings, searched before the packaged ones."""
     value = os.environ.get("SEPTRAN_MAPPING_PATH", "")
-    return [Path(p) for p in value.split(os.pathsep) if p]
+    return [Path(check_user_path(p, "a folder of SEPTRAN_MAPPING_PATH,", MappingError)) for p in value.split(os.pathsep) if p]
 
 
 def dump_dir() -> Optional[Path]:
     """SEPTRAN_DUMP_DIR: where every stage's output is written, when set."""
-    value = os.environ.get("SEPTRAN_DUMP_DIR")
-    return Path(value) if value else None
+    return _path("SEPTRAN_DUMP_DIR")
 
 
 def cache_dir() -> Path:
     """SEPTRAN_CACHE_DIR: where generated TileLang sources are kept (TileLang parses them from files)."""
-    value = os.environ.get("SEPTRAN_CACHE_DIR")
-    return Path(value) if value else Path.home() / ".cache" / "septran"
+    return _path("SEPTRAN_CACHE_DIR") or Path.home() / ".cache" / "septran"

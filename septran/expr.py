@@ -48,6 +48,16 @@ class Expr:
     def __floordiv__(self, o): return self._bin("//", o)
     def __rfloordiv__(self, o): return self._bin("//", o, True)
 
+    def __truediv__(self, o):
+        if not isinstance(o, (int, float, Expr)):
+            return NotImplemented  # an element expression divides (in task.compute)
+        raise TypeError(f"{self} / {o}: shapes are integers; use // (floor division) or task.ceildiv")
+
+    def __rtruediv__(self, o):
+        if not isinstance(o, (int, float, Expr)):
+            return NotImplemented
+        raise TypeError(f"{o} / {self}: shapes are integers; use // (floor division) or task.ceildiv")
+
     def __index__(self):
         raise TypeError(
             f"the symbolic value {self} has no Python integer value while a task is traced; "
@@ -160,6 +170,8 @@ def simplify(e: Expr) -> Expr:
     if not isinstance(e, BinOp):
         return e
     a, b = simplify(e.lhs), simplify(e.rhs)
+    if e.op in ("//", "ceildiv") and b == Const(0):
+        raise ZeroDivisionError(f"{e}: division of a shape by zero")
     if isinstance(a, Const) and isinstance(b, Const):
         return Const(_FOLD[e.op](a.value, b.value))
     if e.op == "+" and a == Const(0):

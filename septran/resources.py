@@ -12,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 from septran import env
+from septran.names import name_problem
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,9 @@ def target_folders() -> dict[str, Path]:
         if (entry / "target.yaml").is_file():
             found[entry.name] = entry
     for ep in metadata.entry_points(group="septran.targets"):
+        if name_problem(ep.name) is not None:  # a target's name is written into generated programs
+            log.warning("target plugin %r is ignored: its name %s", ep.name, name_problem(ep.name))
+            continue
         try:
             folder = Path(ep.load())
         except Exception as err:  # a broken plugin must not break the packaged targets

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional, Union
 from septran import resources
 from septran.errors import MappingError, SepTranError, SourceLoc
 from septran.mapping.yaml_source import Located, LocatedDict, load_located
+from septran.names import name_problem
 
 
 class TargetError(SepTranError):
@@ -240,18 +241,26 @@ def available_targets() -> list[str]:
     return sorted(resources.target_folders())
 
 
-def load_target(name: str, loc: Optional[SourceLoc] = None) -> Target:
+def check_target_name(name, loc: Optional[SourceLoc] = None, source: str = "",
+                      error: type[SepTranError] = MappingError) -> Path:
+    """The folder of target ``name``: a name from the registry, never a path (``../x``, ``/tmp/x``)."""
     folders = resources.target_folders()
-    if name not in folders:
-        import difflib
+    if isinstance(name, str) and name_problem(name) is None and name in folders:
+        return folders[name]
+    import difflib
 
-        close = difflib.get_close_matches(name, list(folders), n=1)
-        raise MappingError(
-            f"unknown target {name!r}",
-            loc,
-            hint=(f"did you mean {close[0]!r}? " if close else "") + f"targets: {', '.join(sorted(folders))}",
-        )
-    target = _load_cached(folders[name] / "target.yaml")
+    shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:60] + "..."
+    close = difflib.get_close_matches(name, list(folders), n=1) if isinstance(name, str) else []
+    raise error(
+        f"unknown target {shown}" + (f" ({source})" if source else "") + "; a target is a name from the registry, not a path",
+        loc,
+        hint=(f"did you mean {close[0]!r}? " if close else "") + f"targets: {', '.join(sorted(folders))}",
+    )
+
+
+def load_target(name: str, loc: Optional[SourceLoc] = None) -> Target:
+    folder = check_target_name(name, loc)
+    target = _load_cached(folder / "target.yaml")
     if target.name != name:
         raise TargetError(f"target folder {name} declares name {target.name!r}", target.loc)
     return target

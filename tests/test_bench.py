@@ -41,3 +41,27 @@ def test_attention_bench_builds_tilelangs_example_for_sm90():
     hand = bench.handwritten(kernel, (1, 2, 512, 512, 64), False)
     src = hand.get_kernel_source()
     assert "tma_load" in src and "wgmma" in src
+
+
+def _fuzz():
+    """bench/fuzz.py imported by name: its worker function must be picklable for spawned processes."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench"))
+    return importlib.import_module("fuzz")
+
+
+def test_fuzz_script_counts_outcomes(tmp_path):
+    import json
+
+    report = _fuzz().main(["--mappings", "6", "--logic", "4", "--jobs", "1", "--json", str(tmp_path / "f.json")])
+    counts = json.loads((tmp_path / "f.json").read_text())["counts"]
+    assert sum(sum(c.values()) for c in counts.values()) == 10 and report["counts"] == counts
+
+
+def test_fuzz_pool_records_crashes_and_hangs_and_goes_on():
+    fuzz = _fuzz()
+    cases = [{"kind": "probe", "action": a, "index": i} for i, a in enumerate(["ok", "crash", "ok", "hang", "ok"])]
+    results = {c["index"]: r["outcome"] for c, r in fuzz.run_all(cases, jobs=1, timeout=3)}
+    assert results == {0: "correct", 1: "crash", 2: "correct", 3: "hang", 4: "correct"}

@@ -11,9 +11,11 @@ import inspect
 from typing import Callable, Optional, Union
 
 from septran.errors import FrontendError
+from septran.names import check_name, is_safe_name
 from septran.expr import Const, Dim, Expr, GlobalExtent, GlobalStart, Tunable, Var, as_expr, fresh, leaves
 from septran.expr import ceildiv as ceildiv_expr, minimum as minimum_expr
 from septran.frontend import elementwise as el
+from septran.frontend.bounds import check_axis, check_extent, check_index_expr
 from septran.frontend.ir import Launch, Loop, Partition, PrimCall, Privilege, TileRef, Param, Temp
 from septran.frontend.primitives import PRIMITIVES, PrimitiveSig
 from septran.frontend import tracer
@@ -57,13 +59,11 @@ def partition(tensor, by: str = "blocks", tile: tuple = ()):
         if t is None:
             entries.append(None)
         elif isinstance(t, str):
-            if not t.isidentifier():
-                raise FrontendError(f"task.partition: tunable name {t!r} is not a plain identifier", loc)
-            entries.append(Tunable(t))
+            entries.append(Tunable(check_name(t, "task.partition: a tunable's name", loc, FrontendError)))
         elif isinstance(t, int) and not isinstance(t, bool):
             if t <= 0:
                 raise FrontendError(f"task.partition: tile size {t} must be positive", loc)
-            entries.append(Const(t))
+            entries.append(check_extent(Const(t), "task.partition: a tile size", loc))
         else:
             raise FrontendError(
                 f"task.partition: tile entry {t!r} must be an int, a tunable name or None", loc
@@ -88,7 +88,7 @@ def partition(tensor, by: str = "blocks", tile: tuple = ()):
 def _partition_name(loc, source) -> Optional[str]:
     """The variable the user assigns the partition to (``Ap = ...``), for readable dumps."""
     target = loc.source_line().split("=", 1)[0].strip()
-    if target.isidentifier():
+    if is_safe_name(target):
         return target
     if source is None:
         return None
@@ -108,7 +108,9 @@ def _loop(api: str, extents, parallel: bool, default_var: str):
     if not exts:
         raise FrontendError(f"task.{api}: needs at least one extent", loc)
     try:
-        exts = tuple(as_expr(e) for e in exts)
+        exts = tuple(check_extent(as_expr(e), f"task.{api}", loc) for e in exts)
+        for e in exts:
+            tracer.check_live(e, f"task.{api}", loc)
     except TypeError as err:
         raise FrontendError(f"task.{api}: {err}", loc) from None
     names = tracer.loop_var_names(loc, len(exts), default_var)
@@ -121,7 +123,9 @@ def _loop_body(frame, syms, exts, parallel, loc, single):
     frame.stmts = []
     frame.open_loops += 1
     vars_ = tuple(Var(s) for s in syms)
+    frame.live.extend(syms)
     yield vars_[0] if single else vars_
+    del frame.live[-len(syms):]
     body = frame.stmts
     frame.stmts = outer
     frame.open_loops -= 1
@@ -177,6 +181,8 @@ def _scalar_arg(frame, value, what: str, loc):
                                 hint=f"add {value.param.name}=<default> to {frame.task.name}'s parameters and pass it down")
         return value.param
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, int) and abs(value) > 2**1000:
+            raise FrontendError(f"task.launch: {what} is too large for a float", loc)
         return float(value)
     raise FrontendError(f"task.launch: {what} must be a number or a scalar parameter, got {type(value).__name__}", loc)
 
@@ -227,10 +233,10 @@ def temp(*shape, dtype=None):
         raise FrontendError("task.temp needs at least one extent", loc)
     extents = []
     for t in shape:
-        if isinstance(t, str) and t.isidentifier():
-            extents.append(Tunable(t))
+        if isinstance(t, str):
+            extents.append(Tunable(check_name(t, "task.temp: a tunable's name", loc, FrontendError)))
         elif isinstance(t, Expr) or (isinstance(t, int) and not isinstance(t, bool) and t > 0):
-            extents.append(as_expr(t))
+            extents.append(check_extent(as_expr(t), "task.temp", loc))
         else:
             raise FrontendError(f"task.temp: extent {t!r} must be a positive int, a tunable name or a parameter's extent", loc)
     dtype_of = None
@@ -240,6 +246,9 @@ def temp(*shape, dtype=None):
             raise FrontendError("task.temp: dtype= takes a parameter of this task (its element type is used)", loc)
         dtype_of = arg.name
     name = _partition_name(loc, None)
+    target = loc.source_line().split("=", 1)[0].strip()
+    if name is None and target.isidentifier():
+        check_name(target, "task.temp: the temp's name", loc, FrontendError)
     if name is None or name in frame.task.param_names or any(t.name == name for t in frame.temps):
         raise FrontendError("task.temp: assign the temp to a new name (S = task.temp(...)); the mapping's mems use it",
                             loc)
@@ -267,6 +276,8 @@ def compute(out, fn: Callable) -> None:
         raise FrontendError("task.compute takes a function of the output's indices (lambda i, j: ...)", loc) from None
     if not names:
         raise FrontendError("task.compute: the function needs one parameter per index of the output (lambda i, j: ...)", loc)
+    for n in names:
+        check_name(n, "task.compute: an index's name", loc, FrontendError)
     try:
         value = el.as_elem(fn(*(el.Index(n) for n in names)))
     except TypeError as err:
@@ -329,9 +340,7 @@ def global_index(tile, axis: int, index) -> el.Elem:
     arg = tracer.unwrap(tile, "global_index", "the tile", loc)
     if not isinstance(index, el.Index):
         raise FrontendError("task.global_index: the third argument is an index of the compute (i, j, ...)", loc)
-    if not isinstance(axis, int) or axis < 0:
-        raise FrontendError(f"task.global_index: axis {axis!r} must be a non-negative int", loc)
-    return el.GlobalIndex(arg, axis, index.name)
+    return el.GlobalIndex(arg, check_axis(axis, "task.global_index", loc), index.name)
 
 
 def _located(tile, api: str, axis, loc) -> Param:
@@ -339,8 +348,7 @@ def _located(tile, api: str, axis, loc) -> Param:
     if not isinstance(arg, Param):
         raise FrontendError(f"task.{api} takes a parameter of this task, not a tile of one", loc,
                             hint="pass the tile to a task and ask there")
-    if not isinstance(axis, int) or isinstance(axis, bool) or axis < 0:
-        raise FrontendError(f"task.{api}: axis {axis!r} must be a non-negative int", loc)
+    check_axis(axis, f"task.{api}", loc)
     return arg
 
 
@@ -359,8 +367,10 @@ def ceildiv(a, b) -> Expr:
     """``-(-a // b)`` on shapes; a string names a tunable."""
     loc = caller_loc()
     try:
-        return ceildiv_expr(*(Tunable(x) if isinstance(x, str) else x for x in (a, b)))
-    except TypeError as err:
+        args = [Tunable(check_name(x, "task.ceildiv: a tunable's name", loc, FrontendError)) if isinstance(x, str) else x
+                for x in (a, b)]
+        return check_index_expr(ceildiv_expr(*args), "task.ceildiv", loc)
+    except (TypeError, ZeroDivisionError) as err:
         raise FrontendError(f"task.ceildiv: {err}", loc) from None
 
 
@@ -382,5 +392,8 @@ _elem_minimum = globals()["minimum"]  # the element function defined just above
 def minimum(a, b):  # noqa: F811
     """The smaller of two values: of shapes (a loop bound) or of elements (in task.compute)."""
     if all(isinstance(x, (Expr, int, str)) and not isinstance(x, bool) for x in (a, b)):
-        return minimum_expr(*(Tunable(x) if isinstance(x, str) else x for x in (a, b)))
+        loc = caller_loc()
+        args = [Tunable(check_name(x, "task.minimum: a tunable's name", loc, FrontendError)) if isinstance(x, str) else x
+                for x in (a, b)]
+        return check_index_expr(minimum_expr(*args), "task.minimum", loc)
     return _elem_minimum(a, b)

@@ -16,7 +16,11 @@ from typing import Callable
 
 from septran.errors import FrontendError, SourceLoc
 from septran.expr import Expr, fresh
+from septran.frontend.bounds import check_axis, check_index_expr
 from septran.frontend.ir import FULL, Arg, Param, Partition, ScalarParam, TaskDef, Temp, TileRef, source_dim
+from septran.frontend.user_errors import as_frontend_error
+from septran.names import check_name, is_safe_name
+from septran.paths import path_problem
 
 _FRONTEND_DIR = os.path.dirname(os.path.abspath(__file__))
 _SEPTRAN_DIR = os.path.dirname(_FRONTEND_DIR)
@@ -36,6 +40,10 @@ class TaskFunction:
     """What ``@task.define`` returns: a Python function plus what Task Lang needs to know of it."""
 
     def __init__(self, fn: Callable, leaf: bool):
+        if isinstance(fn, TaskFunction):
+            raise FrontendError(f"@task.define is applied twice to {fn.name}", caller_loc(), hint="keep one @task.define")
+        if not inspect.isfunction(fn):
+            raise FrontendError(f"@task.define takes a function (def ...), got {type(fn).__name__}", caller_loc())
         self.fn = fn
         self.leaf = leaf
         self.name = fn.__name__
@@ -45,6 +53,9 @@ class TaskFunction:
         self.__wrapped__ = fn
         code = fn.__code__
         self.loc = SourceLoc(code.co_filename, code.co_firstlineno)
+        if path_problem(code.co_filename) is not None:
+            raise FrontendError(f"the file of task {fn.__name__!r} has an unusable name: it {path_problem(code.co_filename)}")
+        check_name(self.name, "a task's name", self.loc, FrontendError)
         sig = inspect.signature(fn)
         tensors, scalars = [], {}
         for p in sig.parameters.values():
@@ -56,10 +67,14 @@ class TaskFunction:
                     self.loc,
                     hint="tile sizes belong in the mapping's tunables",
                 )
+            check_name(p.name, f"task {self.name}: a parameter's name", self.loc, FrontendError)
             if p.default is p.empty:
                 tensors.append(p.name)
             else:
-                scalars[p.name] = float(p.default)
+                try:
+                    scalars[p.name] = float(p.default)
+                except OverflowError:
+                    raise FrontendError(f"task {self.name}: the default of {p.name} is too large for a float", self.loc) from None
         self.param_names = tuple(tensors)
         self.scalar_defaults = scalars  # name -> default, after the tensors (Python puts defaults last)
 
@@ -82,6 +97,7 @@ class _Frame:
     partitions: list
     callees: dict
     open_loops: int = 0
+    live: list = None  # the loop indices (Syms) of the loops open now
     temps: list = None
     scalars: tuple = ()
 
@@ -105,10 +121,12 @@ def trace(tf: TaskFunction) -> tuple[TaskDef, dict[str, TaskFunction]]:
 
     params = tuple(Param(fresh(n), i, tf.loc) for i, n in enumerate(tf.param_names))
     scalars = tuple(ScalarParam(fresh(n), d, tf.loc) for n, d in tf.scalar_defaults.items())
-    frame = _Frame(tf, params, [], [], {}, temps=[], scalars=scalars)
+    frame = _Frame(tf, params, [], [], {}, temps=[], scalars=scalars, live=[])
     _stack.append(frame)
     try:
         result = tf.fn(*(TensorHandle(p) for p in params), *(ScalarRef(s) for s in scalars))
+    except Exception as err:  # the user's code ran: whatever it raised is reported at the user's line
+        raise as_frontend_error(err, tf.loc.file, tf.loc, f"while tracing task {tf.name}") from None
     finally:
         _stack.pop()
     if frame.open_loops:
@@ -133,12 +151,12 @@ class _ParamShape:
         self._param = param
 
     def __getitem__(self, axis):
-        if not isinstance(axis, int) or axis < 0:
+        if not isinstance(axis, int) or isinstance(axis, bool) or axis < 0:
             raise FrontendError(
-                f"{self._param.name}.shape[{axis!r}]: index the shape with a non-negative integer",
+                f"{self._param.name}.shape[{str(axis)[:40]}]: index the shape with a non-negative integer",
                 caller_loc(),
             )
-        return source_dim(self._param, axis)
+        return source_dim(self._param, check_axis(axis, f"{self._param.name}.shape[...]", caller_loc()))
 
     def __len__(self):
         raise FrontendError(
@@ -206,14 +224,27 @@ class PartitionHandle:
                     )
                 out.append(FULL)
             elif isinstance(i, Expr):
+                check_index_expr(i, f"{part.sym.name}[...]", loc)
+                check_live(i, f"{part.sym.name}[...]", loc)
                 out.append(i)
             elif isinstance(i, int) and not isinstance(i, bool):
                 from septran.expr import Const
 
-                out.append(Const(i))
+                out.append(check_index_expr(Const(i), f"{part.sym.name}[...]", loc))
             else:
                 raise FrontendError(f"{part.sym.name}[...]: cannot index a partition with {i!r}", loc)
         return TensorHandle(TileRef(part, tuple(out), loc))
+
+
+def check_live(e: Expr, what: str, loc: SourceLoc) -> None:
+    """A loop index used after its loop ended (Python keeps the variable) or in another task is refused."""
+    from septran.expr import Var, leaves
+
+    live = _stack[-1].live if _stack else []
+    for leaf in leaves(e):
+        if isinstance(leaf, Var) and leaf.sym not in live:
+            raise FrontendError(f"{what}: loop index {leaf.sym.name} is used outside its loop", loc,
+                                hint="use it only inside the body of the task.range / task.parallel_range that defines it")
 
 
 _FOR_TARGET = re.compile(r"^\s*for\s+(.+?)\s+in\b")
@@ -224,7 +255,7 @@ def loop_var_names(loc: SourceLoc, count: int, default: str) -> list[str]:
     m = _FOR_TARGET.match(loc.source_line())
     if m:
         names = [n.strip(" ()") for n in m.group(1).split(",")]
-        if len(names) == count and all(n.isidentifier() for n in names):
+        if len(names) == count and all(is_safe_name(n) for n in names):  # else SepTran's own names
             return names
     return [f"{default}{k}" for k in range(count)] if count > 1 else [default]
 

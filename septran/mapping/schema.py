@@ -7,16 +7,15 @@ where those meet, in ``septran.lowering.bind``.
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping as TMapping, Optional, Union
 
 from septran.errors import MappingError, SourceLoc
-from septran.mapping.yaml_source import Located, LocatedDict, Tune, load_located
-
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from septran.mapping.yaml_source import Located, LocatedDict, Tune, load_located, read_mapping_text
+from septran.names import check_name
+from septran.paths import check_user_path
 
 TOP_KEYS = ("target", "entrypoint", "task_mappings")
 INSTANCE_KEYS = (
@@ -30,6 +29,10 @@ COPY_OPTIONS = {
     "via": (str,),  # not T.copy's: the transfer goes through a buffer in this memory (an output through SHARED)
 }
 ACCUM_DTYPES = ("float32", "float16", "float64")
+# Bounds checked here, before any value reaches TileLang: its index type is int32.
+MAX_TUNABLE = 2**31 - 2  # a tunable is a positive int below 2^31 - 1
+MAX_THREADS = 2**31 - 2  # the target's own limit is checked where the mapping meets the target
+MAX_PIPELINE_STAGES = 8  # TileLang's pipeliner: more stages than this never pay and exhaust shared memory
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,7 @@ def _check_keys(d: LocatedDict, allowed, what: str) -> None:
 
 
 def _ident(val: Located, what: str) -> str:
-    if not isinstance(val.value, str) or not _IDENT.match(val.value):
-        raise MappingError(f"{what} must be a plain identifier, got {val.value!r}", val.loc)
-    return val.value
+    return check_name(val.value, what, val.loc, MappingError)
 
 
 def _dict(val: Located, what: str) -> LocatedDict:
@@ -117,9 +118,10 @@ def _name_table(val: Optional[Located], what: str, values_are_names: bool = True
     return out
 
 
-def _positive_int(val: Located, what: str, minimum: int = 1) -> int:
-    if isinstance(val.value, bool) or not isinstance(val.value, int) or val.value < minimum:
-        raise MappingError(f"{what} must be an integer >= {minimum}, got {val.value!r}", val.loc)
+def _positive_int(val: Located, what: str, minimum: int = 1, maximum: int = MAX_TUNABLE) -> int:
+    if isinstance(val.value, bool) or not isinstance(val.value, int) or not minimum <= val.value <= maximum:
+        shown = repr(val.value) if len(repr(val.value)) <= 40 else repr(val.value)[:40] + "..."
+        raise MappingError(f"{what} must be an integer from {minimum} to {maximum}, got {shown}", val.loc)
     return val.value
 
 
@@ -128,7 +130,7 @@ def _tunables(val: Optional[Located], inst: str) -> dict[str, Located]:
     for key, item in out.items():
         choices = item.value.choices if isinstance(item.value, Tune) else (item.value,)
         for c in choices:
-            _positive_int(Located(c, item.loc), f"tunable {key}")
+            _positive_int(Located(c, item.loc), f"tunable {key}", maximum=MAX_TUNABLE)
     return out
 
 
@@ -140,6 +142,8 @@ def _copy_policy(val: Optional[Located], inst: str) -> dict[str, dict[str, Locat
         for key, item in opts.items():
             allowed = COPY_OPTIONS[key]
             ok = isinstance(item.value, allowed[0]) if allowed in ((bool,), (str,)) else item.value in allowed
+            if ok and allowed == (str,):
+                check_name(item.value, f"{inst}.copy.{param}.{key}", item.loc, MappingError)
             if not ok:
                 want = {(bool,): "true or false", (str,): "a memory's name"}.get(allowed) or " or ".join(allowed)
                 raise MappingError(f"{inst}.copy.{param}.{key} must be {want}, got {item.value!r}", item.loc)
@@ -157,12 +161,12 @@ def _instance(name: str, key_loc: SourceLoc, val: Located) -> InstanceMapping:
     _ident(d["proc"], f"{name}.proc")
     pipeline = d.get("pipeline")
     if pipeline is not None:
-        _positive_int(pipeline, f"{name}.pipeline", minimum=0)
+        _positive_int(pipeline, f"{name}.pipeline", minimum=0, maximum=MAX_PIPELINE_STAGES)
     threads = d.get("threads")
     if threads is not None:
-        _positive_int(threads, f"{name}.threads")
+        _positive_int(threads, f"{name}.threads", maximum=MAX_THREADS)
     accum = d.get("accum_dtype")
-    if accum is not None and accum.value not in ACCUM_DTYPES:
+    if accum is not None and (not isinstance(accum.value, str) or accum.value not in ACCUM_DTYPES):
         raise MappingError(f"{name}.accum_dtype must be one of {', '.join(ACCUM_DTYPES)}, got {accum.value!r}", accum.loc)
     return InstanceMapping(
         name=name,
@@ -182,6 +186,7 @@ def _instance(name: str, key_loc: SourceLoc, val: Located) -> InstanceMapping:
 
 
 def parse_mapping(text: str, file: str) -> Mapping:
+    check_user_path(file, "the mapping file's name", MappingError)
     root = load_located(text, file)
     top = _dict(root, "a mapping file")
     _check_keys(top, TOP_KEYS, "the mapping file")
@@ -230,9 +235,6 @@ def _reachable(entry: str, instances: dict[str, InstanceMapping]) -> list[str]:
 
 
 def load_mapping(path: Union[str, Path]) -> Mapping:
+    check_user_path(path, "the mapping file's path", MappingError)
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise MappingError(f"cannot read mapping file {path}: {err.strerror}") from None
-    return parse_mapping(text, str(path))
+    return parse_mapping(read_mapping_text(path), str(path))

@@ -12,7 +12,7 @@ from septran.frontend.tracer import TaskFunction
 from septran.mapping.schema import Mapping
 from septran.runtime.kernel import Kernel
 from septran.runtime.select import Logic, choose_mapping, find_task, logic_namespace, op_name
-from septran.target import load_target
+from septran.target import TargetError, check_target_name, load_target
 
 
 def compile(  # noqa: A001 - the name users expect, as tilelang.compile
@@ -34,6 +34,8 @@ def compile(  # noqa: A001 - the name users expect, as tilelang.compile
         raise TypeError("septran.compile takes the logic either as `logic` or as `logic_file=`, exactly once")
     if mapping is not None and mapping_file is not None:
         raise TypeError("septran.compile takes the mapping either as `mapping` or as `mapping_file=`, not both")
+    if target is not None:  # a name from the registry, checked before any file is read
+        check_target_name(target, source="the `target` argument", error=TargetError)
     logic = logic if logic is not None else logic_file
     names, file = logic_namespace(logic)
     m = choose_mapping(op_name(file, logic), mapping if mapping is not None else mapping_file, target)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib.util
-import sys
 import types
 from pathlib import Path
 from typing import Optional, Union
@@ -18,22 +17,25 @@ from typing import Optional, Union
 from septran import env, resources
 from septran.errors import FrontendError, MappingError, SourceLoc
 from septran.frontend.tracer import TaskFunction
+from septran.frontend.user_errors import import_logic_module
 from septran.mapping.schema import Mapping, load_mapping
-from septran.target import detect_target
+from septran.paths import check_user_path
+from septran.target import TargetError, check_target_name, detect_target
 
 Logic = Union[TaskFunction, types.ModuleType, str, Path]
 
 
 def load_logic_file(path: Union[str, Path]) -> types.ModuleType:
+    check_user_path(path, "the logic file's path", FrontendError)
     path = Path(path).resolve()
+    check_user_path(path, "the logic file's path", FrontendError)
     if not path.is_file():
         raise FrontendError(f"logic file {path} does not exist")
     name = f"septran_logic.{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
     spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    if spec is None or spec.loader is None:
+        raise FrontendError(f"logic file {path} is not a Python file", hint="name it <op>.py")
+    return import_logic_module(spec, str(path))
 
 
 def logic_namespace(logic: Logic) -> tuple[dict, Optional[str]]:
@@ -71,6 +73,8 @@ def find_task(names: dict, file: Optional[str], logic: Logic, name: str, loc: So
 
 
 def choose_mapping(op: str, mapping: Union[Mapping, str, Path, None], target: Optional[str]) -> Mapping:
+    if env.target_override() is not None:  # refused when set at all, not only where it is used
+        check_target_name(env.target_override(), source="from SEPTRAN_TARGET", error=TargetError)
     if isinstance(mapping, Mapping):
         return mapping
     if mapping is not None:
@@ -79,6 +83,7 @@ def choose_mapping(op: str, mapping: Union[Mapping, str, Path, None], target: Op
     if forced is not None:
         return load_mapping(forced)
     target = target or env.target_override() or detect_target()
+    check_target_name(target, error=TargetError)
     tried = []
     for folder in resources.mapping_folders():
         candidate = folder / target / f"{op}.yaml"

@@ -1,0 +1,183 @@
+"""One fuzz case: compile a (mutated) mapping or logic file, run what is accepted, say what came out.
+
+Outcomes: ``correct`` (accepted, run on the CPU, equal to torch), ``accepted``
+(accepted for a target that does not run here: TileLang source generated),
+``wrong`` (accepted, run, not equal to torch), ``located`` (a SepTranError at a
+line of the mutated file or of the file it was compiled with), ``unlocated``
+(a SepTranError without one), ``internal`` (septran.InternalError), ``other``
+(any other exception). The bench script adds ``crash`` and ``hang``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # fuzz_mutate beside this file
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+MAPPINGS = REPO / "mappings"
+RUNS_HERE = ("cpu", "dsa_ref", "dsa_acme")  # targets whose kernels run on this machine
+SEPTRAN_DIR = str(REPO / "septran") + os.sep
+
+OUTCOMES = ("correct", "accepted", "located", "unlocated", "internal", "other", "crash", "hang", "wrong")
+
+
+def _module(path: Path):
+    spec = importlib.util.spec_from_file_location(f"fuzz_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_refs: dict = {}
+
+
+def references() -> dict:
+    """op -> (inputs(generator) -> dict of tensors, reference(**inputs) -> tensor), as the run scripts compute them."""
+    if _refs:
+        return _refs
+    import torch
+    import torch.nn.functional as F
+
+    att = _module(EXAMPLES / "attention" / "run_attention.py")
+    rms = _module(EXAMPLES / "rmsnorm" / "run_rmsnorm.py")
+    epi = _module(EXAMPLES / "gemm_epilogue" / "run_gemm_epilogue.py")
+
+    def rand(g, *shape):
+        return torch.randn(*shape, generator=g)
+
+    _refs.update({
+        "gemm": (lambda g: {"A": rand(g, 37, 29), "B": rand(g, 29, 45)}, lambda A, B: A @ B),
+        "bmm": (lambda g: {"A": rand(g, 3, 37, 29), "B": rand(g, 3, 29, 45)}, lambda A, B: torch.bmm(A, B)),
+        "gemm_epilogue": (lambda g: {"A": rand(g, 37, 29), "B": rand(g, 29, 45), "bias": rand(g, 45)},
+                          lambda A, B, bias: epi.ACTIVATIONS["relu"](A @ B + bias)),
+        "softmax": (lambda g: {"X": 3 * rand(g, 19, 77)}, lambda X: torch.softmax(X, dim=-1)),
+        "layernorm": (lambda g: {"X": rand(g, 19, 77) + 1, "W": rand(g, 77), "B": rand(g, 77)},
+                      lambda X, W, B: F.layer_norm(X, (X.shape[-1],), W, B, 1e-5)),
+        "rmsnorm": (lambda g: {"X": rand(g, 19, 77), "W": rand(g, 77)}, lambda X, W: rms.rms_norm(X, W, 1e-6)),
+        "attention": (lambda g: {"Q": rand(g, 1, 2, 33, 16), "K": rand(g, 1, 2, 41, 16), "V": rand(g, 1, 2, 41, 16)},
+                      lambda Q, K, V: att.reference(Q, K, V, False)),
+    })
+    return _refs
+
+
+def _same(out, ref) -> bool:
+    import torch
+
+    out, ref = out.double(), ref.double()
+    if out.shape != ref.shape or not bool((out.isnan() == ref.isnan()).all()):
+        return False
+    keep = ~ref.isnan()
+    return bool(torch.allclose(out[keep], ref[keep], rtol=1e-3, atol=1e-4))
+
+
+def classify(err: BaseException, files: tuple[str, ...]) -> tuple[str, str]:
+    import septran
+
+    text = f"{type(err).__name__}: {err}"
+    if isinstance(err, septran.InternalError):
+        return "internal", text
+    if isinstance(err, septran.SepTranError):
+        if SEPTRAN_DIR in str(err) or "Traceback (most recent call last)" in str(err):
+            return "unlocated", "message names SepTran's files: " + text
+        located = err.loc is not None and err.loc.file in files and err.loc.line >= 1
+        return ("located" if located else "unlocated"), text
+    return "other", text
+
+
+def compile_and_check(logic: Path, mapping: Path, op: str, target: str, seed: int, run: bool) -> tuple[str, str]:
+    """Compiles, specialises (source), and where ``run`` builds and compares with torch."""
+    import torch
+    import septran
+    import tilelang  # noqa: F401 - imported first so that its logger's level sticks
+
+    logging.getLogger("tilelang").setLevel(logging.ERROR)
+    make, reference = references()[op]
+    inputs = make(torch.Generator().manual_seed(seed))
+    try:
+        kernel = septran.compile(logic_file=logic, mapping_file=mapping)
+        if target not in RUNS_HERE or not run:
+            kernel.specialize(**inputs)
+            return "accepted", "source generated"
+        out = kernel(**inputs)
+    except Exception as err:  # noqa: BLE001 - classifying every exception is the point
+        return classify(err, (str(logic), str(mapping)))
+    ref = reference(**{k: v.double() for k, v in inputs.items()})
+    if _same(out, ref):
+        return "correct", ""
+    err = (out.double() - ref).abs().nan_to_num(math.inf).max().item() if out.shape == ref.shape else math.inf
+    return "wrong", f"max |out - ref| = {err:.3g}, shape {tuple(out.shape)} vs {tuple(ref.shape)}"
+
+
+def run_case(case: dict) -> dict:
+    """``case``: kind ("mapping" | "logic"), op, target, seed, data (bytes or str), run (bool)."""
+    sys.dont_write_bytecode = True
+    if case["kind"] == "probe":  # the harness's own test: a case that crashes or hangs its worker
+        if case["action"] == "crash":
+            os._exit(3)
+        if case["action"] == "hang":
+            import time
+
+            time.sleep(3600)
+        return {"outcome": "correct", "detail": "probe"}
+    folder = Path(tempfile.mkdtemp(prefix="septran-fuzz-"))
+    warnings.simplefilter("ignore", SyntaxWarning)  # mutants are full of them; they are not outcomes
+    try:
+        if case["kind"] == "mapping":
+            mapping = folder / f"{case['op']}.yaml"
+            mapping.write_bytes(case["data"])
+            logic = EXAMPLES / case["op"] / f"{case['op']}.py"
+        else:
+            logic = folder / f"{case['op']}.py"
+            logic.write_text(case["data"])
+            mapping = MAPPINGS / case["target"] / f"{case['op']}.yaml"
+        outcome, detail = compile_and_check(logic, mapping, case["op"], case["target"], case["seed"], case.get("run", True))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"outcome": outcome, "detail": detail[:400]}
+
+
+def shipped_mappings() -> list[tuple[str, str, Path]]:
+    """(target, op, path) of every shipped mapping whose operator has an example logic file."""
+    return [(p.parent.name, p.stem, p) for p in sorted(MAPPINGS.glob("*/*.yaml"))
+            if (EXAMPLES / p.stem / f"{p.stem}.py").is_file()]
+
+
+def mapping_cases(n: int, seed: int, targets=None):
+    """``n`` seeded mutations of the shipped mappings (of ``targets``, default all)."""
+    import random
+
+    from fuzz_mutate import mutate_mapping
+
+    rng = random.Random(seed)
+    pool = [m for m in shipped_mappings() if targets is None or m[0] in targets]
+    originals = {path: path.read_bytes() for _, _, path in pool}
+    for index in range(n):
+        target, op, path = rng.choice(pool)
+        data, note = mutate_mapping(rng, originals[path])
+        yield {"kind": "mapping", "index": index, "op": op, "target": target, "seed": seed * 1_000_003 + index,
+               "data": data, "mutation": f"{target}/{op}.yaml: {note}"}
+
+
+def logic_cases(n: int, seed: int, families=("tracer",)):
+    """``n`` seeded mutations of the example logic files, compiled with their cpu mapping."""
+    import random
+
+    from fuzz_mutate import mutate_logic
+
+    rng = random.Random(seed)
+    ops = sorted(op for _, op, _ in shipped_mappings() if (MAPPINGS / "cpu" / f"{op}.yaml").is_file())
+    sources = {op: (EXAMPLES / op / f"{op}.py").read_text() for op in ops}
+    for index in range(n):
+        op = rng.choice(ops)
+        text, family, note = mutate_logic(rng, sources[op], families)
+        yield {"kind": "logic", "index": index, "op": op, "target": "cpu", "seed": seed * 1_000_003 + index,
+               "data": text, "family": family, "mutation": f"{op}.py: {note}"}
