@@ -143,14 +143,16 @@ def test_tunable_the_logic_needs():
     assert f"{GEMM_LOGIC}:{use}" in str(err), "the message names where the logic uses BK"
 
 
-def test_tune_is_parsed_but_not_searched():
+def test_tune_makes_a_space_whose_first_point_runs(caplog):
+    """A mapping with !tune is a search space; with no tuned point it runs the first, with one warning."""
     mapping = septran.mapping.load_mapping(CASES / "tune.yaml")
-    (inst, key, val), = mapping.search_dimensions
-    assert (inst, key, val.value.choices) == ("gemm_host", "BN", (128, 256))
-    with pytest.raises(septran.LoweringError) as info:
-        septran.compile(logic_file=GEMM_LOGIC, mapping_file=CASES / "tune.yaml")  # refused at compile already
-    check(info.value, "tune", "!tune", "tunable BN of gemm_host is a search dimension (!tune)",
-          "autotuning is not implemented", "pick one of [128, 256]")
+    (dim,) = mapping.space.dimensions
+    assert (dim.path, dim.choices, dim.loc.line) == ("task_mappings.gemm_host.tunables.BN", (128, 256), 10)
+    assert mapping.point == {dim.path: 128} and mapping.instance("gemm_host").tunables["BN"].value == 128
+    assert mapping.at({dim.path: 256}).instance("gemm_host").tunables["BN"].loc == dim.loc
+    with caplog.at_level("WARNING", logger="septran"):
+        septran.compile(logic_file=GEMM_LOGIC, mapping_file=CASES / "tune.yaml")
+    assert sum("first point" in r.getMessage() for r in caplog.records) == 1
 
 
 # a mapping is data ----------------------------------------------------------------------------

@@ -24,7 +24,6 @@ def _suggest(word, choices) -> str:
 
 def check_mapping(graph: TaskGraph, mapping: Mapping, target: Target) -> None:
     _same_target(mapping, target)
-    _no_search_dimensions(mapping)
     entry = _entry(graph, mapping)
     seen: set = set()
     _check_instance(graph, mapping, target, entry, seen)
@@ -38,15 +37,6 @@ def _same_target(mapping: Mapping, target: Target) -> None:
             f"this mapping is for target {mapping.target.value!r}, but the compile is for {target.name!r}",
             mapping.target.loc,
             hint="pick the mapping of that target, or compile for the mapping's target",
-        )
-
-
-def _no_search_dimensions(mapping: Mapping) -> None:
-    for inst, key, val in mapping.search_dimensions:
-        raise LoweringError(
-            f"tunable {key} of {inst} is a search dimension (!tune); autotuning is not implemented yet",
-            val.loc,
-            hint=f"pick one of {list(val.value.choices)} for now",
         )
 
 

@@ -6,6 +6,7 @@ where those meet, in ``septran.lowering.bind``.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,8 @@ from types import MappingProxyType
 from typing import Mapping as TMapping, Optional, Union
 
 from septran.errors import MappingError, SourceLoc
-from septran.mapping.yaml_source import Located, LocatedDict, Tune, load_located, read_mapping_text
+from septran.mapping.space import SearchSpace, collect
+from septran.mapping.yaml_source import Located, LocatedDict, load_located, read_mapping_text
 from septran.names import check_name
 from septran.paths import check_user_path
 
@@ -44,7 +46,7 @@ class InstanceMapping:
     task_name: Located
     proc: Located
     mems: TMapping[str, Located]
-    tunables: TMapping[str, Located]  # value: int or Tune
+    tunables: TMapping[str, Located]
     calls: TMapping[str, Located]
     pipeline: Optional[Located]
     leaf_task_bindings: TMapping[str, Located]
@@ -59,25 +61,23 @@ class InstanceMapping:
 
 @dataclass(frozen=True)
 class Mapping:
-    """A whole mapping file."""
+    """A whole mapping file, or one point of the search space a file with ``!tune`` describes."""
 
     file: str
     target: Located
     entrypoint: Located
     instances: TMapping[str, InstanceMapping]
+    space: Optional[SearchSpace] = None  # the file's !tune dimensions (None: an ordinary mapping)
+    point: TMapping[str, object] = dataclasses.field(default_factory=dict)  # the value of each dimension it takes
 
     def instance(self, name: str) -> InstanceMapping:
         return self.instances[name]
 
-    @property
-    def search_dimensions(self) -> tuple[tuple[str, str, Located], ...]:
-        """Every ``!tune`` value: (instance, tunable, located choices)."""
-        return tuple(
-            (inst.name, key, val)
-            for inst in self.instances.values()
-            for key, val in inst.tunables.items()
-            if isinstance(val.value, Tune)
-        )
+    def at(self, point: TMapping[str, object]) -> "Mapping":
+        """The mapping of another point of this mapping's search space (unnamed dimensions keep their first value)."""
+        if self.space is None:
+            raise MappingError("this mapping has no !tune dimensions", SourceLoc(self.file, 1))
+        return _point(self.space, point)
 
 
 def _did_you_mean(word: str, choices) -> str:
@@ -128,9 +128,7 @@ def _positive_int(val: Located, what: str, minimum: int = 1, maximum: int = MAX_
 def _tunables(val: Optional[Located], inst: str) -> dict[str, Located]:
     out = _name_table(val, f"{inst}.tunables", values_are_names=False)
     for key, item in out.items():
-        choices = item.value.choices if isinstance(item.value, Tune) else (item.value,)
-        for c in choices:
-            _positive_int(Located(c, item.loc), f"tunable {key}", maximum=MAX_TUNABLE)
+        _positive_int(item, f"tunable {key}", maximum=MAX_TUNABLE)
     return out
 
 
@@ -186,8 +184,22 @@ def _instance(name: str, key_loc: SourceLoc, val: Located) -> InstanceMapping:
 
 
 def parse_mapping(text: str, file: str) -> Mapping:
+    """A mapping; for a file with ``!tune``, the space's first point, with ``.space`` to reach the others."""
     check_user_path(file, "the mapping file's name", MappingError)
     root = load_located(text, file)
+    space = collect(root, file)
+    if not space.dimensions:
+        return _parse_located(root, file)
+    return _point(space, space.first)
+
+
+def _point(space: SearchSpace, point) -> Mapping:
+    full = {**space.first, **point}
+    mapping = _parse_located(space.resolved(full), space.file)
+    return dataclasses.replace(mapping, space=space, point=MappingProxyType(full))
+
+
+def _parse_located(root: Located, file: str) -> Mapping:
     top = _dict(root, "a mapping file")
     _check_keys(top, TOP_KEYS, "the mapping file")
     for required in TOP_KEYS:

@@ -104,9 +104,22 @@ def _loc(file: str, node: yaml.Node) -> SourceLoc:
 def _convert(file: str, loader: _Loader, node: yaml.Node) -> Located:
     loc = _loc(file, node)
     if node.tag == "!tune":
-        if not isinstance(node, yaml.SequenceNode) or not node.value:
-            raise MappingError("!tune takes a non-empty list of values, e.g. !tune [64, 128]", loc)
-        return Located(Tune(tuple(_convert(file, loader, n).value for n in node.value)), loc)
+        if isinstance(node, yaml.MappingNode):  # !tune {type: range, min: 16, max: 256, step: 16}
+            node.tag = "tag:yaml.org,2002:map"
+            from septran.mapping.space import expand  # the spellings of a dimension live with the space
+
+            choices = expand(_convert(file, loader, node).value, loc)
+        elif isinstance(node, yaml.SequenceNode) and node.value:
+            choices = tuple(_convert(file, loader, n).value for n in node.value)
+        else:
+            raise MappingError("!tune takes a non-empty list of values, e.g. !tune [64, 128], "
+                               "or {type: choice|range|pow2, ...}", loc)
+        for c in choices:
+            if not isinstance(c, (str, int, float, bool)):
+                raise MappingError(f"!tune chooses among plain values (numbers, names), got {c!r}", loc)
+        if len(set(choices)) != len(choices):
+            raise MappingError(f"!tune lists a value twice: {list(choices)}", loc)
+        return Located(Tune(tuple(choices)), loc)
     if node.tag not in _PLAIN_TAGS:  # an implicit one: a timestamp (2001-12-14), say
         raise MappingError(f"the YAML tag {node.tag} is not allowed in a mapping", loc, hint="a mapping is plain data; only !tune is")
     if isinstance(node, yaml.MappingNode):

@@ -122,6 +122,9 @@ class Kernel:
         self.mapping = mapping
         self.target = target
         check_mapping(graph, mapping, target)  # mapping mistakes surface at compile time, not at the first call
+        if mapping.space is not None:
+            log.warning("%s: a search space of %d points (!tune) and no tuned point recorded: running its first point %s",
+                        mapping.file, mapping.space.size, dict(mapping.point))
         self.shapes = ShapeRelations(graph)
         self._specs: dict[tuple, Specialization] = {}
         self._variants: dict[tuple, Variant] = {}

@@ -1,0 +1,170 @@
+"""Search spaces: a mapping with ``!tune`` values, and its points, each an ordinary mapping.
+
+``!tune`` may stand wherever an instance holds a scalar: a tunable, ``pipeline``,
+``threads``, ``accum_dtype``, a ``mems`` or ``leaf_task_bindings`` value, a copy
+option. Spellings::
+
+    BM: !tune [64, 128, 256]                                  # the short form
+    BM: !tune {type: choice, values: [64, 128, 256]}
+    BK: !tune {type: range, min: 16, max: 64, step: 16}       # 16, 32, 48, 64
+    BN: !tune {type: pow2, min: 16, max: 256}                 # 16, 32, ..., 256
+
+A point picks one value per dimension; the mapping of a point is the file with
+each ``!tune`` replaced by its value, located at the ``!tune``'s line, so that a
+point's mistake is reported there. The first point takes every dimension's
+first value: the hand-picked mapping the space grew from.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Iterator, Mapping as TMapping
+
+from septran.errors import MappingError, SourceLoc
+from septran.mapping.yaml_source import Located, LocatedDict, Tune
+
+# Where !tune may stand, by path below task_mappings.<instance>: a key, or a table whose values may be tuned.
+TUNABLE_KEYS = ("pipeline", "threads", "accum_dtype")
+TUNABLE_TABLES = ("tunables", "mems", "leaf_task_bindings")
+MAX_POINTS = 1_000_000  # a space larger than this is a typo (a range with a step of 1)
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One ``!tune``: where it stands in the mapping, what it may be, and its line."""
+
+    path: str  # task_mappings.gemm_host.tunables.BM
+    choices: tuple
+    loc: SourceLoc
+
+
+@dataclass(frozen=True, eq=False)
+class SearchSpace:
+    file: str
+    root: Located  # the located file, !tune values in place
+    dimensions: tuple[Dimension, ...]
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.dimensions:
+            n *= len(d.choices)
+        return n
+
+    @property
+    def first(self) -> dict:
+        return {d.path: d.choices[0] for d in self.dimensions}
+
+    def points(self) -> Iterator[dict]:
+        """Every point, the first one first, in the order of the file's dimensions."""
+        for values in itertools.product(*(d.choices for d in self.dimensions)):
+            yield {d.path: v for d, v in zip(self.dimensions, values)}
+
+    def digest(self) -> str:
+        """Names the space: its dimensions and their choices (not the file's other text, which the logic hash and
+        the points' mappings cover)."""
+        body = [[d.path, list(d.choices)] for d in self.dimensions]
+        return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+    def resolved(self, point: TMapping[str, object]) -> Located:
+        """The located file with each !tune replaced by the point's value (located at the !tune)."""
+        unknown = set(point) - {d.path for d in self.dimensions}
+        if unknown:
+            raise MappingError(f"not a dimension of this space: {', '.join(sorted(unknown))}", SourceLoc(self.file, 1))
+        for d in self.dimensions:
+            if d.path in point and point[d.path] not in d.choices:
+                raise MappingError(f"{point[d.path]!r} is not a choice of {d.path} ({list(d.choices)})", d.loc)
+        return _replace(self.root, "", {**self.first, **point})
+
+
+def collect(root: Located, file: str) -> SearchSpace:
+    """The ``!tune`` dimensions of a located mapping file, refusing ``!tune`` where no scalar may be tuned."""
+    dims: list[Dimension] = []
+    _walk(root, "", dims)
+    space = SearchSpace(file, root, tuple(dims))
+    if space.size > MAX_POINTS:
+        raise MappingError(f"the search space has {space.size} points, more than {MAX_POINTS}",
+                           dims[0].loc, hint="use fewer values per !tune, or a larger step")
+    return space
+
+
+def _walk(val: Located, path: str, out: list) -> None:
+    if isinstance(val.value, Tune):
+        if not _may_tune(path):
+            raise MappingError(f"!tune cannot stand at {path or 'the top level'}: only an instance's scalars are tuned",
+                               val.loc, hint="tune tunables, pipeline, threads, accum_dtype, mems, leaf_task_bindings "
+                                             "or copy options")
+        out.append(Dimension(path, val.value.choices, val.loc))
+    elif isinstance(val.value, LocatedDict):
+        for key, item in val.value.items():
+            _walk(item, f"{path}.{key}" if path else key, out)
+    elif isinstance(val.value, list):
+        for k, item in enumerate(val.value):
+            _walk(item, f"{path}[{k}]", out)
+
+
+def _may_tune(path: str) -> bool:
+    parts = path.split(".")
+    if len(parts) < 3 or parts[0] != "task_mappings":
+        return False
+    rest = parts[2:]
+    if len(rest) == 1:
+        return rest[0] in TUNABLE_KEYS
+    if len(rest) == 2:
+        return rest[0] in TUNABLE_TABLES
+    return len(rest) == 3 and rest[0] == "copy"
+
+
+def _replace(val: Located, path: str, point: TMapping[str, object]) -> Located:
+    if isinstance(val.value, Tune):
+        return Located(point[path], val.loc)
+    if isinstance(val.value, LocatedDict):
+        d = val.value
+        items = {k: _replace(v, f"{path}.{k}" if path else k, point) for k, v in d.items()}
+        return Located(LocatedDict(items, dict(d.key_locs), d.loc), val.loc)
+    if isinstance(val.value, list):
+        return Located([_replace(v, f"{path}[{k}]", point) for k, v in enumerate(val.value)], val.loc)
+    return val
+
+
+def expand(spec: LocatedDict, loc: SourceLoc) -> tuple:
+    """``!tune {type: choice|range|pow2, ...}`` -> its values, in order."""
+    allowed = {"choice": ("type", "values"), "range": ("type", "min", "max", "step"), "pow2": ("type", "min", "max")}
+    kind = spec["type"].value if "type" in spec else None
+    if kind not in allowed:
+        raise MappingError(f"!tune {{type: {kind}}}: the type must be one of {', '.join(allowed)}", loc,
+                           hint="e.g. !tune {type: range, min: 16, max: 256, step: 16}")
+    for key in spec:
+        if key not in allowed[kind]:
+            raise MappingError(f"!tune {{type: {kind}}} takes {', '.join(allowed[kind])}, not {key!r}", spec.key_locs[key])
+    if kind == "choice":
+        values = spec["values"].value if "values" in spec else None
+        if not isinstance(values, list) or not values:
+            raise MappingError("!tune {type: choice} needs `values: [...]`, a non-empty list", loc)
+        return tuple(v.value for v in values)
+    bounds = {}
+    for key in allowed[kind][1:]:
+        if key not in spec:
+            raise MappingError(f"!tune {{type: {kind}}} needs {key!r}", loc)
+        v = spec[key].value
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "min" else 1) or v >= 2**31:
+            raise MappingError(f"!tune {kind}: {key} must be an integer from {0 if key == 'min' else 1} to 2^31 - 1, got {v!r}",
+                               spec[key].loc)
+        bounds[key] = v
+    if bounds["min"] > bounds["max"]:
+        raise MappingError(f"!tune {kind}: min {bounds['min']} is larger than max {bounds['max']}", loc)
+    if kind == "range":
+        count = (bounds["max"] - bounds["min"]) // bounds["step"] + 1
+        if count > 4096:
+            raise MappingError(f"!tune range has {count} values; at most 4096", loc, hint="use a larger step")
+        return tuple(range(bounds["min"], bounds["max"] + 1, bounds["step"]))
+    out, v = [], 1
+    while v <= bounds["max"]:
+        if v >= bounds["min"]:
+            out.append(v)
+        v *= 2
+    if not out:
+        raise MappingError(f"!tune pow2 has no power of two from {bounds['min']} to {bounds['max']}", loc)
+    return tuple(out)
