@@ -13,7 +13,7 @@ from typing import Mapping
 
 from septran.errors import LoweringError
 from septran.expr import BinOp, Const, Dim, Expr, GlobalExtent, GlobalStart, Sym, Tunable, Var, leaves, simplify, substitute
-from septran.frontend.ir import Arg, Launch, Loop, Param, PrimCall, ScalarParam, TaskDef, Temp, root_param, walk
+from septran.frontend.ir import FULL, Arg, Launch, Loop, Param, PrimCall, ScalarParam, TaskDef, Temp, root_param, walk
 from septran.lowering import flat_ir as fl
 from septran.lowering.constants import Constants, Context
 from septran.lowering.tile_ir import TensorParam, Why
@@ -115,6 +115,9 @@ class _Flattener:
         source = root_param(part.source).name
         for axis, (idx, tile) in enumerate(zip(arg.index, part.tile)):
             if arg.is_whole(axis):
+                if tile is None and idx is not FULL and idx != Const(0):  # a whole dimension is one tile: index 0
+                    indices.append(fl.IndexUse(self._subst(idx, task, views, loops, arg.loc), Const(1), axis,
+                                               part.sym.name, source, str(idx), arg.loc))
                 offsets.append(base.offsets[axis])
                 extents.append(base.extents[axis])
                 origin.append(base.origin[axis])

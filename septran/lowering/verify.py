@@ -20,7 +20,7 @@ import dataclasses
 
 from septran.errors import LoweringError
 from septran.expr import BinOp, Const, Expr, Var
-from septran.frontend.ir import Param, PrimCall, walk
+from septran.frontend.ir import Param, PrimCall, Privilege, walk
 from septran.lowering import flat_ir as fl
 from septran.lowering.constants import INDEX_LIMIT, Constants, Context
 from septran.lowering.intervals import Unbounded, bounds, witness
@@ -45,7 +45,28 @@ def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProg
                                 flat.why.logic)
         env[sym] = (0, hi - 1)
     _indices(flat.grid_indices, env)
+    _outputs_covered(ctx, consts, flat, env)
     return dataclasses.replace(flat, program=_invoke(flat.program, env, consts))
+
+
+def _outputs_covered(ctx: Context, consts: Constants, flat: fl.FlatProgram, env) -> None:
+    """Every tile of an output the kernel allocates (and does not clear) is handed to some program of the grid:
+    an element no program owns would come back as whatever memory held."""
+    entry = ctx.graph.entry_task
+    for param, t in zip(entry.params, flat.tensors):
+        if ctx.graph.privilege(entry.name, param.name) is not Privilege.WRITE:
+            continue
+        for op in (o for o in flat.program.operands if o.param == param.name):
+            for axis, (ext, dim) in enumerate(zip(op.view.extents, t.shape)):
+                n = -(-consts.value(dim) // max(consts.value(ext), 1))
+                for u in (u for u in flat.grid_indices if u.source == param.name and u.axis == axis):
+                    lo, hi = _bounds(u.index, env, u.loc, f"index {u.written}")
+                    if n > 1 and (lo > 0 or hi < n - 1):
+                        raise LoweringError(
+                            f"{u.partition}: the grid hands out tiles {lo}..{hi} of {param.name} along dimension {axis}, "
+                            f"but {param.name} has {n} tiles there: the others would never be written",
+                            u.loc, hint="make the grid's parallel_range run over every tile of the output "
+                                        f"({u.partition}.shape)")
 
 
 def _bounds(e: Expr, env, loc, what: str):

@@ -44,51 +44,7 @@ def normalize_cuda(src: str) -> str:
     return "\n".join(out).strip() + "\n"
 
 
-def nvcc_path() -> str | None:
-    """nvcc on PATH, else the default CUDA install; None where there is none (tests skip)."""
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    default = Path("/usr/local/cuda/bin/nvcc")
-    return str(default) if default.exists() else None
-
-
-_USAGE = re.compile(r"Used (\d+) registers")
-_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-
-
-def nvcc_resource_usage(cuda_src: str, arch: str) -> dict:
-    """Registers, spills and stack of the kernels in ``cuda_src``, from ptxas (max over kernels).
-
-    This is how register pressure is checked with no GPU: nvcc builds the cubin
-    with TileLang's own headers and ptxas reports per kernel. Dynamic shared
-    memory is never reported by ptxas, so it is not returned.
-    """
-    import tilelang
-
-    tl = Path(tilelang.__file__).parent
-    nvcc = nvcc_path()
-    if nvcc is None:
-        raise RuntimeError("nvcc not found")
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "x.cu"
-        src.write_text(cuda_src)
-        cmd = [nvcc, "-cubin", "-O3", "-std=c++20", f"-arch={arch}", "-w", "--resource-usage",
-               f"-I{tl / 'src'}", f"-I{tl / '3rdparty' / 'cutlass' / 'include'}", str(src), "-o", str(Path(tmp) / "x.cubin")]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"nvcc failed:\n{done.stderr[-4000:]}")
-    text = done.stdout + done.stderr
-    regs = [int(m) for m in _USAGE.findall(text)]
-    spills = [tuple(map(int, m)) for m in _SPILL.findall(text)]
-    if not regs:
-        raise RuntimeError(f"no resource usage in nvcc's output:\n{text[-2000:]}")
-    return {
-        "registers": max(regs),
-        "stack": max((s[0] for s in spills), default=0),
-        "spill_stores": max((s[1] for s in spills), default=0),
-        "spill_loads": max((s[2] for s in spills), default=0),
-    }
+from septran.tuning.nvcc import nvcc_path, resource_usage as nvcc_resource_usage  # noqa: E402,F401  (one copy, the library's)
 
 
 _IDENT = re.compile(r"[A-Za-z_]\w*")

@@ -1,0 +1,1 @@
+"""Autotuning: search spaces (septran.mapping.space), static pruning, a cost model, a guided search, a database."""
