@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from septran.env import SettingError
 from septran.paths import check_user_path
-from septran.tuning.db import TuningDB
+from septran.tuning.db import TuningDB, best_of
 from septran.tuning.device import device_label, device_string
 from septran.tuning.key import canonical_json
 from septran.tuning.record import TuningRecord
@@ -77,8 +77,7 @@ def summarize(records: list[TuningRecord]) -> list[dict[str, Any]]:
     rows = []
     for digest, group in groups.items():
         key = group[0].key
-        wrong = {r.point_id for r in group if r.status == "wrong"}
-        best = min((r for r in group if r.status == "ok" and r.point_id not in wrong), key=lambda r: r.median_s, default=None)
+        best = best_of(group)
         rows.append({
             "key": digest,
             "op": next((r.op for r in group if r.op), ""),

@@ -32,7 +32,7 @@ from septran.tuning.record import STATUSES, Timing, TuningRecord, point_id
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TuningDB", "TuningKey", "TuningRecord", "Timing", "STATUSES", "point_id", "default_db"]
+__all__ = ["TuningDB", "TuningKey", "TuningRecord", "Timing", "STATUSES", "point_id", "default_db", "best_of"]
 
 
 @dataclass
@@ -114,10 +114,7 @@ class TuningDB:
         A point that was ever recorded ``wrong`` under this key is never
         the best, whatever its other trials say.
         """
-        records = self.records(key)
-        wrong = {r.point_id for r in records if r.status == "wrong"}
-        ok = [r for r in records if r.status == "ok" and r.point_id not in wrong]
-        return min(ok, key=lambda r: r.median_s, default=None)  # min keeps the first of equals
+        return best_of(self.records(key))
 
     def _refresh(self) -> _Index:
         """Reads what was appended since the last read; returns the index (shared: callers copy)."""
@@ -163,6 +160,14 @@ class TuningDB:
         if skipped or unfinished:
             log.warning("%s: skipped %d line(s) that are not tuning records%s", self.path, skipped + unfinished,
                         " (the last line is unfinished)" if unfinished else "")
+
+
+def best_of(records: Iterable[TuningRecord]) -> Optional[TuningRecord]:
+    """The ok record with the lowest median (ties: the first), skipping every point that has a ``wrong`` record."""
+    records = list(records)
+    wrong = {r.point_id for r in records if r.status == "wrong"}
+    ok = [r for r in records if r.status == "ok" and r.point_id not in wrong]
+    return min(ok, key=lambda r: r.median_s, default=None)  # min keeps the first of equals
 
 
 def default_db() -> TuningDB:
