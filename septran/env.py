@@ -51,3 +51,8 @@ def dump_dir() -> Optional[Path]:
 def cache_dir() -> Path:
     """SEPTRAN_CACHE_DIR: where generated TileLang sources are kept (TileLang parses them from files)."""
     return _path("SEPTRAN_CACHE_DIR") or Path.home() / ".cache" / "septran"
+
+
+def tuning_db() -> Path:
+    """SEPTRAN_TUNING_DB: the tuning records, one JSON object per line; default tuning.jsonl in the cache folder."""
+    return _path("SEPTRAN_TUNING_DB") or cache_dir() / "tuning.jsonl"

@@ -1,0 +1,203 @@
+"""The tuning database: an append-only file of JSON lines, one trial per line, safe for concurrent writers.
+
+Writing: each record is one ``os.write`` of its whole line to a file opened
+with ``O_APPEND``, under an exclusive ``flock``, so processes and Ray
+workers on one machine append whole lines and never interleave. A writer
+that died mid-line leaves a line without its newline; the next writer starts
+on a fresh line, so the damage stays one unreadable line.
+
+Reading: under a shared ``flock``, only the bytes appended since the last
+read (the file only grows). A line that is not a record of this schema
+(garbage, a truncated last line, a future schema) is skipped, with one
+logged warning per read; reading never raises for a line's content.
+
+Records are never rewritten or deleted; ``septran db export`` writes a copy
+elsewhere.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional, Union
+
+from septran import env
+from septran.paths import check_user_path
+from septran.tuning.key import TuningKey
+from septran.tuning.record import STATUSES, Timing, TuningRecord, point_id
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TuningDB", "TuningKey", "TuningRecord", "Timing", "STATUSES", "point_id", "default_db", "best_of"]
+
+
+@dataclass
+class _Index:
+    """What has been read so far: the records in file order, by key digest and by key-without-space digest."""
+
+    file: tuple[int, int] = (0, 0)  # (st_dev, st_ino): a replaced file is read again from the start
+    offset: int = 0  # bytes read, up to the end of the last whole line
+    records: list[TuningRecord] = field(default_factory=list)
+    by_key: dict[str, list[TuningRecord]] = field(default_factory=dict)
+    by_work: dict[str, list[TuningRecord]] = field(default_factory=dict)
+    warned_tail: tuple[int, int] = (-1, -1)
+
+    def add(self, record: TuningRecord) -> None:
+        self.records.append(record)
+        self.by_key.setdefault(record.key.digest(), []).append(record)
+        self.by_work.setdefault(record.key.point_digest(), []).append(record)
+
+
+class TuningDB:
+    """The records at ``path`` (default: ``SEPTRAN_TUNING_DB``, else ``tuning.jsonl`` in the cache folder)."""
+
+    def __init__(self, path: Union[str, os.PathLike, None] = None):
+        self.path = Path(check_user_path(path, "the tuning database", env.SettingError)) if path is not None else env.tuning_db()
+        self._index = _Index()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"TuningDB({str(self.path)!r})"
+
+    # -- writing ---------------------------------------------------------------------------------------------
+
+    def append(self, record: TuningRecord) -> None:
+        """Add one record as one line, atomically with respect to other writers on this machine."""
+        self.extend([record])
+
+    def extend(self, records: Iterable[TuningRecord]) -> None:
+        """Add records, one whole-line write each, under one lock."""
+        lines = [r.to_line() for r in records]
+        if not lines:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                log.warning("%s ends in a partial line (a writer was interrupted); starting a new line", self.path)
+                lines[0] = b"\n" + lines[0]
+            for line in lines:
+                _write_all(fd, line)
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def all(self) -> list[TuningRecord]:
+        """Every readable record, in the order written."""
+        return list(self._refresh().records)
+
+    def records(self, key: TuningKey) -> list[TuningRecord]:
+        """Every record of exactly this key (all fields, the space hash included), in the order written."""
+        return list(self._refresh().by_key.get(key.digest(), ()))
+
+    def records_by_point(self, key: TuningKey) -> dict[str, list[TuningRecord]]:
+        """The records of this key's work in ANY search space, by point id (``record.point`` names the values).
+
+        Every field but the space hash must match: a search over an extended
+        space finds here the points it has already measured.
+        """
+        out: dict[str, list[TuningRecord]] = {}
+        for record in self._refresh().by_work.get(key.point_digest(), ()):
+            out.setdefault(record.point_id, []).append(record)
+        return out
+
+    def best(self, key: TuningKey) -> Optional[TuningRecord]:
+        """The ok record of this key with the lowest median (ties: the earliest), or None.
+
+        A point that was ever recorded ``wrong`` under this key is never
+        the best, whatever its other trials say.
+        """
+        return best_of(self.records(key))
+
+    def _refresh(self) -> _Index:
+        """Reads what was appended since the last read; returns the index (shared: callers copy)."""
+        with self._lock:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:
+                self._index = _Index()
+                return self._index
+            except OSError as e:
+                raise env.SettingError(f"cannot read the tuning database {str(self.path)!r}: {e.strerror}",
+                                       hint="set SEPTRAN_TUNING_DB to a file SepTran may read and append to") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                stat = os.fstat(fd)
+                index = self._index
+                if (stat.st_dev, stat.st_ino) != index.file or stat.st_size < index.offset:
+                    index = self._index = _Index(file=(stat.st_dev, stat.st_ino))
+                data = _read_from(fd, index.offset, stat.st_size)
+            except IsADirectoryError:
+                raise env.SettingError(f"the tuning database {str(self.path)!r} is a folder, not a file",
+                                       hint="set SEPTRAN_TUNING_DB to a file path") from None
+            finally:
+                os.close(fd)
+            self._parse(index, data)
+            return index
+
+    def _parse(self, index: _Index, data: bytes) -> None:
+        end = data.rfind(b"\n") + 1
+        skipped = 0
+        for line in data[:end].split(b"\n"):
+            if line.strip():
+                record = _record_of(line)
+                if record is None:
+                    skipped += 1
+                else:
+                    index.add(record)
+        index.offset += end
+        tail = data[end:]
+        unfinished = bool(tail.strip()) and index.warned_tail != (index.offset, len(tail))
+        if unfinished:
+            index.warned_tail = (index.offset, len(tail))
+        if skipped or unfinished:
+            log.warning("%s: skipped %d line(s) that are not tuning records%s", self.path, skipped + unfinished,
+                        " (the last line is unfinished)" if unfinished else "")
+
+
+def best_of(records: Iterable[TuningRecord]) -> Optional[TuningRecord]:
+    """The ok record with the lowest median (ties: the first), skipping every point that has a ``wrong`` record."""
+    records = list(records)
+    wrong = {r.point_id for r in records if r.status == "wrong"}
+    ok = [r for r in records if r.status == "ok" and r.point_id not in wrong]
+    return min(ok, key=lambda r: r.median_s, default=None)  # min keeps the first of equals
+
+
+def default_db() -> TuningDB:
+    """The database ``SEPTRAN_TUNING_DB`` names (read at each call)."""
+    return TuningDB()
+
+
+def _record_of(line: bytes) -> Optional[TuningRecord]:
+    try:
+        data = json.loads(line)
+        if not isinstance(data, dict):
+            return None
+        return TuningRecord.from_json(data)
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
+        return None
+
+
+def _read_from(fd: int, offset: int, size: int) -> bytes:
+    chunks = []
+    while offset < size:
+        chunk = os.pread(fd, min(size - offset, 1 << 24), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """One ``os.write`` of the whole line; a short write (a full disk) is finished while the lock is held."""
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
