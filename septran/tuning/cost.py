@@ -35,7 +35,9 @@ The roofline: per program, ``compute = sum(flops / per-unit rate)`` and
 overlaps copies with compute (``overlap: true``: GPUs), their sum where it does
 not (the CPU's scalar C runs one after the other). The busiest unit runs
 ``ceil(programs / units)`` programs (the last wave rounded up to whole
-programs), so ``seconds = launch + ceil(programs / units) * time per program``;
+programs) of average cost, and no sooner than the slowest program sampled ends (a grid
+smaller than a wave with uneven programs, as causal attention's): ``seconds = launch +
+max(ceil(programs / units) * average time per program, slowest program)``;
 ``waves = programs / (units * resident programs per unit)``. Occupancy is
 reported (shared memory x stages, threads, program limit, and registers when
 the caller knows them from nvcc) and a program that cannot be resident at all
@@ -50,7 +52,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from septran.errors import SepTranError
-from septran.expr import Const, Expr, Var, leaves, substitute
+from septran.expr import Const, Expr, Var, evaluate, leaves, substitute
 from septran.frontend import elementwise as el
 from septran.frontend.primitives import PRIMITIVES
 from septran.lowering import tile_ir as ir
@@ -116,7 +118,7 @@ def estimate(program: ir.TileProgram, target: Target, value: Callable[[Expr], in
     if program.target != target.name:
         raise CostModelError(f"the tile program is for target {program.target}, not {target.name}")
     walk = _Walker(program, target, value)
-    tally, programs = walk.grid()
+    tally, programs, each = walk.grid()
     for dt in tally.matrix:
         if dt not in perf.peak_flops:
             raise CostModelError(f"target {target.name} gives no matrix rate for {dt} (perf.peak_flops has "
@@ -128,21 +130,28 @@ def estimate(program: ir.TileProgram, target: Target, value: Callable[[Expr], in
         notes.append(f"{resident} of {best} programs per unit resident, limited by {limit}")
     if programs == 0:
         return Estimate(perf.launch_seconds, 0.0, 0.0, 0, 0.0, occupancy, "memory", tuple(notes + ["empty grid"]))
-    per_unit = 1.0 / perf.units
-    compute = (sum(f / programs / (perf.peak_flops[dt] * per_unit) for dt, f in tally.matrix.items())
-               + tally.vector / programs / (perf.vector_flops * per_unit))
-    memory = tally.bytes / programs / (perf.bandwidth_bytes * per_unit)
+    compute, memory = _times(tally, perf, 1.0 / programs)
     bound = "compute" if compute >= memory else "memory"
-    each = max(compute, memory) if perf.overlap else compute + memory
+    average = max(compute, memory) if perf.overlap else compute + memory
+    slowest = max(sum(_times(one, perf)) if not perf.overlap else max(_times(one, perf)) for one in each)
     if resident == 0:
         notes.append(f"cannot launch: one program needs more than a unit has ({limit})")
         seconds, waves = math.inf, math.inf
     else:
         waves = programs / (perf.units * resident)
-        seconds = perf.launch_seconds + math.ceil(programs / perf.units) * each
+        # The busiest unit runs ceil(programs / units) programs; none finishes before its slowest program.
+        seconds = perf.launch_seconds + max(math.ceil(programs / perf.units) * average, slowest)
     log.debug("estimate %s on %s: %.3g s, %.3g FLOP, %.3g B, %d programs, %s-bound", program.name, target.name,
               seconds, tally.flops, tally.bytes, programs, bound)
     return Estimate(seconds, tally.flops, tally.bytes, programs, waves, occupancy, bound, tuple(notes))
+
+
+def _times(tally: _Tally, perf, scale: float = 1.0) -> tuple[float, float]:
+    """(compute, memory) seconds of ``tally x scale`` on one unit (a unit's share of each device-wide rate)."""
+    units = perf.units
+    compute = (sum(f * scale * units / perf.peak_flops[dt] for dt, f in tally.matrix.items())
+               + tally.vector * scale * units / perf.vector_flops)
+    return compute, tally.bytes * scale * units / perf.bandwidth_bytes
 
 
 def _residency(program: ir.TileProgram, target: Target, value, registers: Optional[int]) -> tuple[int, int, str]:
@@ -189,12 +198,13 @@ class _Walker:
         self._memo: dict = {}
 
     # -- the grid ---------------------------------------------------------------------------------------------
-    def grid(self) -> tuple[_Tally, int]:
+    def grid(self) -> tuple[_Tally, int, list[_Tally]]:
+        """The whole grid's tally, the number of programs, and the tally of each distinct program sampled."""
         extents = [(s, self.value(e)) for s, e in self.program.kernel.grid]
         programs = math.prod(n for _, n in extents)
-        total = _Tally()
+        total, each = _Tally(), []
         if programs == 0:
-            return total, 0
+            return total, 0, each
         body = self.program.kernel.body
         deps = self.deps_of(body)
         varying = [(s, n) for s, n in extents if s in deps]
@@ -204,8 +214,10 @@ class _Walker:
             self.notes.append(f"block-dependent work summed over sampled blocks along {', '.join(sampled)}")
         for point in itertools.product(*(_sample(n) for _, n in varying)):
             env = {s: i for (s, _), (i, _) in zip(varying, point)}
-            total.add(self.stmts(body, env), factor * math.prod(w for _, w in point))
-        return total, programs
+            one = self.stmts(body, env)
+            total.add(one, factor * math.prod(w for _, w in point))
+            each.append(one)
+        return total, programs, each
 
     # -- statements -------------------------------------------------------------------------------------------
     def stmts(self, body, env: dict) -> _Tally:
@@ -305,6 +317,37 @@ class _Walker:
         return {leaf.sym for leaf in leaves(e) if isinstance(leaf, Var) and leaf.sym in self.bound}
 
 
+def program_value(program: ir.TileProgram) -> Callable[[Expr], int]:
+    """``value`` for ``estimate`` from the program's own constants (what ``Constants.value`` gives the lowering)."""
+    env = {Var(c.sym): c.value for c in program.consts}
+    return lambda e: evaluate(e, env)
+
+
+def rank_correlation(xs, ys) -> float:
+    """Spearman's rank correlation of two equally long sequences (ties get their mean rank); nan if undefined."""
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        out = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                out[order[k]] = (i + j) / 2
+            i = j + 1
+        return out
+
+    if len(xs) != len(ys) or len(xs) < 2:
+        raise ValueError("rank_correlation needs two sequences of the same length, at least 2")
+    rx, ry = ranks(list(xs)), ranks(list(ys))
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sx = math.sqrt(sum((a - mx) ** 2 for a in rx))
+    sy = math.sqrt(sum((b - my) ** 2 for b in ry))
+    return cov / (sx * sy) if sx and sy else math.nan
+
+
 def _loop_vars(body):
     for s in body:
         if isinstance(s, ir.For):
@@ -323,4 +366,4 @@ def _kind(call: ir.LeafCall, target: Target) -> str:
     return "unknown"
 
 
-__all__ = ["CostModelError", "Estimate", "estimate"]
+__all__ = ["CostModelError", "Estimate", "estimate", "program_value", "rank_correlation"]
