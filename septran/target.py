@@ -90,6 +90,29 @@ class LeafImpl:
 
 
 @dataclass(frozen=True)
+class Perf:
+    """Speeds and limits of the hardware, for the cost model (``perf:`` in target.yaml).
+
+    Rates are of the whole device; the cost model divides by ``units``. See
+    backends/README.md for each key and the target files for their sources.
+    """
+
+    units: int  # parallel units the grid spreads over (SMs, CUs, cores that run programs)
+    peak_flops: Mapping[str, float]  # FLOP/s of gemm leaves, by operand dtype (the matrix unit's rate)
+    vector_flops: float  # FLOP/s of elementwise code and reductions (evaluated in float32)
+    bandwidth_bytes: float  # bytes/s between global memory and on-chip memory
+    launch_seconds: float  # fixed cost of one call
+    loc: SourceLoc
+    overlap: bool = True  # copies overlap compute (async copies, many programs per unit); false: times add
+    shared_space: Optional[str] = None  # the memory whose per-unit capacity limits resident programs
+    shared_bytes_per_unit: Optional[int] = None
+    shared_reserved_bytes: int = 0  # taken per resident program besides its buffers (CUDA: 1 KiB)
+    threads_per_unit: Optional[int] = None
+    programs_per_unit: Optional[int] = None  # the most programs a unit holds at once
+    registers_per_unit: Optional[int] = None  # 32-bit registers (for register counts read from nvcc later)
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     folder: Path
@@ -114,6 +137,7 @@ class Target:
     dynamic_pipeline_stages: Optional[int] = None
     vendor: Optional[Vendor] = None
     copy_options: tuple[str, ...] = ()  # the T.copy keywords a mapping's `copy:` may pass (besides `via`)
+    perf: Optional[Perf] = None  # speeds for the cost model (septran.tuning.cost); None: not given
 
     @property
     def has_threads(self) -> bool:
@@ -229,7 +253,70 @@ def load_target_file(path: Path) -> Target:
         dynamic_pipeline_stages=_plain(d["dynamic_pipeline_stages"]) if "dynamic_pipeline_stages" in d else None,
         vendor=vendor,
         copy_options=tuple(_plain(d["copy_options"])) if "copy_options" in d else (),
+        perf=_perf(d["perf"], memories) if "perf" in d else None,
     )
+
+
+_PERF_KEYS = {"units", "peak_flops", "vector_flops", "bandwidth_bytes", "launch_seconds", "overlap", "shared_space",
+              "shared_bytes_per_unit", "shared_reserved_bytes", "threads_per_unit", "programs_per_unit",
+              "registers_per_unit"}
+
+
+def _perf(node: Located, memories: Mapping[str, MemorySpace]) -> Perf:
+    d = node.value
+    if not isinstance(d, LocatedDict):
+        raise TargetError("perf must be a mapping of hardware facts", node.loc)
+    for key, val in d.items():
+        if key not in _PERF_KEYS:
+            raise TargetError(f"perf: unknown key {key!r} (known: {', '.join(sorted(_PERF_KEYS))})", val.loc)
+
+    def number(key: str, integer: bool = False, required: bool = True):
+        if key not in d:
+            if required:
+                raise TargetError(f"perf has no {key!r}", node.loc)
+            return None
+        return _positive(d[key], f"perf.{key}", integer)
+
+    peaks = d["peak_flops"].value if "peak_flops" in d else None
+    if not isinstance(peaks, LocatedDict) or not peaks:
+        raise TargetError("perf.peak_flops must map dtypes to FLOP/s ({float16: 989.4e+12, ...})",
+                          d["peak_flops"].loc if "peak_flops" in d else node.loc)
+    space = _plain(d["shared_space"]) if "shared_space" in d else None
+    if space is not None and space not in memories:
+        raise TargetError(f"perf.shared_space names memory {space!r}, which the target does not declare", d["shared_space"].loc)
+    if space is not None and "shared_bytes_per_unit" not in d:
+        raise TargetError("perf.shared_space needs perf.shared_bytes_per_unit", d["shared_space"].loc)
+    return Perf(
+        units=number("units", integer=True),
+        peak_flops=MappingProxyType({k: _positive(v, f"perf.peak_flops.{k}") for k, v in peaks.items()}),
+        vector_flops=number("vector_flops"),
+        bandwidth_bytes=number("bandwidth_bytes"),
+        launch_seconds=float(_plain(d["launch_seconds"])) if "launch_seconds" in d else 0.0,
+        loc=node.loc,
+        overlap=bool(_plain(d["overlap"])) if "overlap" in d else True,
+        shared_space=space,
+        shared_bytes_per_unit=number("shared_bytes_per_unit", integer=True, required=False),
+        shared_reserved_bytes=int(_plain(d["shared_reserved_bytes"])) if "shared_reserved_bytes" in d else 0,
+        threads_per_unit=number("threads_per_unit", integer=True, required=False),
+        programs_per_unit=number("programs_per_unit", integer=True, required=False),
+        registers_per_unit=number("registers_per_unit", integer=True, required=False),
+    )
+
+
+def _positive(val: Located, what: str, integer: bool = False):
+    """A positive number; YAML reads 989e12 (no dot, no sign) as text, so numeric text is accepted."""
+    v = val.value
+    try:
+        out = float(v) if isinstance(v, str) and not isinstance(v, bool) else v
+    except ValueError:
+        out = None
+    if isinstance(out, bool) or not isinstance(out, (int, float)) or not out > 0 or out != out or out == float("inf"):
+        raise TargetError(f"{what} must be a positive number, got {v!r}", val.loc)
+    if integer:
+        if int(out) != out:
+            raise TargetError(f"{what} must be a whole number, got {v!r}", val.loc)
+        return int(out)
+    return float(out)
 
 
 @functools.lru_cache(maxsize=None)
