@@ -21,10 +21,11 @@ from septran.frontend import task
 from septran.runtime.api import JITKernel, compile, jit
 from septran.runtime.kernel import Kernel, Variant
 from septran.target import available_targets
+from septran.tuning.api import TuneResult, tune
 
 __version__ = "0.1.0"
 __all__ = [
-    "task", "compile", "jit", "Kernel", "JITKernel", "Variant", "available_targets",
+    "task", "compile", "jit", "tune", "TuneResult", "Kernel", "JITKernel", "Variant", "available_targets",
     "SepTranError", "FrontendError", "MappingError", "LoweringError", "BuildError", "CallError", "DeviceError",
     "InternalError", "SourceLoc", "__version__",
 ]

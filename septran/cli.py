@@ -30,6 +30,7 @@ def register(name: str, module: str, help: str) -> None:
     COMMANDS[name] = Command(name, module, help)
 
 
+register("tune", "septran.tuning.cli_tune", "tune a mapping's search space (!tune) for given shapes")
 register("db", "septran.tuning.cli_db", "list and export the tuning database's records")
 
 

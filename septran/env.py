@@ -56,3 +56,13 @@ def cache_dir() -> Path:
 def tuning_db() -> Path:
     """SEPTRAN_TUNING_DB: the tuning records, one JSON object per line; default tuning.jsonl in the cache folder."""
     return _path("SEPTRAN_TUNING_DB") or cache_dir() / "tuning.jsonl"
+
+
+def autotune() -> bool:
+    """SEPTRAN_AUTOTUNE=1: a kernel whose mapping has !tune tunes each new shape it meets (else its first point runs)."""
+    value = os.environ.get("SEPTRAN_AUTOTUNE", "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise SettingError(f"SEPTRAN_AUTOTUNE={value!r}: use 1 or 0")

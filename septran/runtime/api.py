@@ -22,13 +22,17 @@ def compile(  # noqa: A001 - the name users expect, as tilelang.compile
     logic_file: Union[str, Path, None] = None,
     mapping_file: Union[str, Path, None] = None,
     target: Optional[str] = None,
+    autotune: Optional[bool] = None,
 ) -> Kernel:
     """Fuses a logic and a mapping into a callable kernel.
 
     ``logic`` is a task function, a module or a logic file path (or pass
     ``logic_file=``). ``mapping`` is a mapping file path (or ``mapping_file=``);
     without one, SEPTRAN_MAPPING or ``mappings/<target>/<op>.yaml`` is used.
-    ``target`` defaults to the mapping's ``target``.
+    ``target`` defaults to the mapping's ``target``. For a mapping with
+    ``!tune``, each call's shapes run the tuning database's best point; with
+    ``autotune=True`` (or SEPTRAN_AUTOTUNE=1) a shape with none is tuned first,
+    otherwise the space's first point runs.
     """
     if (logic is None) == (logic_file is None):
         raise TypeError("septran.compile takes the logic either as `logic` or as `logic_file=`, exactly once")
@@ -48,7 +52,7 @@ def compile(  # noqa: A001 - the name users expect, as tilelang.compile
     tgt = load_target(m.target.value, m.target.loc)
     entry = m.instance(m.entrypoint.value)
     entry_fn = find_task(names, file, logic, entry.task_name.value, entry.task_name.loc)
-    return Kernel(build_graph(entry_fn), m, tgt)
+    return Kernel(build_graph(entry_fn), m, tgt, autotune=autotune)
 
 
 class JITKernel:

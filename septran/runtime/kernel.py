@@ -13,7 +13,7 @@ from septran.lowering import Specialization, explain, lower
 from septran.lowering.bind import check_mapping
 from septran.emit_tilelang import emit
 from septran.mapping.schema import Mapping
-from septran.runtime import build, scalars as scalar_args, vendor
+from septran.runtime import build, points, scalars as scalar_args, vendor
 from septran.target import Target
 
 log = logging.getLogger(__name__)
@@ -28,16 +28,17 @@ def _dtype_name(dtype) -> str:
 class Variant:
     """One specialisation of a kernel: fixed shapes and dtypes, one TileLang program."""
 
-    def __init__(self, kernel: "Kernel", spec: Specialization):
+    def __init__(self, kernel: "Kernel", spec: Specialization, choice: points.Choice):
         from septran import __version__
 
         self.kernel = kernel
         self.spec = spec
+        self.choice = choice  # which point of the mapping's search space, and where it came from
         # The lowering names the pass that fails; the emitter is the last stage that may.
         shapes = ", ".join(f"{n}: {tuple(s)}" for n, s in spec.shapes.items())
         with internal_errors("lowering", f"{kernel.graph.entry} for {kernel.target.name} with {shapes}"):
-            self.program = lower(kernel.graph, kernel.mapping, kernel.target, spec, kernel.shapes,
-                                 dump=lambda name, make: self._dump(f"{name}.txt", make), checked=True)
+            self.program = lower(kernel.graph, choice.mapping, kernel.target, spec, kernel.shapes,
+                                 dump=lambda name, make: self._dump(f"{name}.txt", make), checked=choice.is_first)
         with internal_errors("emitter", f"{kernel.graph.entry} for {kernel.target.name} with {shapes}"):
             self.tilelang_source = emit(self.program, __version__)
         self.source_path = build.source_file(self.tilelang_source, self.program.name)
@@ -117,14 +118,13 @@ class _Arg:
 class Kernel:
     """``septran.compile``'s result: call it on torch tensors."""
 
-    def __init__(self, graph: TaskGraph, mapping: Mapping, target: Target):
+    def __init__(self, graph: TaskGraph, mapping: Mapping, target: Target, autotune: Optional[bool] = None):
         self.graph = graph
-        self.mapping = mapping
+        self.mapping = mapping  # for a search space (!tune): its first point, with .space
         self.target = target
+        self.autotune = env.autotune() if autotune is None else autotune
+        self._warned_first_point = False
         check_mapping(graph, mapping, target)  # mapping mistakes surface at compile time, not at the first call
-        if mapping.space is not None:
-            log.warning("%s: a search space of %d points (!tune) and no tuned point recorded: running its first point %s",
-                        mapping.file, mapping.space.size, dict(mapping.point))
         self.shapes = ShapeRelations(graph)
         self._specs: dict[tuple, Specialization] = {}
         self._variants: dict[tuple, Variant] = {}
@@ -188,7 +188,7 @@ class Kernel:
         key, spec = self._specialization(described, scalars if scalars is not None else dict(self.scalars))
         variant = self._variants.get(key)
         if variant is None:
-            variant = self._variants[key] = Variant(self, spec)
+            variant = self._variants[key] = Variant(self, spec, points.choose(self, spec, described))
             log.info("specialised %s for %s", self.graph.entry, key)
         self._last = variant
         return variant
@@ -292,3 +292,10 @@ class Kernel:
 
     def explain(self) -> str:
         return self._latest().explain()
+
+    @property
+    def tuning(self) -> dict:
+        """Which point of the mapping's search space the latest call ran, and where it came from."""
+        choice = self._latest().choice
+        return {"point": dict(choice.point), "source": choice.source,
+                "space": self.mapping.space.size if self.mapping.space is not None else 1}

@@ -163,10 +163,18 @@ class TuningDB:
 
 
 def best_of(records: Iterable[TuningRecord]) -> Optional[TuningRecord]:
-    """The ok record with the lowest median (ties: the first), skipping every point that has a ``wrong`` record."""
+    """The ok record with the lowest median (ties: the first), skipping every point that has a ``wrong`` record.
+
+    Interleaved re-measurements (the search's final round between its best few) decide where there are any:
+    they were taken side by side, so their medians compare; the search's first pass only picks the finalists.
+    """
     records = list(records)
     wrong = {r.point_id for r in records if r.status == "wrong"}
     ok = [r for r in records if r.status == "ok" and r.point_id not in wrong]
+    final = [r for r in ok if r.timing is not None and r.timing.interleaved]
+    if final:  # the latest final round (its records share features["final_round"])
+        latest = max(final, key=lambda r: r.created)
+        ok = [r for r in final if r.features.get("final_round") == latest.features.get("final_round")]
     return min(ok, key=lambda r: r.median_s, default=None)  # min keeps the first of equals
 
 

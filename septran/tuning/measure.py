@@ -10,11 +10,14 @@ is what counts.
 """
 from __future__ import annotations
 
+import json
 import logging
-import multiprocessing
+import queue
 import statistics
+import subprocess
+import sys
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -49,11 +52,40 @@ def _build_one(job: tuple[str, str, str]) -> Optional[str]:
 
 
 def build_all(jobs: list[tuple[str, str, str]], workers: int) -> list[Optional[str]]:
-    """(source, prim_func name, target) -> error text or None, built ``workers`` at a time."""
+    """(source, prim_func name, target) -> error text or None, built ``workers`` at a time in worker processes
+    (``septran.tuning.build_worker``), each of which handles many jobs."""
     if workers <= 1 or len(jobs) <= 1:
         return [_build_one(j) for j in jobs]
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(_build_one, jobs))
+    todo = queue.Queue()
+    for k, job in enumerate(jobs):
+        todo.put((k, job))
+    results: list[Optional[str]] = [None] * len(jobs)
+
+    def worker() -> None:
+        proc = subprocess.Popen([sys.executable, "-m", "septran.tuning.build_worker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            while True:
+                try:
+                    k, (source, name, target) = todo.get_nowait()
+                except queue.Empty:
+                    return
+                proc.stdin.write(json.dumps({"source": source, "name": name, "target": target}) + "\n")
+                proc.stdin.flush()
+                line = proc.stdout.readline()
+                results[k] = json.loads(line)["error"] if line else "the build worker died"
+                if not line:
+                    return
+        finally:
+            proc.stdin.close()
+            proc.wait()
+
+    threads = [threading.Thread(target=worker) for _ in range(min(workers, len(jobs)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
 
 
 def time_call(fn: Callable[[], object], device: str, warmup: int = 2, min_reps: int = 5,

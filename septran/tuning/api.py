@@ -1,0 +1,301 @@
+"""``septran.tune``: a search space, pruned, ranked, searched, measured and recorded.
+
+Order of work (design.md section 8): static pruning of every point (the
+mapping's rules and the lowering's passes, then nvcc for CUDA) -> the cost
+model's ranking -> measurement of the best candidates (all of a small space,
+a guided search of a large one), each checked against the space's first
+point on random inputs -> the best three measured again, interleaved. Every
+trial lands in the tuning database; a second run with the same key measures
+nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import statistics
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from septran.errors import InternalError, MappingError, SepTranError
+from septran.tuning import measure as ms
+from septran.tuning.db import TuningDB, default_db
+from septran.tuning.device import device_identity
+from septran.tuning.key import TuningKey
+from septran.tuning.prune import Candidate, most_common_rule, prune_resources, prune_static
+from septran.tuning.record import Timing, TuningRecord, point_id
+from septran.tuning.search import default_budget, search
+
+log = logging.getLogger(__name__)
+TOP = 3  # the best few are measured again, interleaved, before one is chosen
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    best: dict  # each !tune key's chosen value, by its path in the mapping
+    best_s: Optional[float]
+    first_s: Optional[float]  # the space's first point (the hand-written mapping)
+    space: int
+    pruned: int
+    measured: int  # points timed in this run
+    cached: bool  # the answer came from the database without measuring
+    rules: dict = field(default_factory=dict)  # pruning rule -> points it pruned
+    correlation: Optional[float] = None  # the cost model's rank correlation with the measured medians
+    wrong: int = 0
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def tune(kernel, inputs: dict, scalars: Optional[dict] = None, budget: Optional[int] = None, jobs: Optional[int] = None,
+         db: Optional[TuningDB] = None, force: bool = False, progress: bool = True, sampler: str = "tpe",
+         seed: int = 0, ray: bool = False, ray_address: Optional[str] = None) -> TuneResult:
+    """Tunes ``kernel`` (a ``septran.Kernel`` whose mapping has ``!tune``) for ``inputs``: name -> tensor or (shape, dtype).
+
+    ``budget``: points to measure at most (default: every survivor of a space of <= 64, else a third);
+    ``jobs``: parallel builds; ``ray``: builds as Ray tasks and measurement in a Ray actor (``ray_address``:
+    an existing cluster). Every trial is recorded in ``db`` (default: SEPTRAN_TUNING_DB); with ``force``
+    the database's answer is measured again.
+    """
+    tuner = _Tuner(kernel, inputs, scalars or {}, db or default_db(), jobs, progress, seed)
+    if ray:
+        from septran.tuning import distributed
+
+        distributed.attach(tuner, ray_address)
+    return tuner.run(budget, force, sampler)
+
+
+def tuning_key(kernel, spec) -> TuningKey:
+    space = kernel.mapping.space
+    return TuningKey(logic_hash=logic_hash(kernel.graph), space_hash=space.digest(), target=kernel.target.name,
+                     device=device_identity(kernel.target.torch_device), dtypes=dict(spec.dtypes),
+                     shapes={k: tuple(v) for k, v in spec.shapes.items()}, scalars=dict(spec.scalars))
+
+
+def logic_hash(graph) -> str:
+    """The logic file's bytes (every task of the graph comes from it), else the printed task graph."""
+    from septran.frontend.printer import format_graph
+
+    files = sorted({t.loc.file for t in graph.tasks.values()})
+    digest = hashlib.sha256()
+    for f in files:
+        try:
+            digest.update(Path(f).read_bytes())
+        except OSError:
+            digest.update(format_graph(graph).encode())
+    return digest.hexdigest()
+
+
+class _Tuner:
+    def __init__(self, kernel, inputs, scalars, db: TuningDB, jobs, progress, seed):
+        import os
+
+        if kernel.mapping.space is None:
+            raise MappingError("this mapping has no !tune: there is nothing to tune", kernel.mapping.target.loc,
+                               hint="write !tune [..] where a value should be searched")
+        self.kernel, self.db, self.progress, self.seed = kernel, db, progress, seed
+        self.jobs = jobs or os.cpu_count() or 1
+        self.described = {n: _describe(v) for n, v in inputs.items()}
+        self.scalars = kernel._scalar_values(scalars)
+        _, self.spec = kernel._specialization(self.described, self.scalars)
+        self.key = tuning_key(kernel, self.spec)
+        self.measurer = Measurer(kernel, self.described, self.scalars, seed)
+        self.build_all = ms.build_all
+
+    def run(self, budget, force: bool, sampler: str) -> TuneResult:
+        space = self.kernel.mapping.space
+        first_id = point_id(space.first)
+        best = None if force else self.db.best(self.key)
+        if best is not None:
+            first = [r.median_s for r in self.db.records_by_point(self.key).get(first_id, []) if r.status == "ok"]
+            return TuneResult(dict(best.point), best.median_s, min(first) if first else None, space.size, 0, 0, True)
+        cands = prune_static(self.kernel.graph, self.kernel.shapes, self.kernel.mapping, self.kernel.target, self.spec)
+        survivors = self._ranked([c for c in cands if c.ok])
+        survivors = self._resources(survivors, budget)
+        pruned = [c for c in cands if not c.ok] + [c for c in survivors if not c.ok]
+        survivors = [c for c in survivors if c.ok]
+        self.db.extend(TuningRecord(self.key, c.point, "pruned", rule=c.rule, op=self._op) for c in pruned)
+        if not survivors:
+            rule, n, c = most_common_rule(cands + pruned)
+            raise MappingError(f"every one of the {space.size} points of the search space is pruned; {n} by '{rule}' "
+                               f"(e.g. {c.message})", space.dimensions[0].loc,
+                               hint="widen the !tune choices, or fix the mapping for this shape")
+        reference = next((c for c in survivors if c.point == space.first), survivors[0])
+        self.measurer.reference(reference.point)
+        known = self.db.records_by_point(self.key)
+        results: dict[int, Optional[float]] = {}
+        measured = wrong = 0
+        budget = default_budget(len(survivors)) if budget is None else budget
+        self._prebuild(survivors[: min(len(survivors), budget)])
+        bar = _bar(self.progress, min(budget, len(survivors)), f"tuning {self._op}")
+
+        def measure(i: int) -> Optional[float]:
+            nonlocal measured, wrong
+            c = survivors[i]
+            old = [r for r in known.get(point_id(c.point), []) if r.status in ("ok", "wrong")]
+            if old:
+                return None if any(r.status == "wrong" for r in old) else min(r.median_s for r in old)
+            measured += 1
+            status, timing, rule = self.measurer.measure(c.point)
+            wrong += status == "wrong"
+            self.db.append(TuningRecord(self.key, c.point, status, timings=timing.samples if timing else (),
+                                        timing=Timing(timing.method, timing.warmup, len(timing.samples)) if timing else None,
+                                        rule=rule, features=self._features(c), op=self._op))
+            bar.update(1)
+            return timing.median if status == "ok" else None
+
+        results = search([c.point for c in survivors], measure, budget, self.seed, sampler)
+        bar.close()
+        ok = sorted((t, i) for i, t in results.items() if t is not None)
+        if not ok:
+            raise SepTranError(f"no point of the search space gave the first point's answer ({wrong} wrong)",
+                               space.dimensions[0].loc)
+        best_i = self._final(survivors, [i for _, i in ok[:TOP]])
+        first_s = next((results[i] for i, c in enumerate(survivors) if c.point == space.first and i in results), None)
+        if first_s is None and reference.point == space.first:
+            first_s = self.measurer.measure(reference.point)[1].median
+        return TuneResult(dict(survivors[best_i].point), statistics.median(self._final_samples[best_i]), first_s,
+                          space.size, len(pruned), measured, False, _rules(pruned), self._correlation(survivors, results),
+                          wrong)
+
+    # stages -------------------------------------------------------------------------------------
+    @property
+    def _op(self) -> str:
+        return self.kernel.graph.entry.removesuffix("_logic")
+
+    def _ranked(self, survivors: list[Candidate]) -> list[Candidate]:
+        """The cost model's order: best estimate first (a target without speeds keeps the file's order)."""
+        from septran.tuning.cost import CostModelError, estimate, program_value
+
+        self._estimates: dict[str, object] = {}
+        try:
+            for c in survivors:
+                self._estimates[point_id(c.point)] = estimate(c.program, self.kernel.target, program_value(c.program))
+        except CostModelError as err:
+            log.warning("%s: candidates are measured in the file's order", err.message)
+            return survivors
+        return sorted(survivors, key=lambda c: self._estimates[point_id(c.point)].seconds)
+
+    def _resources(self, survivors: list[Candidate], budget) -> list[Candidate]:
+        def cuda(c: Candidate) -> str:
+            return self._kernel_for(c).specialize(**self.described, **self.scalars).device_source
+
+        limit = default_budget(len(survivors)) if budget is None else budget
+        return prune_resources(survivors, self.kernel.target, cuda, limit=limit)
+
+    def _kernel_for(self, c: Candidate):
+        from septran.runtime.kernel import Kernel
+
+        return Kernel(self.kernel.graph, c.mapping, self.kernel.target)
+
+    def _prebuild(self, cands: list[Candidate]) -> None:
+        from septran import __version__
+        from septran.emit_tilelang import emit
+
+        jobs = [(emit(c.program, __version__), c.program.name, self.kernel.target.name) for c in cands]
+        for c, err in zip(cands, self.build_all(jobs, self.jobs)):
+            if err:
+                log.info("point %s did not build: %s", c.point, err)
+
+    def _final(self, survivors: list[Candidate], indices: list[int]) -> int:
+        """The best few again, in interleaved rounds; the lowest median wins, and its samples are recorded."""
+        timings = self.measurer.interleaved([survivors[i].point for i in indices])
+        self._final_samples = {i: t.samples for i, t in zip(indices, timings)}
+        round_id = uuid.uuid4().hex[:12]  # the database's best() compares this round's records only
+        self.db.extend(TuningRecord(self.key, survivors[i].point, "ok", timings=t.samples,
+                                    timing=Timing(t.method, t.warmup, len(t.samples), interleaved=True),
+                                    features={**self._features(survivors[i]), "final_round": round_id}, op=self._op)
+                       for i, t in zip(indices, timings))
+        return min(indices, key=lambda i: statistics.median(self._final_samples[i]))
+
+    def _features(self, c: Candidate) -> dict:
+        est = getattr(self, "_estimates", {}).get(point_id(c.point))
+        return dataclasses.asdict(est) if est is not None else {}
+
+    def _correlation(self, survivors, results) -> Optional[float]:
+        from septran.tuning.cost import rank_correlation
+
+        pairs = [(self._estimates[point_id(survivors[i].point)].seconds, t) for i, t in results.items()
+                 if t is not None and point_id(survivors[i].point) in getattr(self, "_estimates", {})]
+        return rank_correlation(*zip(*pairs)) if len(pairs) >= 3 else None
+
+
+class Measurer:
+    """Runs points of a kernel's space on one device: the reference answer, each candidate checked and timed.
+
+    In this process by default; ``septran.tuning.distributed`` runs the same class as a Ray actor.
+    """
+
+    def __init__(self, kernel, described: dict, scalars: dict, seed: int):
+        self.kernel, self.scalars = kernel, scalars
+        self.tensors = _random_inputs(kernel, described, kernel.target.torch_device, seed)
+        self.expected = None
+
+    def _kernel(self, point: dict):
+        from septran.runtime.kernel import Kernel
+
+        mapping = dataclasses.replace(self.kernel.mapping.at(point), space=None)
+        return Kernel(self.kernel.graph, mapping, self.kernel.target)
+
+    def _call(self, kernel):
+        return kernel(*self.tensors, **self.scalars)
+
+    def reference(self, point: dict) -> None:
+        self.expected = self._call(self._kernel(point))
+
+    def measure(self, point: dict):
+        """(status, timing, rule): the point's answer checked against the reference, then timed."""
+        try:
+            kernel = self._kernel(point)
+            out = self._call(kernel)
+        except (SepTranError, InternalError) as err:
+            return "compile_error", None, str(err)[:2000]
+        differs = ms.same_answer(out, self.expected)
+        if differs:
+            return "wrong", None, differs
+        return "ok", ms.time_call(lambda: self._call(kernel), self.kernel.target.torch_device), None
+
+    def interleaved(self, points: list) -> list:
+        kernels = [self._kernel(p) for p in points]
+        return ms.interleaved([lambda k=k: self._call(k) for k in kernels], self.kernel.target.torch_device)
+
+
+def _rules(pruned: list[Candidate]) -> dict:
+    out: dict[str, int] = {}
+    for c in pruned:
+        out[c.rule] = out.get(c.rule, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _describe(value) -> tuple[tuple[int, ...], str]:
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return tuple(value.shape), str(value.dtype).removeprefix("torch.")
+    shape, dtype = value
+    return tuple(int(s) for s in shape), str(dtype).removeprefix("torch.")
+
+
+def _random_inputs(kernel, described: dict, device: str, seed: int) -> list:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for a in kernel.inputs:
+        shape, dtype = described[a.name]
+        t = torch.randn(shape, generator=gen, dtype=torch.float32).to(getattr(torch, dtype))
+        out.append(t.to(device))
+    return out
+
+
+def _bar(enabled: bool, total: int, desc: str):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        enabled = False
+    if not enabled:
+        class _Null:
+            def update(self, n): pass
+            def close(self): pass
+        return _Null()
+    return tqdm(total=total, desc=desc, unit="point", leave=False)

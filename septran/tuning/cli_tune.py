@@ -1,0 +1,83 @@
+"""``septran tune LOGIC MAPPING --input A=1024x1024:float32 ...``: tune a mapping's search space for some shapes.
+
+With ``--json`` the last line printed is one JSON object: ``best`` (each
+``!tune`` key's value by its path in the mapping), ``best_s`` and ``first_s``
+(median seconds of the best point and of the space's first point),
+``space``, ``pruned``, ``measured`` (points timed in this run) and ``cached``
+(the answer came from the database). Without it, a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+from septran.errors import CallError
+
+_INPUT = re.compile(r"\A([A-Za-z_][A-Za-z0-9_]*)=([0-9]+(?:x[0-9]+)*)?:([a-z0-9]+)\Z")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("logic", help="the logic file")
+    parser.add_argument("mapping", help="the mapping file with !tune values")
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=SHAPE:DTYPE",
+                        help="an input's shape and dtype, e.g. A=1024x1024:float32 (a scalar input: x=:float32)")
+    parser.add_argument("--scalar", action="append", default=[], metavar="NAME=VALUE", help="a scalar parameter, e.g. eps=1e-6")
+    parser.add_argument("--budget", type=int, help="points to measure at most (default: all of a space of <= 64, else a third)")
+    parser.add_argument("--jobs", type=int, help="parallel builds (default: the cores)")
+    parser.add_argument("--sampler", choices=("tpe", "evolution"), default="tpe", help="the guided search's sampler")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="measure again even when the database has an answer")
+    parser.add_argument("--db", metavar="PATH", help="the tuning database (default: SEPTRAN_TUNING_DB)")
+    parser.add_argument("--json", action="store_true", help="end with one JSON object")
+    parser.add_argument("--ray", action="store_true", help="compile trials as Ray tasks (pip install 'septran[distributed]')")
+    parser.add_argument("--ray-address", metavar="ADDR", help="an existing Ray cluster (default: a local one)")
+
+
+def parse_inputs(items) -> dict:
+    out = {}
+    for item in items:
+        m = _INPUT.match(item)
+        if not m:
+            raise CallError(f"--input {item!r} is not NAME=SHAPE:DTYPE", hint="e.g. --input A=1024x512:float16")
+        out[m.group(1)] = (tuple(int(x) for x in m.group(2).split("x")) if m.group(2) else (), m.group(3))
+    return out
+
+
+def parse_scalars(items) -> dict:
+    out = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise CallError(f"--scalar {item!r} is not NAME=NUMBER") from None
+    return out
+
+
+def run(args) -> int:
+    import septran
+    from septran.tuning.db import TuningDB
+
+    kernel = septran.compile(logic_file=args.logic, mapping_file=args.mapping)
+    result = septran.tune(kernel, parse_inputs(args.input), scalars=parse_scalars(args.scalar), budget=args.budget,
+                          jobs=args.jobs, db=TuningDB(args.db) if args.db else None, force=args.force,
+                          progress=not args.json, sampler=args.sampler, seed=args.seed,
+                          ray=args.ray, ray_address=args.ray_address)
+    if args.json:
+        print(json.dumps(result.to_json(), sort_keys=True))
+        return 0
+    print(f"search space: {result.space} points, {result.pruned} pruned statically, {result.measured} measured"
+          + (" (from the tuning database)" if result.cached else ""))
+    for path, value in result.best.items():
+        print(f"  {path} = {value}")
+    if result.best_s is not None:
+        line = f"best: {result.best_s * 1e3:.3f} ms"
+        if result.first_s:
+            line += f"; first point: {result.first_s * 1e3:.3f} ms; speed-up {result.first_s / result.best_s:.2f}x"
+        print(line)
+    for rule, n in list(result.rules.items())[:5]:
+        print(f"  pruned {n:5d}  {rule}")
+    if result.correlation is not None:
+        print(f"cost model rank correlation with the measured times: {result.correlation:.2f}")
+    return 0
