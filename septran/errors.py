@@ -110,7 +110,9 @@ def internal_errors(stage: str, inputs: str = ""):
     """Re-raises any exception that is not a ``SepTranError`` as an ``InternalError`` of ``stage``."""
     try:
         yield
-    except SepTranError:
+    except SepTranError as err:
+        if getattr(err, "lowering_pass", None) is None:
+            err.lowering_pass = stage  # which pass refused (the tuner counts pruned points by it)
         raise
     except Exception as err:
         raise InternalError(stage, f"{type(err).__name__}: {err}", inputs) from err
