@@ -14,7 +14,7 @@ from typing import Callable, Optional, Sequence
 
 log = logging.getLogger(__name__)
 
-EXHAUSTIVE = 64
+EXHAUSTIVE = 48  # spaces larger than this are searched, measuring at most a third
 
 
 def default_budget(survivors: int) -> int:
