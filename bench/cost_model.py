@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import tempfile
 import time
@@ -24,15 +25,15 @@ import septran
 from septran.tuning.cost import estimate, program_value, rank_correlation
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = "{BM: 32, BN: 32, BK: 32}"  # the tunables line of mappings/cpu/gemm.yaml
+SHIPPED = re.compile(r"tunables: \{BM: [^\n]*\}")  # the tunables line of mappings/cpu/gemm.yaml (a !tune space)
 CONFIGS = [(32, 32, 32), (128, 128, 16), (64, 64, 32), (16, 16, 16), (128, 128, 32), (64, 64, 16), (32, 32, 128), (128, 32, 16)]
 
 
 def gemm_kernel(folder: Path, bm: int, bn: int, bk: int):
     text = (REPO / "mappings" / "cpu" / "gemm.yaml").read_text()
-    assert SHIPPED in text, "mappings/cpu/gemm.yaml no longer has the tunables this benchmark edits"
+    assert SHIPPED.search(text), "mappings/cpu/gemm.yaml no longer has the tunables this benchmark edits"
     path = folder / f"gemm_{bm}x{bn}x{bk}.yaml"
-    path.write_text(text.replace(SHIPPED, f"{{BM: {bm}, BN: {bn}, BK: {bk}}}"))
+    path.write_text(SHIPPED.sub(f"tunables: {{BM: {bm}, BN: {bn}, BK: {bk}}}", text, count=1))
     return septran.compile(logic_file=REPO / "examples" / "gemm" / "gemm.py", mapping_file=path)
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import septran
-from conftest import REPO, assert_gemm_close, mapping_path, needs_nvcc
+from conftest import REPO, assert_gemm_close, first_point_text, mapping_path, needs_nvcc
 from support.cuda_tools import nvcc_resource_usage
 
 BMM_LOGIC = REPO / "examples" / "bmm" / "bmm.py"
@@ -65,7 +65,7 @@ def test_bmm_cubin_has_no_spills(target, arch):
 def test_a_batch_tile_larger_than_one_is_refused(tmp_path):
     logic = tmp_path / "bmm2.py"
     logic.write_text(BMM_LOGIC.read_text().replace("tile=(1, ", 'tile=("BB", '))
-    text = mapping_path("sm90", "bmm").read_text().replace("tunables: {", "tunables: {BB: 2, ")
+    text = first_point_text("sm90", "bmm").replace("tunables: {", "tunables: {BB: 2, ")
     (tmp_path / "m.yaml").write_text(text)
     kernel = septran.compile(logic_file=logic, mapping_file=tmp_path / "m.yaml")
     with pytest.raises(septran.LoweringError, match="gemm_leaf_tensorcore takes C as a 2-D tile") as info:

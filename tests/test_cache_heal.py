@@ -81,11 +81,16 @@ def _intact(result: dict, artifact: str) -> bool:
     return tl_cache.problem(path.parent) is None and path.exists()
 
 
+def _warnings(logs: str) -> list[str]:
+    """Warnings of the cache (a shipped mapping's search space running its first point is not one)."""
+    return [line for line in logs.splitlines() if "WARNING" in line and "a search space of" not in line]
+
+
 def test_every_cached_artifact_heals(tmp_path):
     jobs = list(ARTIFACTS)
     first, logs = _run(tmp_path, jobs)
     assert all(r["ok"] for r in first.values()), first
-    assert "WARNING" not in logs, logs
+    assert not _warnings(logs), logs
     assert len({r["entry"] for r in first.values()}) == len(jobs)  # one TileLang entry per job
     for damage in (_truncate, _garbage):
         for job, artifact in ARTIFACTS.items():
@@ -116,4 +121,4 @@ def test_concurrent_processes_share_one_cache(tmp_path):
         assert p.returncode == 0, err[-4000:]
         results = _results(out)
         assert len(results) == 2 and all(r["ok"] for r in results), results
-        assert "WARNING" not in out + err, out + err  # nobody saw a half-written artifact
+        assert not _warnings(out + err), out + err  # nobody saw a half-written artifact

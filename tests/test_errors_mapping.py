@@ -151,8 +151,11 @@ def test_tune_makes_a_space_whose_first_point_runs(caplog):
     assert mapping.point == {dim.path: 128} and mapping.instance("gemm_host").tunables["BN"].value == 128
     assert mapping.at({dim.path: 256}).instance("gemm_host").tunables["BN"].loc == dim.loc
     with caplog.at_level("WARNING", logger="septran"):
-        septran.compile(logic_file=GEMM_LOGIC, mapping_file=CASES / "tune.yaml")
+        kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=CASES / "tune.yaml")
+        kernel.specialize(A=((256, 128), "float16"), B=((128, 512), "float16"))
+        kernel.specialize(A=((128, 128), "float16"), B=((128, 512), "float16"))
     assert sum("first point" in r.getMessage() for r in caplog.records) == 1
+    assert kernel.tuning["point"] == {dim.path: 128} and "first point" in kernel.tuning["source"]
 
 
 # a mapping is data ----------------------------------------------------------------------------

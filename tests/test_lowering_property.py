@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import septran
-from conftest import assert_flash_rule, mapping_path
+from conftest import assert_flash_rule, first_point_text, mapping_path
 
 TILES = st.sampled_from([1, 3, 7, 8, 16, 17, 32, 64])
 SMALL_TILES = st.sampled_from([1, 3, 7, 8, 16, 17, 32])
@@ -48,7 +48,7 @@ def _write(folder: Path, stem: str, text: str, suffix: str) -> Path:
 
 
 def _mapping(folder: Path, op: str, old: str, new: str) -> Path:
-    text = mapping_path("cpu", op).read_text()
+    text = first_point_text("cpu", op)
     assert old in text
     return _write(folder, op, text.replace(old, new), ".yaml")
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import septran
-from conftest import GEMM_LOGIC, assert_gemm_close, mapping_path
+from conftest import GEMM_LOGIC, assert_gemm_close, first_point_text, mapping_path
 
 CASES = Path(__file__).resolve().parent / "logic_cases"
 
@@ -56,7 +56,7 @@ def test_a_sub_tile_must_divide_its_tile(tmp_path):
 
 
 def test_accum_dtype_sets_the_accumulator(tmp_path):
-    text = mapping_path("cpu").read_text().replace("    proc: BLOCK\n", "    proc: BLOCK\n    accum_dtype: float16\n")
+    text = first_point_text("cpu").replace("    proc: BLOCK\n", "    proc: BLOCK\n    accum_dtype: float16\n")
     kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=_mapping(tmp_path, text))
     a, b = torch.randn(40, 64).half(), torch.randn(64, 24).half()
     c = kernel(a, b)
@@ -69,7 +69,7 @@ def test_accum_dtype_sets_the_accumulator(tmp_path):
 def test_random_tunables_and_shapes(tmp_path, seed):
     rng = random.Random(seed)
     bm, bn, bk = (rng.choice([8, 16, 32, 64]) for _ in range(3))
-    text = mapping_path("cpu").read_text().replace("tunables: {BM: 32, BN: 32, BK: 32}", f"tunables: {{BM: {bm}, BN: {bn}, BK: {bk}}}")
+    text = first_point_text("cpu").replace("tunables: {BM: 32, BN: 32, BK: 32}", f"tunables: {{BM: {bm}, BN: {bn}, BK: {bk}}}")
     kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=_mapping(tmp_path, text))
     M, N, K = (rng.randint(1, 150) for _ in range(3))
     gen = torch.Generator().manual_seed(seed)

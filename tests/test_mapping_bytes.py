@@ -10,9 +10,9 @@ import pytest
 
 import septran
 from septran.mapping import load_mapping
-from conftest import GEMM_LOGIC, mapping_path
+from conftest import GEMM_LOGIC, first_point_text, mapping_path
 
-BASE = mapping_path("cpu").read_bytes()
+BASE = first_point_text("cpu").encode()
 TUNABLE_LINE = BASE.decode().splitlines().index("    tunables: {BM: 32, BN: 32, BK: 32}") + 1
 
 
@@ -84,14 +84,14 @@ def test_name_with_a_trailing_newline_is_refused(tmp_path):
 
 
 def test_pipeline_stages_are_bounded(tmp_path):
-    text = mapping_path("sm90").read_bytes().replace(b"pipeline: 3", b"pipeline: 1000")
+    text = first_point_text("sm90").encode().replace(b"pipeline: 3", b"pipeline: 1000")
     err = load(tmp_path, text)
     assert "pipeline must be an integer from 0 to 8" in str(err)
 
 
 def test_threads_beyond_the_target_are_refused_at_their_line(tmp_path):
     path = tmp_path / "gemm.yaml"
-    path.write_bytes(mapping_path("sm90").read_bytes().replace(b"threads: 256", b"threads: 4294967296"))
+    path.write_bytes(first_point_text("sm90").encode().replace(b"threads: 256", b"threads: 4294967296"))
     with pytest.raises(septran.MappingError) as info:
         septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
     assert info.value.loc.file == str(path) and "threads must be an integer" in str(info.value)

@@ -9,7 +9,7 @@ import torch
 
 import septran
 from septran import task
-from conftest import GEMM_LOGIC, mapping_path
+from conftest import GEMM_LOGIC, first_point_text, mapping_path
 
 REPO_TESTS = Path(__file__).resolve().parent
 
@@ -35,7 +35,7 @@ def test_septran_target_selects_the_mapping(monkeypatch, target):
 
 def test_septran_mapping_forces_one_file(monkeypatch, tmp_path):
     custom = tmp_path / "mine.yaml"
-    custom.write_text(mapping_path("cpu").read_text().replace("BM: 32", "BM: 16"))
+    custom.write_text(first_point_text("cpu").replace("BM: 32", "BM: 16"))
     monkeypatch.setenv("SEPTRAN_TARGET", "sm90")  # the forced file wins over the target's mapping
     monkeypatch.setenv("SEPTRAN_MAPPING", str(custom))
     kernel = septran.compile(logic_file=GEMM_LOGIC)
@@ -45,7 +45,7 @@ def test_septran_mapping_forces_one_file(monkeypatch, tmp_path):
 
 def test_septran_mapping_path_adds_user_folders(monkeypatch, tmp_path):
     (tmp_path / "cpu").mkdir()
-    (tmp_path / "cpu" / "gemm.yaml").write_text(mapping_path("cpu").read_text().replace("BK: 32", "BK: 8"))
+    (tmp_path / "cpu" / "gemm.yaml").write_text(first_point_text("cpu").replace("BK: 32", "BK: 8"))
     monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
     monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
     monkeypatch.setenv("SEPTRAN_MAPPING_PATH", str(tmp_path))
@@ -101,7 +101,7 @@ def test_explain_names_mapping_keys_and_lines():
     kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("sm90"))
     kernel.specialize(A=((512, 256), "float16"), B=((256, 512), "float16"))
     text = kernel.explain()
-    yaml_lines = mapping_path("sm90").read_text().splitlines()
+    yaml_lines = first_point_text("sm90").splitlines()
     mems_line = next(i for i, l in enumerate(yaml_lines, 1) if l.strip().startswith("mems:") and "REGISTER" in l)
     pipe_line = next(i for i, l in enumerate(yaml_lines, 1) if l.strip().startswith("pipeline:"))
     assert "alloc C_local: (BM, BN) float32 in REGISTER" in text
@@ -116,7 +116,7 @@ def test_explain_names_mapping_keys_and_lines():
 
 
 def test_copy_policy_reaches_t_copy(tmp_path):
-    text = mapping_path("sm90").read_text().replace(
+    text = first_point_text("sm90").replace(
         "    pipeline: 3\n", "    pipeline: 3\n    copy: {A: {disable_tma: true, eviction_policy: evict_first}}\n"
     )
     custom = tmp_path / "gemm.yaml"
@@ -153,7 +153,7 @@ def test_jit_decorator_in_a_notebook(monkeypatch, tmp_path):
     """@septran.jit above @task.define: compiles on first call with the environment's mapping."""
     mapping = tmp_path / "nb.yaml"
     mapping.write_text(
-        mapping_path("cpu").read_text()
+        first_point_text("cpu")
         .replace("gemm_host_logic", "nb_gemm").replace("gemm_block_logic", "_block").replace("gemm_leaf_logic", "_leaf")
     )
     monkeypatch.setenv("SEPTRAN_MAPPING", str(mapping))
