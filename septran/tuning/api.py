@@ -257,9 +257,9 @@ class Measurer:
             return "wrong", None, differs
         return "ok", ms.time_call(lambda: self._call(kernel), self.kernel.target.torch_device), None
 
-    def interleaved(self, points: list) -> list:
+    def interleaved(self, points: list, rounds: int = 7) -> list:
         kernels = [self._kernel(p) for p in points]
-        return ms.interleaved([lambda k=k: self._call(k) for k in kernels], self.kernel.target.torch_device)
+        return ms.interleaved([lambda k=k: self._call(k) for k in kernels], self.kernel.target.torch_device, rounds=rounds)
 
 
 def _rules(pruned: list[Candidate]) -> dict:
