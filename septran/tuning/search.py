@@ -1,11 +1,13 @@
 """Which points to measure: all of a small space, a guided search of a large one.
 
 The candidates come in the cost model's order. A space of at most
-``EXHAUSTIVE`` survivors is measured whole. A larger one is searched with
-Optuna's ask/tell interface (TPE by default, an evolutionary sampler as an
-option) within a budget of measurements, seeded with the cost model's best
-points, so that a good model makes the search short and a poor one only
-makes it ordinary.
+``EXHAUSTIVE`` survivors is measured whole. A larger one is searched within a
+budget of measurements: Optuna's ask/tell interface (TPE by default, an
+evolutionary sampler as an option) seeded with the cost model's best points,
+so that a good model makes the search short and a poor one only makes it
+ordinary; then the last third of the budget walks the neighbourhood of the
+best point found (one dimension at a time, nearest values first), where a
+sampler's last few guesses are least likely to land.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ def _guided(points, measure, budget: int, seed: int, sampler: str, seeds: int) -
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     index = {_key(p): i for i, p in enumerate(points)}
-    dims = {path: sorted({p[path] for p in points}, key=repr) for path in points[0]}
+    dims = {path: _ordered({p[path] for p in points}) for path in points[0]}
     make = {"tpe": lambda: optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(seeds, 5)),
             "evolution": lambda: optuna.samplers.NSGAIISampler(seed=seed)}
     if sampler not in make:
@@ -51,7 +53,8 @@ def _guided(points, measure, budget: int, seed: int, sampler: str, seeds: int) -
         study.enqueue_trial({path: p[path] for path in dims})
     results: dict[int, Optional[float]] = {}
     asks = 0
-    while len(results) < budget and asks < 50 * budget:
+    sampled = budget - budget // 3
+    while len(results) < sampled and asks < 50 * budget:
         asks += 1
         trial = study.ask()
         point = {path: trial.suggest_categorical(path, choices) for path, choices in dims.items()}
@@ -66,7 +69,33 @@ def _guided(points, measure, budget: int, seed: int, sampler: str, seeds: int) -
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
             study.tell(trial, value)
+    _neighbourhood(points, dims, index, measure, results, budget)
     return results
+
+
+def _neighbourhood(points, dims, index, measure, results: dict, budget: int) -> None:
+    """Coordinate search around the best measured point until the budget is spent or nothing near is left."""
+    while len(results) < budget:
+        ok = [(t, i) for i, t in results.items() if t is not None]
+        if not ok:
+            return
+        best = points[min(ok)[1]]
+        near = []
+        for path, choices in dims.items():
+            at = choices.index(best[path])
+            for value in sorted(choices, key=lambda v: abs(choices.index(v) - at)):
+                j = index.get(_key({**best, path: value}))
+                if j is not None and j not in results:
+                    near.append((abs(choices.index(value) - at), j))
+        if not near:
+            return
+        j = min(near)[1]
+        results[j] = measure(j)
+
+
+def _ordered(values: set) -> list:
+    """A dimension's values in their natural order (numbers by size), so that neighbours are near values."""
+    return sorted(values, key=lambda v: (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, repr(v)))
 
 
 def _key(point: dict) -> tuple:
