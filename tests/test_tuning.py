@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import septran
-from conftest import GEMM_LOGIC, REPO, edited_mapping
+from conftest import GEMM_LOGIC, REPO, edited_mapping, needs_nvcc
 from septran.errors import MappingError
 from septran.tuning.db import TuningDB
 from septran.tuning.search import search
@@ -143,3 +143,20 @@ def test_ray_path_writes_the_same_records(tmp_path, db):
     local, remote = db.all(), ray_db.all()
     assert [sorted(r.to_json()) for r in local] == [sorted(r.to_json()) for r in remote]
     assert {r.key.digest() for r in local} == {r.key.digest() for r in remote}
+
+
+@needs_nvcc
+def test_nvcc_prunes_a_point_whose_registers_spill(tmp_path):
+    """sm90, no GPU: a 128x256 fp32 accumulator over 128 threads needs 256 registers a thread: it spills."""
+    from septran.runtime.kernel import Kernel
+    from septran.tuning.prune import prune_resources, prune_static
+
+    path = edited_mapping(tmp_path, "sm90", "gemm", ("    threads: 256", "    threads: !tune [256, 128]"))
+    kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
+    shapes = {"A": ((1024, 512), "float16"), "B": ((512, 1024), "float16")}
+    _, spec = kernel._specialization(shapes, {})
+    cands = prune_static(kernel.graph, kernel.shapes, kernel.mapping, kernel.target, spec)
+    assert all(c.ok for c in cands)
+    out = prune_resources(cands, kernel.target, lambda c: Kernel(kernel.graph, c.mapping, kernel.target).specialize(**shapes).device_source)
+    assert out[0].ok and out[0].resources["spill_stores"] == 0
+    assert out[1].rule == "nvcc: registers spill" and out[1].resources["spill_stores"] > 0

@@ -74,23 +74,25 @@ def _guided(points, measure, budget: int, seed: int, sampler: str, seeds: int) -
 
 
 def _neighbourhood(points, dims, index, measure, results: dict, budget: int) -> None:
-    """Coordinate search around the best measured point until the budget is spent or nothing near is left."""
+    """Coordinate search around the best measured points (the best first; when its neighbours are all measured,
+    the next best's) until the budget is spent or nothing near is left."""
     while len(results) < budget:
-        ok = [(t, i) for i, t in results.items() if t is not None]
-        if not ok:
+        ranked = sorted((t, i) for i, t in results.items() if t is not None)
+        step = None
+        for _, i in ranked:
+            near = []
+            for path, choices in dims.items():
+                at = choices.index(points[i][path])
+                for value in choices:
+                    j = index.get(_key({**points[i], path: value}))
+                    if j is not None and j not in results:
+                        near.append((abs(choices.index(value) - at), j))
+            if near:
+                step = min(near)[1]
+                break
+        if step is None:
             return
-        best = points[min(ok)[1]]
-        near = []
-        for path, choices in dims.items():
-            at = choices.index(best[path])
-            for value in sorted(choices, key=lambda v: abs(choices.index(v) - at)):
-                j = index.get(_key({**best, path: value}))
-                if j is not None and j not in results:
-                    near.append((abs(choices.index(value) - at), j))
-        if not near:
-            return
-        j = min(near)[1]
-        results[j] = measure(j)
+        results[step] = measure(step)
 
 
 def _ordered(values: set) -> list:
