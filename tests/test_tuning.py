@@ -36,7 +36,9 @@ def test_a_small_space_is_measured_whole_then_cached(tmp_path, db):
     assert (first.space, first.pruned, first.measured, first.cached, first.wrong) == (4, 0, 4, False, 0)
     assert set(first.best) == {BM, "task_mappings.gemm_host.tunables.BN"} and first.best_s > 0 and first.first_s > 0
     records = db.all()
-    assert sum(r.status == "ok" for r in records) == 4 + 3  # every point, then the best three interleaved
+    final = [r for r in records if r.status == "ok" and r.timing.interleaved]
+    assert sum(r.status == "ok" for r in records) == 4 + len(final) and 3 <= len(final) <= 4  # the best three (or
+    # any within 5 % of the best) again, interleaved
     assert all(r.timings and r.timing.method == "wall" for r in records)
     again = septran.tune(kernel, SHAPES, db=db, jobs=1, progress=False)
     assert (again.cached, again.measured, again.best) == (True, 0, first.best)

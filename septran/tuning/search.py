@@ -35,7 +35,7 @@ def search(points: Sequence[dict], measure: Callable[[int], Optional[float]], bu
     budget = default_budget(len(points)) if budget is None else min(budget, len(points))
     if budget >= len(points):  # every point (a small space, or a budget that allows it: the exhaustive reference)
         return {i: measure(i) for i in range(len(points))}
-    return _guided(points, measure, budget, seed, sampler, seeds if seeds is not None else max(3, budget // 4))
+    return _guided(points, measure, budget, seed, sampler, seeds if seeds is not None else max(3, budget // 3))
 
 
 def _guided(points, measure, budget: int, seed: int, sampler: str, seeds: int) -> dict[int, Optional[float]]:
