@@ -10,13 +10,12 @@ from __future__ import annotations
 from septran.errors import LoweringError
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Context
-from septran.lowering.place import DTYPE_BYTES
 
 
 def check_capacity(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
     used: dict[str, list[tuple[ir.Buffer, int]]] = {}
     for buf in program.kernel.buffers:
-        size = DTYPE_BYTES[buf.dtype] * _prod(value(e) for e in buf.shape) * buf.stages
+        size = ir.buffer_bytes(buf, value)
         used.setdefault(buf.space, []).append((buf, size))
     for space, items in used.items():
         mem = ctx.target.memories[space]
@@ -41,9 +40,3 @@ def check_capacity(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgr
             )
     return program
 
-
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= x
-    return out

@@ -15,6 +15,7 @@ from typing import Mapping
 from septran.errors import LoweringError, MappingError
 from septran.expr import Dim, Expr, Sym, Tunable, Var, evaluate, leaves
 from septran.frontend import elementwise as el
+from septran.frontend.bounds import INT32_MAX
 from septran.frontend.ir import Launch, Loop, PrimCall, TaskDef, TaskGraph, TileRef
 from septran.frontend.shapes import ShapeRelations
 from septran.lowering import tile_ir as ir
@@ -22,7 +23,22 @@ from septran.lowering.tile_ir import Why
 from septran.mapping.schema import InstanceMapping, Mapping as MappingFile
 from septran.target import Target
 
-INDEX_LIMIT = 2**31 - 1  # TileLang indexes with 32-bit integers
+INDEX_LIMIT = INT32_MAX  # TileLang indexes with 32-bit integers
+
+
+class Names:
+    """Names of the generated program: each new one distinct from every name taken (``k``, then ``k_2``)."""
+
+    def __init__(self, used):
+        self.used = set(used)
+
+    def new(self, base: str) -> Sym:
+        name, k = base, 1
+        while name in self.used:
+            k += 1
+            name = f"{base}_{k}"
+        self.used.add(name)
+        return Sym(name)
 
 
 @dataclass(frozen=True)
@@ -65,30 +81,27 @@ class Constants:
     entry_dims: Mapping[Expr, Expr]  # Dim(entry param, axis) -> Var(its constant)
     tunables: Mapping[str, Expr]  # tunable name -> Var(its constant)
     names: frozenset  # names the program already uses
+    # Var(constant) -> value: what ``value`` evaluates with (made once; every pass evaluates many extents)
+    env: Mapping[Expr, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "env", MappingProxyType({Var(s): v for s, v in self.values.items()}))
 
     def value(self, e: Expr) -> int:
-        return evaluate(e, {Var(s): v for s, v in self.values.items()})
+        return evaluate(e, self.env)
 
 
 def resolve_constants(ctx: Context) -> Constants:
-    names = {"T"}  # the emitted program's name for TileLang's language module
+    names = Names({"T"})  # T: the emitted program's name for TileLang's language module
     consts: list[ir.Const] = []
     entry_dims: dict[Expr, Expr] = {}
     entry = ctx.graph.entry_task
-
-    def new(base: str) -> Sym:
-        name, k = base, 1
-        while name in names:
-            k += 1
-            name = f"{base}_{k}"
-        names.add(name)
-        return Sym(name)
 
     roles = {p.name: ctx.graph.privilege(entry.name, p.name).role for p in entry.params}
     for cls in ctx.shapes.classes:
         inputs = [m for m in cls.members if roles[m[0]] != "output"] or list(cls.members)
         pname, axis = inputs[0]
-        sym = new(f"{pname}_dim{axis}")
+        sym = names.new(f"{pname}_dim{axis}")
         tied = ", ".join(f"{p}.shape[{a}]" for p, a in cls.members)
         consts.append(ir.Const(sym, ctx.spec.shapes[pname][axis],
                                Why(f"problem size {tied}", logic=cls.reasons[0] if cls.reasons else None)))
@@ -110,7 +123,7 @@ def resolve_constants(ctx: Context) -> Constants:
                 hint=f"add `tunables: {{{name}: <int>}}` to {inst.name} or an instance above it",
             )
         val, inst = settings[name]
-        sym = new(name)
+        sym = names.new(name)
         tunables[name] = Var(sym)
         consts.append(ir.Const(sym, val.value, Why(f"tunable {name} = {val.value}", mapping=val.loc)))
     for name, (val, inst) in settings.items():
@@ -123,7 +136,7 @@ def resolve_constants(ctx: Context) -> Constants:
                 + f"the logic uses: {', '.join(sorted(used)) or '(no tunables)'}",
             )
     values = MappingProxyType({c.sym: c.value for c in consts})
-    return Constants(tuple(consts), values, MappingProxyType(entry_dims), MappingProxyType(tunables), frozenset(names))
+    return Constants(tuple(consts), values, MappingProxyType(entry_dims), MappingProxyType(tunables), frozenset(names.used))
 
 
 def _tunable_settings(ctx: Context) -> dict:

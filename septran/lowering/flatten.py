@@ -15,25 +15,12 @@ from septran.errors import LoweringError
 from septran.expr import BinOp, Const, Dim, Expr, GlobalExtent, GlobalStart, Sym, Tunable, Var, leaves, simplify, substitute
 from septran.frontend.ir import FULL, Arg, Launch, Loop, Param, PrimCall, ScalarParam, TaskDef, Temp, root_param, walk
 from septran.lowering import flat_ir as fl
-from septran.lowering.constants import Constants, Context
+from septran.lowering.constants import Constants, Context, Names
 from septran.lowering.tile_ir import TensorParam, Why
 
 log = logging.getLogger(__name__)
 
 GRID_NAMES = ("bx", "by", "bz")
-
-
-class _Names:
-    def __init__(self, used):
-        self.used = set(used)
-
-    def new(self, base: str) -> Sym:
-        name, k = base, 1
-        while name in self.used:
-            k += 1
-            name = f"{base}_{k}"
-        self.used.add(name)
-        return Sym(name)
 
 
 def flatten(ctx: Context, consts: Constants) -> tuple[fl.FlatProgram, frozenset]:
@@ -44,7 +31,7 @@ def flatten(ctx: Context, consts: Constants) -> tuple[fl.FlatProgram, frozenset]
 class _Flattener:
     def __init__(self, ctx: Context, consts: Constants):
         self.ctx, self.consts = ctx, consts
-        self.names = _Names(consts.names)
+        self.names = Names(consts.names)
         self.global_space = next(m.name for m in ctx.target.memories.values() if m.is_global)
 
     def program(self):

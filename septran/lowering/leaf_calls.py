@@ -12,7 +12,7 @@ the tree and decides nothing.
 from __future__ import annotations
 
 from septran.errors import LoweringError
-from septran.expr import Const, Dim, Expr, GlobalExtent, GlobalStart, Sym, Var, leaves, simplify, substitute
+from septran.expr import Dim, Expr, GlobalExtent, GlobalStart, Sym, Var, leaves, simplify, substitute
 from septran.frontend import elementwise as el
 from septran.frontend.ir import Param, PrimCall, Privilege, walk
 from septran.lowering import flat_ir as fl
@@ -193,5 +193,3 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why):
         value = el.Cast(dtype, value)
     return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, store=store, expr=value, loop=names)
 
-
-__all__ = ["accum_dtype", "lower_leaf", "Const"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from septran.expr import BinOp, Const, Expr, Sym, Var
+from septran.expr import BinOp, Const, Expr, Sym, Var, evaluate
 
 Linear = tuple[dict, int]  # {atom: coefficient}, constant; atoms are Syms or non-linear sub-expressions
 
@@ -35,10 +35,8 @@ def linear(e: Expr, values: Mapping[Sym, int]) -> Linear:
             return {k: v * d for k, v in a.items() if v * d}, c * d
     if isinstance(e, BinOp):
         (a, c), (b, d) = linear(e.lhs, values), linear(e.rhs, values)
-        if not a and not b:
-            from septran.expr import _FOLD
-
-            return {}, _FOLD[e.op](c, d)
+        if not a and not b:  # // ceildiv min max of two numbers
+            return {}, evaluate(BinOp(e.op, Const(c), Const(d)), {})
     return {e: 1}, 0  # a non-linear term (h // g): an atom of its own
 
 

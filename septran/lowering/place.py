@@ -16,18 +16,15 @@ from septran.errors import LoweringError
 from septran.expr import Const
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Context
-from septran.lowering.flatten import _Names
+from septran.lowering.constants import Names
 from septran.lowering.tile_ir import Why
-
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "int32": 4, "int64": 8, "bool": 1}
-
 
 def place(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
     """``value``: an integer expression's value (the program's constants are numbers)."""
     target = ctx.target
     if not any(m.placed for m in target.memories.values()):
         return program
-    names = _Names(program.names)
+    names = Names(program.names)
     consts = list(program.consts)
     k = program.kernel
     buffers, prologue, released, next_address = [], [], [], {}
@@ -36,7 +33,7 @@ def place(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
         if not mem.placed:
             buffers.append(buf)
             continue
-        size = DTYPE_BYTES[buf.dtype] * _prod(value(e) for e in buf.shape)
+        size = ir.buffer_bytes(buf, value, stages=False)
         offset = -(-next_address.get(mem.name, 0) // mem.align_bytes) * mem.align_bytes
         next_address[mem.name] = offset + size
         handle = "declare" in mem.ops
@@ -104,9 +101,3 @@ def _whole(buf: ir.Buffer, target) -> ir.Region:
     return ir.Region(buf.sym, tuple(Const(0) for _ in buf.shape), buf.shape, True, buf.shape,
                      buf.shape[-1] if len(buf.shape) > 1 else Const(1), buf.dtype, target.dtype_codes.get(buf.dtype))
 
-
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= x
-    return out

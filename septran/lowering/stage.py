@@ -13,17 +13,17 @@ pass (``place``) turns them into the vendor's calls.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
 from septran.errors import LoweringError
-from septran.expr import Const, Expr, Var, leaves, simplify
+from septran.expr import BinOp, Const, Expr, Var, leaves, simplify
 from septran.frontend.ir import Launch, PrimCall, Privilege, TaskDef, root_param, walk
 from septran.lowering import flat_ir as fl
 from septran.lowering import leaf_calls
 from septran.lowering import tile_ir as ir
-from septran.lowering.constants import Constants, Context
-from septran.lowering.flatten import _Names
+from septran.lowering.constants import Constants, Context, Names
 from septran.lowering.intervals import Unbounded, bounds
 from septran.lowering.linear import as_expr, difference
 from septran.lowering.tile_ir import Why
@@ -63,7 +63,7 @@ class _Stager:
     def __init__(self, ctx: Context, consts: Constants, flat: fl.FlatProgram, names):
         self.ctx, self.consts, self.flat = ctx, consts, flat
         self.target = ctx.target
-        self.names = _Names(names)
+        self.names = Names(names)
         self.buffers: list[ir.Buffer] = []
         self.shapes = {t.sym: t.shape for t in flat.tensors}
         self.dtypes = {t.sym: t.dtype for t in flat.tensors}
@@ -259,22 +259,14 @@ class _Stager:
         for off, ext, dim in zip(view.offsets, view.extents, full):
             # Offsets are multiples of the tile, so a tile that divides its dimension never overhangs.
             overhangs = not view.whole and self.consts.value(dim) % max(self.consts.value(ext), 1) != 0
-            valid.append(simplify(_min(ext, simplify(dim - off))) if overhangs else ext)
+            valid.append(simplify(BinOp("min", ext, simplify(dim - off))) if overhangs else ext)
         dtype = self.dtypes[view.of]
         return ir.Region(view.of, view.offsets, view.extents, view.whole, tuple(valid),
                          full[-1] if len(full) > 1 else Const(1), dtype, self.target.dtype_codes.get(dtype))
 
 
-def _min(a: Expr, b: Expr) -> Expr:
-    from septran.expr import BinOp
-
-    return BinOp("min", a, b)
-
-
 def _rebased(s: fl.Invoke, regions) -> fl.Invoke:
     """The inner task's invocation with its parameters where the staging put them."""
-    import dataclasses
-
     ops = tuple(dataclasses.replace(op, view=r) for op, r in zip(s.operands, regions))
     return dataclasses.replace(s, operands=ops)
 

@@ -7,8 +7,9 @@ caused it (``kernel.explain()`` prints them).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 from septran.errors import SourceLoc
 from septran.expr import Expr, Sym
@@ -60,6 +61,14 @@ class Buffer:
     address: Optional[Sym] = None
     handle: bool = False
     stages: int = 1  # copies held at once (a pipelined loop's stages, in a memory that keeps one per stage)
+
+
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "int32": 4, "int64": 8, "bool": 1}
+
+
+def buffer_bytes(buf: "Buffer", value: Callable[[Expr], int], stages: bool = True) -> int:
+    """Bytes ``buf`` takes (times its pipeline stages, unless ``stages`` is False); ``value`` evaluates its extents."""
+    return DTYPE_BYTES[buf.dtype] * math.prod(value(e) for e in buf.shape) * (buf.stages if stages else 1)
 
 
 @dataclass(frozen=True)

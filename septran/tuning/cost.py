@@ -56,7 +56,7 @@ from septran.expr import Const, Expr, Var, evaluate, leaves, substitute
 from septran.frontend import elementwise as el
 from septran.frontend.primitives import PRIMITIVES
 from septran.lowering import tile_ir as ir
-from septran.lowering.place import DTYPE_BYTES
+from septran.lowering.tile_ir import DTYPE_BYTES, buffer_bytes
 from septran.target import Target
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ def _residency(program: ir.TileProgram, target: Target, value, registers: Option
     best = min(limits.values()) if limits else 1
     if perf.shared_space is not None:
         shared = perf.shared_reserved_bytes + sum(
-            DTYPE_BYTES[b.dtype] * math.prod(value(e) for e in b.shape) * b.stages
+            buffer_bytes(b, value)
             for b in k.buffers if b.space == perf.shared_space)
         limits[f"{perf.shared_space} memory ({shared} bytes per program)"] = perf.shared_bytes_per_unit // max(shared, 1)
     if registers and perf.registers_per_unit and k.threads:  # the hook for nvcc's register counts
