@@ -74,10 +74,11 @@ class Mapping:
         return self.instances[name]
 
     def at(self, point: TMapping[str, object]) -> "Mapping":
-        """The mapping of another point of this mapping's search space (unnamed dimensions keep their first value)."""
+        """A point of this mapping's search space as an ordinary mapping (no ``space``; unnamed dimensions keep
+        their first value): what the tuner measures and a kernel runs."""
         if self.space is None:
             raise MappingError("this mapping has no !tune dimensions", SourceLoc(self.file, 1))
-        return _point(self.space, point)
+        return dataclasses.replace(_point(self.space, point), space=None)
 
 
 def _did_you_mean(word: str, choices) -> str:

@@ -38,7 +38,7 @@ class Variant:
         shapes = ", ".join(f"{n}: {tuple(s)}" for n, s in spec.shapes.items())
         with internal_errors("lowering", f"{kernel.graph.entry} for {kernel.target.name} with {shapes}"):
             self.program = lower(kernel.graph, choice.mapping, kernel.target, spec, kernel.shapes,
-                                 dump=lambda name, make: self._dump(f"{name}.txt", make), checked=choice.is_first)
+                                 dump=lambda name, make: self._dump(f"{name}.txt", make), checked=choice.checked)
         with internal_errors("emitter", f"{kernel.graph.entry} for {kernel.target.name} with {shapes}"):
             self.tilelang_source = emit(self.program, __version__)
         self.source_path = build.source_file(self.tilelang_source, self.program.name)

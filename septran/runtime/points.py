@@ -8,7 +8,6 @@ first point, the hand-written mapping, with one warning per kernel.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -22,16 +21,13 @@ class Choice:
     mapping: Mapping  # the point, as an ordinary mapping
     point: dict  # each !tune key's value by its path ({} for a mapping without !tune)
     source: str  # where the point comes from, for kernel.tuning
-
-    @property
-    def is_first(self) -> bool:
-        return self.mapping.space is None or self.point == self.mapping.space.first
+    checked: bool = False  # the kernel's compile checked this mapping already (its own, or its space's first point)
 
 
 def choose(kernel, spec, described: dict) -> Choice:
     mapping = kernel.mapping
     if mapping.space is None:
-        return Choice(mapping, {}, "the mapping has no !tune")
+        return Choice(mapping, {}, "the mapping has no !tune", checked=True)
     from septran import env
 
     if _device_present(kernel.target):
@@ -53,11 +49,12 @@ def choose(kernel, spec, described: dict) -> Choice:
         log.warning("%s: a search space of %d points (!tune) with no tuned point for these shapes: running its first "
                     "point; tune with septran.compile(..., autotune=True), SEPTRAN_AUTOTUNE=1 or `septran tune`",
                     mapping.file, mapping.space.size)
-    return _choice(mapping, mapping.space.first, "the space's first point (not tuned)")
+    return Choice(mapping, dict(mapping.space.first), "the space's first point (not tuned)", checked=True)
 
 
 def _choice(mapping: Mapping, point: dict, source: str) -> Choice:
-    return Choice(dataclasses.replace(mapping.at(point), space=None), point, source)
+    """Another point of the space: its mapping is checked when the variant lowers it."""
+    return Choice(mapping.at(point), point, source, checked=point == mapping.space.first)
 
 
 def _device_present(target) -> bool:

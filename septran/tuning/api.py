@@ -103,6 +103,7 @@ class _Tuner:
         self.key = tuning_key(kernel, self.spec)
         self.measurer = Measurer(kernel, self.described, self.scalars, seed)
         self.build_all = ms.build_all
+        self.estimates: dict[str, object] = {}  # point id -> the cost model's Estimate
 
     def run(self, budget, force: bool, sampler: str) -> TuneResult:
         space = self.kernel.mapping.space
@@ -140,9 +141,7 @@ class _Tuner:
             measured += 1
             status, timing, rule = self.measurer.measure(c.point)
             wrong += status == "wrong"
-            self.db.append(TuningRecord(self.key, c.point, status, timings=timing.samples if timing else (),
-                                        timing=Timing(timing.method, timing.warmup, len(timing.samples)) if timing else None,
-                                        rule=rule, features=self._features(c), op=self._op))
+            self.db.append(self._record(c, status, timing, rule))
             bar.update(1)
             return timing.median if status == "ok" else None
 
@@ -154,11 +153,11 @@ class _Tuner:
                                space.dimensions[0].loc)
         # The best three again, and any other within 10 % of the best (first-pass timings on a shared machine are noisy).
         finalists = [i for k, (t, i) in enumerate(ok) if k < TOP or (t <= 1.10 * ok[0][0] and k < 2 * TOP)]
-        best_i = self._final(survivors, finalists)
+        best_i, best_samples = self._final(survivors, finalists)
         first_s = next((results[i] for i, c in enumerate(survivors) if c.point == space.first and i in results), None)
         if first_s is None and reference.point == space.first:
             first_s = self.measurer.measure(reference.point)[1].median
-        return TuneResult(dict(survivors[best_i].point), statistics.median(self._final_samples[best_i]), first_s,
+        return TuneResult(dict(survivors[best_i].point), statistics.median(best_samples), first_s,
                           space.size, len(pruned), measured, False, _rules(pruned), self._correlation(survivors, results),
                           wrong)
 
@@ -171,14 +170,14 @@ class _Tuner:
         """The cost model's order: best estimate first (a target without speeds keeps the file's order)."""
         from septran.tuning.cost import CostModelError, estimate, program_value
 
-        self._estimates: dict[str, object] = {}
         try:
             for c in survivors:
-                self._estimates[point_id(c.point)] = estimate(c.program, self.kernel.target, program_value(c.program))
+                self.estimates[point_id(c.point)] = estimate(c.program, self.kernel.target, program_value(c.program))
         except CostModelError as err:
             log.warning("%s: candidates are measured in the file's order", err.message)
+            self.estimates.clear()
             return survivors
-        return sorted(survivors, key=lambda c: self._estimates[point_id(c.point)].seconds)
+        return sorted(survivors, key=lambda c: self.estimates[point_id(c.point)].seconds)
 
     def _resources(self, survivors: list[Candidate], budget) -> list[Candidate]:
         def cuda(c: Candidate) -> str:
@@ -201,26 +200,32 @@ class _Tuner:
             if err:
                 log.info("point %s did not build: %s", c.point, err)
 
-    def _final(self, survivors: list[Candidate], indices: list[int]) -> int:
-        """The best few again, in interleaved rounds; the lowest median wins, and its samples are recorded."""
-        timings = self.measurer.interleaved([survivors[i].point for i in indices])
-        self._final_samples = {i: t.samples for i, t in zip(indices, timings)}
+    def _final(self, survivors: list[Candidate], indices: list[int]) -> tuple[int, tuple]:
+        """The best few again, in interleaved rounds: the winner (lowest median) and its samples; all recorded."""
+        samples = self.measurer.interleaved([survivors[i].point for i in indices])
         round_id = uuid.uuid4().hex[:12]  # the database's best() compares this round's records only
-        self.db.extend(TuningRecord(self.key, survivors[i].point, "ok", timings=t.samples,
-                                    timing=Timing(t.method, t.warmup, len(t.samples), interleaved=True),
-                                    features={**self._features(survivors[i]), "final_round": round_id}, op=self._op)
-                       for i, t in zip(indices, timings))
-        return min(indices, key=lambda i: statistics.median(self._final_samples[i]))
+        self.db.extend(self._record(survivors[i], "ok", s, None, round_id) for i, s in zip(indices, samples))
+        best = min(range(len(indices)), key=lambda k: samples[k].median)
+        return indices[best], samples[best].samples
+
+    def _record(self, c: Candidate, status: str, samples: Optional[ms.Samples], rule, final_round: Optional[str] = None):
+        """A trial as the database keeps it (a final round's samples were taken interleaved)."""
+        features = self._features(c)
+        if final_round is not None:
+            features["final_round"] = final_round
+        timing = Timing(samples.method, samples.warmup, len(samples.samples), final_round is not None) if samples else None
+        return TuningRecord(self.key, c.point, status, timings=samples.samples if samples else (), timing=timing,
+                            rule=rule, features=features, op=self._op)
 
     def _features(self, c: Candidate) -> dict:
-        est = getattr(self, "_estimates", {}).get(point_id(c.point))
+        est = self.estimates.get(point_id(c.point))
         return dataclasses.asdict(est) if est is not None else {}
 
     def _correlation(self, survivors, results) -> Optional[float]:
         from septran.tuning.cost import rank_correlation
 
-        pairs = [(self._estimates[point_id(survivors[i].point)].seconds, t) for i, t in results.items()
-                 if t is not None and point_id(survivors[i].point) in getattr(self, "_estimates", {})]
+        pairs = [(self.estimates[point_id(survivors[i].point)].seconds, t) for i, t in results.items()
+                 if t is not None and point_id(survivors[i].point) in self.estimates]
         return rank_correlation(*zip(*pairs)) if len(pairs) >= 3 else None
 
 
@@ -238,8 +243,7 @@ class Measurer:
     def _kernel(self, point: dict):
         from septran.runtime.kernel import Kernel
 
-        mapping = dataclasses.replace(self.kernel.mapping.at(point), space=None)
-        return Kernel(self.kernel.graph, mapping, self.kernel.target)
+        return Kernel(self.kernel.graph, self.kernel.mapping.at(point), self.kernel.target)
 
     def _call(self, kernel):
         return kernel(*self.tensors, **self.scalars)

@@ -27,7 +27,7 @@ TOLERANCE = {"float32": 1e-4, "float64": 1e-9, "float16": 2e-2, "bfloat16": 5e-2
 
 
 @dataclass(frozen=True)
-class Timing:
+class Samples:
     samples: tuple[float, ...]
     method: str  # "wall" or "cuda_events"
     warmup: int
@@ -89,7 +89,7 @@ def build_all(jobs: list[tuple[str, str, str]], workers: int) -> list[Optional[s
 
 
 def time_call(fn: Callable[[], object], device: str, warmup: int = 2, min_reps: int = 5,
-              min_seconds: float = 0.2, max_reps: int = 1000) -> Timing:
+              min_seconds: float = 0.2, max_reps: int = 1000) -> Samples:
     for _ in range(warmup):
         fn()
     if device == "cuda":
@@ -100,10 +100,10 @@ def time_call(fn: Callable[[], object], device: str, warmup: int = 2, min_reps: 
         t0 = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
-    return Timing(tuple(samples), "wall", warmup)
+    return Samples(tuple(samples), "wall", warmup)
 
 
-def _time_cuda(fn, warmup, min_reps, min_seconds, max_reps) -> Timing:
+def _time_cuda(fn, warmup, min_reps, min_seconds, max_reps) -> Samples:
     import torch
 
     samples: list[float] = []
@@ -114,7 +114,7 @@ def _time_cuda(fn, warmup, min_reps, min_seconds, max_reps) -> Timing:
         end.record()
         torch.cuda.synchronize()
         samples.append(start.elapsed_time(end) / 1e3)
-    return Timing(tuple(samples), "cuda_events", warmup)
+    return Samples(tuple(samples), "cuda_events", warmup)
 
 
 def same_answer(out, ref) -> Optional[str]:
@@ -126,6 +126,7 @@ def same_answer(out, ref) -> Optional[str]:
     for k, (o, r) in enumerate(zip(outs, refs)):
         if o.shape != r.shape:
             return f"output {k} has shape {tuple(o.shape)}, the reference {tuple(r.shape)}"
+        tol = TOLERANCE.get(str(o.dtype).removeprefix("torch."), 1e-3)
         o, r = o.double(), r.double()
         if not torch.equal(o.isnan(), r.isnan()):
             return f"output {k} has NaN where the reference has none (or the reverse)"
@@ -134,13 +135,12 @@ def same_answer(out, ref) -> Optional[str]:
             continue
         scale = max(1.0, r[finite].abs().max().item())
         err = (o - r)[finite].abs().max().item()
-        tol = TOLERANCE.get(str(out[0].dtype if isinstance(out, tuple) else out.dtype).removeprefix("torch."), 1e-3)
         if not err <= tol * scale:
             return f"output {k}: max |out - reference| = {err:.3e}, more than {tol:g} x {scale:.3g}"
     return None
 
 
-def interleaved(fns: list[Callable[[], object]], device: str, rounds: int = 7, warmup: int = 2) -> list[Timing]:
+def interleaved(fns: list[Callable[[], object]], device: str, rounds: int = 7, warmup: int = 2) -> list[Samples]:
     """The best few again, in rounds (A B C A B C ...), so that a slow moment of the machine hits them all."""
     for fn in fns:
         for _ in range(warmup):
@@ -149,4 +149,4 @@ def interleaved(fns: list[Callable[[], object]], device: str, rounds: int = 7, w
     for _ in range(rounds):
         for k, fn in enumerate(fns):
             samples[k].extend(time_call(fn, device, warmup=0, min_reps=1, min_seconds=0.0, max_reps=1).samples)
-    return [Timing(tuple(s), "cuda_events" if device == "cuda" else "wall", warmup) for s in samples]
+    return [Samples(tuple(s), "cuda_events" if device == "cuda" else "wall", warmup) for s in samples]

@@ -53,7 +53,7 @@ def prune_static(graph, relations, space_mapping: Mapping, target, spec: Special
     out = []
     for point in space_mapping.space.points():
         try:
-            mapping = dataclasses.replace(space_mapping.at(point), space=None)
+            mapping = space_mapping.at(point)
             check_mapping(graph, mapping, target)
             program = lower(graph, mapping, target, spec, relations, checked=True)
         except SepTranError as err:
@@ -68,9 +68,10 @@ def prune_resources(candidates: list[Candidate], target, device_source, limit: O
 
     ``device_source(candidate) -> str`` makes the CUDA of a candidate.
     """
-    arch = (target.tilelang_target or {}).get("arch") if isinstance(target.tilelang_target, dict) else None
-    if not arch or (target.tilelang_target.get("kind") != "cuda"):
+    tl = target.tilelang_target
+    if not isinstance(tl, dict) or tl.get("kind") != "cuda":
         return candidates
+    arch = tl["arch"]
     from septran.tuning import nvcc
 
     if nvcc.nvcc_path() is None:
