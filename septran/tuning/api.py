@@ -155,8 +155,10 @@ class _Tuner:
         finalists = [i for k, (t, i) in enumerate(ok) if k < TOP or (t <= 1.10 * ok[0][0] and k < 2 * TOP)]
         best_i, best_samples = self._final(survivors, finalists)
         first_s = next((results[i] for i, c in enumerate(survivors) if c.point == space.first and i in results), None)
-        if first_s is None and reference.point == space.first:
-            first_s = self.measurer.measure(reference.point)[1].median
+        if first_s is None and reference.point == space.first:  # the search skipped it: timed (and kept) for first_s
+            status, samples, rule = self.measurer.measure(reference.point)
+            self.db.append(self._record(reference, status, samples, rule))
+            first_s = samples.median
         return TuneResult(dict(survivors[best_i].point), statistics.median(best_samples), first_s,
                           space.size, len(pruned), measured, False, _rules(pruned), self._correlation(survivors, results),
                           wrong)
