@@ -61,6 +61,9 @@ class Proc:
     name: str
     memories: tuple[str, ...]
     grid: bool  # a parallel range of this proc becomes the kernel grid
+    # How the grid's programs may be spread over the machine's threads (OpenMP schedules, for targets
+    # SepTran builds from C): the first is the default. Empty: the grid's programs run as the target runs them.
+    schedules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,9 @@ class Target:
     # The most pipeline stages TileLang can give a loop whose trip count is not a constant (None: no limit).
     dynamic_pipeline_stages: Optional[int] = None
     vendor: Optional[Vendor] = None
+    # "tilelang": TileLang builds and calls the kernel; "c": TileLang lowers it to C and SepTran builds it
+    # (runtime/c_build.py: the grid's programs on every core, a call without TileLang's adapter).
+    builder: str = "tilelang"
     copy_options: tuple[str, ...] = ()  # the T.copy keywords a mapping's `copy:` may pass (besides `via`)
     perf: Optional[Perf] = None  # speeds for the cost model (septran.tuning.cost); None: not given
 
@@ -163,6 +169,24 @@ def _need(d: LocatedDict, key: str, what: str) -> Located:
     return d[key]
 
 
+SCHEDULES = ("static", "dynamic", "guided")
+BUILDERS = ("tilelang", "c")
+
+
+def _schedules(proc: Located, name: str) -> tuple[str, ...]:
+    given = tuple(_plain(proc.value.get("schedules", Located([], proc.loc))))
+    unknown = [s for s in given if s not in SCHEDULES]
+    if unknown:
+        raise TargetError(f"proc {name}: unknown schedule {unknown[0]!r} (known: {', '.join(SCHEDULES)})", proc.loc)
+    return given
+
+
+def _builder(value, loc) -> str:
+    if value not in BUILDERS:
+        raise TargetError(f"tilelang.builder must be one of {', '.join(BUILDERS)}, got {value!r}", loc)
+    return value
+
+
 def load_target_file(path: Path) -> Target:
     root = load_located(path.read_text(), str(path))
     d = root.value
@@ -170,7 +194,8 @@ def load_target_file(path: Path) -> Target:
         raise TargetError("target.yaml must be a mapping", root.loc)
     tl = _need(d, "tilelang", "target.yaml").value
     procs = {
-        name: Proc(name, tuple(_plain(_need(p.value, "memories", f"proc {name}"))), bool(_plain(p.value.get("grid", Located(False, p.loc)))))
+        name: Proc(name, tuple(_plain(_need(p.value, "memories", f"proc {name}"))), bool(_plain(p.value.get("grid", Located(False, p.loc)))),
+                   _schedules(p, name))
         for name, p in _need(d, "procs", "target.yaml").value.items()
     }
     memories = {}
@@ -238,6 +263,7 @@ def load_target_file(path: Path) -> Target:
         tilelang_target=tlp["target"],
         language=tlp.get("language", "tilelang.language"),
         execution_backend=tlp.get("execution_backend", "tvm_ffi"),
+        builder=_builder(tlp.get("builder", "tilelang"), tl.loc),
         compile_flags=tuple(tlp.get("compile_flags", ())),
         pass_configs=MappingProxyType(dict(tlp.get("pass_configs", {}))),
         torch_device=_plain(_need(d, "torch_device", "target.yaml")),

@@ -2,7 +2,8 @@
 
 Each artifact is damaged on disk between two fresh processes (in one process,
 in-memory caches would hide the damage): SepTran's generated TileLang source,
-the vendor C library of a DSA, and each file of TileLang's cache entry
+the kernel SepTran builds from C (the cpu target), the vendor C library of a
+DSA, and each file of TileLang's cache entry (a DSA's kernels are TileLang's)
 (``device_kernel.cu``, ``host_kernel.cu``, ``kernel_lib.so``, ``params.json``,
 ``manifest.json``). The next process must compute the right result, log one
 warning naming the damaged entry, and leave the artifact whole again.
@@ -26,13 +27,15 @@ CHILD = Path(__file__).resolve().parent / "support" / "cache_child.py"
 # One job per artifact, so that the rebuild of one never repairs another by accident.
 ARTIFACTS = {
     "cpu:33,17,29": "source",
-    "cpu:34,17,29": "device_kernel.cu",
-    "cpu:35,17,29": "host_kernel.cu",
-    "cpu:36,17,29": "kernel_lib.so",
-    "cpu:37,17,29": "params.json",
-    "cpu:38,17,29": "manifest.json",
+    "cpu:34,17,29": "c_lib",
+    "dsa_ref:33,48,40": "device_kernel.cu",
+    "dsa_ref:34,48,40": "host_kernel.cu",
+    "dsa_ref:35,48,40": "kernel_lib.so",
+    "dsa_ref:36,48,40": "params.json",
+    "dsa_ref:37,48,40": "manifest.json",
     "dsa_ref:32,48,40": "vendor",
 }
+FILES = ("source", "vendor", "c_lib")  # artifacts that are one file of their own (the others: files of an entry)
 
 
 def _env(cache: Path) -> dict:
@@ -56,7 +59,7 @@ def _results(stdout: str) -> list[dict]:
 
 
 def _path(result: dict, artifact: str) -> Path:
-    if artifact in ("source", "vendor"):
+    if artifact in FILES:
         return Path(result[artifact])
     return Path(result["entry"]) / artifact
 
@@ -76,7 +79,7 @@ def _intact(result: dict, artifact: str) -> bool:
     path = _path(result, artifact)
     if artifact == "source":
         return integrity.sha256_file(path)[:16] == path.stem.rsplit("_", 1)[1]
-    if artifact == "vendor":
+    if artifact in ("vendor", "c_lib"):
         return integrity.problem(path) is None
     return tl_cache.problem(path.parent) is None and path.exists()
 
@@ -91,7 +94,8 @@ def test_every_cached_artifact_heals(tmp_path):
     first, logs = _run(tmp_path, jobs)
     assert all(r["ok"] for r in first.values()), first
     assert not _warnings(logs), logs
-    assert len({r["entry"] for r in first.values()}) == len(jobs)  # one TileLang entry per job
+    entries = [r["entry"] for r in first.values() if r["entry"]]
+    assert len(set(entries)) == len(entries) == sum(j.startswith("dsa_ref") for j in jobs)  # one TileLang entry per job
     for damage in (_truncate, _garbage):
         for job, artifact in ARTIFACTS.items():
             damage(_path(first[job], artifact))
@@ -101,7 +105,7 @@ def test_every_cached_artifact_heals(tmp_path):
             where = f"{artifact} {damage.__name__}"
             assert r["ok"], f"{where}: wrong result after the damage (max error {r['err']})"
             assert _intact(r, artifact), f"{where}: not rebuilt"
-            named = str(_path(r, artifact).parent if artifact not in ("source", "vendor") else _path(r, artifact))
+            named = str(_path(r, artifact).parent if artifact not in FILES else _path(r, artifact))
             warnings = [line for line in logs.splitlines() if named in line and "WARNING" in line]
             assert len(warnings) == 1, f"{where}: expected one warning naming {named}, got:\n{logs}"
         assert {r["entry"] for r in again.values()} == {r["entry"] for r in first.values()}

@@ -118,7 +118,10 @@ def _template(template: str, args, placed: dict, flags=(), **fields) -> str:
     operands = {name: _Operand(r, placed) for name, r in args}
     if args:
         operands.setdefault("out", operands[args[0][0]])  # elementwise loops run over the updated operand
-    return template.format(**operands, **fields, flags="".join(f", {k}={v!r}" for k, v in flags))
+    # {flags}: the flags that are on, as TileLang's keywords; {transpose_A} and the like: each one as 0 or 1,
+    # for a vendor's call (TileLang declares an extern's parameters from its arguments: a bool would not be int32).
+    return template.format(**operands, **fields, **{k: int(v) for k, v in flags},
+                           flags="".join(f", {k}={v!r}" for k, v in flags if v))
 
 
 _FUNCTIONS = {"exp": "T.exp", "exp2": "T.exp2", "log": "T.log", "log2": "T.log2", "sqrt": "T.sqrt", "rsqrt": "T.rsqrt",
@@ -239,6 +242,9 @@ def emit(program: ir.TileProgram, version: str) -> str:
     threads = f", threads={k.threads}" if k.threads is not None else ""
     names = ", ".join(s.name for s, _ in k.grid)
     bound = f"({names})" if len(k.grid) > 1 else names
+    if program.parallel is not None:  # the builder reads it from the program, not from this comment
+        w.line(1, f"# programs run in parallel over {', '.join(s.name for s in program.parallel.syms)} "
+                  f"(schedule {program.parallel.schedule})")
     w.line(1, f"with T.Kernel({grid}{threads}) as {bound}:")
     placed = {b.sym: b for b in k.buffers if b.address is not None}
     for b in k.buffers:

@@ -99,7 +99,7 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
             f"target {target.name} has no processor {inst.proc.value!r}", inst.proc.loc, hint=_suggest(inst.proc.value, target.procs)
         )
     launched = {s.callee: s for s, _ in walk(task.body) if isinstance(s, Launch)}
-    for rule in (_mems, _temps_placed, _copy, _threads, _pipeline, _calls, _leaf_bindings, _accum_dtype, _launches_mapped):
+    for rule in (_mems, _temps_placed, _copy, _threads, _schedule, _pipeline, _calls, _leaf_bindings, _accum_dtype, _launches_mapped):
         rule(graph, target, inst, task, proc, launched)
     for callee_task in launched:
         if not graph.tasks[callee_task].leaf:
@@ -164,6 +164,21 @@ def _threads(graph, target, inst, task, proc, launched) -> None:
             f"{inst.name}.threads is {n}; {target.name} takes a multiple of {target.thread_multiple} up to {target.max_threads}",
             inst.threads.loc,
         )
+
+
+def _schedule(graph, target, inst, task, proc, launched) -> None:
+    """``schedule:`` spreads a grid over threads: only where the processor runs the grid and offers schedules."""
+    if inst.schedule is None:
+        return
+    if not proc.grid or not proc.schedules:
+        offered = [p.name for p in target.procs.values() if p.grid and p.schedules]
+        raise MappingError(
+            f"{inst.name}.schedule: processor {proc.name} of {target.name} has no grid schedules to choose",
+            inst.key_loc("schedule"),
+            hint=f"set it on the instance mapped to {offered[0]}" if offered else "delete `schedule`")
+    if inst.schedule.value not in proc.schedules:
+        raise MappingError(f"{inst.name}.schedule is {inst.schedule.value!r}; {proc.name} offers {', '.join(proc.schedules)}",
+                           inst.schedule.loc, hint=_suggest(inst.schedule.value, proc.schedules))
 
 
 def _pipeline(graph, target, inst, task, proc, launched) -> None:

@@ -47,6 +47,11 @@ def explain(program: ir.TileProgram) -> str:
     k = program.kernel
     grid = ", ".join(f"{s.name} < {e}" for s, e in k.grid)
     out.append(f"grid {grid}" + (f", {k.threads} threads" if k.threads else "") + f"\n    because: {k.why}")
+    if program.parallel is not None:
+        out.append(f"  programs run in parallel over {', '.join(s.name for s in program.parallel.syms)} "
+                   f"(schedule {program.parallel.schedule})")
+    if program.read_outputs:
+        out.append(f"  outputs read before written, so they start from zeros: {', '.join(sorted(program.read_outputs))}")
     for b in k.buffers:
         how = b.alloc or (f"placed at {b.address.name}" if b.address is not None else "placed by the vendor's calls")
         out.append(f"  alloc {b.sym.name}: {_shape(b.shape)} {b.dtype} in {b.space} ({how})\n      because: {b.why}")

@@ -62,7 +62,7 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
     why = Why(f"{s.callee.name} -> {impl.name}: {sig.meaning}", mapping=s.binding.loc, logic=prim.loc)
     if prim.expr is not None or sig.element is not None:
         return _elementwise(st, prim, args, by_param, scalars, impl, why)
-    flags = tuple((f, on) for f, on in sig.flags.items() if on)
+    flags = tuple((f, bool(on)) for f, on in sig.flags.items())
     return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, attrs=tuple(sig.attrs.items()))
 
 

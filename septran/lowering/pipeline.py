@@ -23,6 +23,7 @@ from septran.lowering.flatten import flatten
 from septran.lowering.place import place
 from septran.lowering.stage import stage
 from septran.lowering.verify import verify
+from septran.lowering.writes import writes
 from septran.mapping.schema import Mapping
 from septran.target import Target
 
@@ -60,6 +61,9 @@ def lower(graph, mapping: Mapping, target: Target, spec: Specialization, shapes:
     with internal_errors("place", inputs):
         program = place(ctx, program, consts.value)
     dump("05-place", lambda: explain(program))
+    # On the final statements: which grid indices may run at once, which outputs must start from zeros.
+    with internal_errors("writes", inputs):
+        program = writes(ctx, program, consts.value)
     # Last, on what will be emitted: each memory holds what one program allocates.
     with internal_errors("capacity", inputs):
         return check_capacity(ctx, program, consts.value)

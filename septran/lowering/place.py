@@ -1,7 +1,10 @@
 """Pass: place. Memories that TileLang does not know (a DSA's scratchpad) get addresses and vendor calls.
 
-Only a target whose ``target.yaml`` gives a memory ``placement: address`` is
-touched, so this pass is the target's own: each buffer there gets a byte
+Only a target whose ``target.yaml`` gives a memory ``placement: address`` or
+``ops`` is touched, so this pass is the target's own. A memory TileLang
+allocates may still move its data with the vendor's calls (``ops: {load,
+store, fill_zero}``: a CPU's contiguous copies instead of TileLang's gathers).
+In a placed memory each buffer gets a byte
 offset (a constant of the program, aligned as the memory says) and, where the
 vendor names tiles by handle, a descriptor made before anything else; its
 copies become the memory's ``load`` / ``store`` calls, its clears ``fill_zero``;
@@ -22,7 +25,7 @@ from septran.lowering.tile_ir import Why
 def place(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
     """``value``: an integer expression's value (the program's constants are numbers)."""
     target = ctx.target
-    if not any(m.placed for m in target.memories.values()):
+    if not any(m.placed or m.ops for m in target.memories.values()):
         return program
     names = Names(program.names)
     consts = list(program.consts)
@@ -72,17 +75,19 @@ def _rewrite(stmts: list, bufs, target, pending: set) -> tuple[list, set]:
             out.append(s)
             continue
         mem_of = lambda r: target.memories[bufs[r.of].space] if r.of in bufs else None  # noqa: E731
-        if isinstance(s, ir.Fill) and s.dst in bufs and target.memories[bufs[s.dst].space].placed:
+        if isinstance(s, ir.Fill) and s.dst in bufs:
             mem = target.memories[bufs[s.dst].space]
-            out.append(ir.VendorOp("fill_zero", mem.ops["fill_zero"], (("dst", _whole(bufs[s.dst], target)),), s.why))
-            continue
+            if mem.placed or (s.value == 0 and "fill_zero" in mem.ops):  # other values: TileLang's T.fill
+                out.append(ir.VendorOp("fill_zero", mem.ops["fill_zero"], (("dst", _whole(bufs[s.dst], target)),), s.why))
+                continue
         if isinstance(s, ir.Copy):
             src, dst = mem_of(s.src), mem_of(s.dst)
-            if (src and src.placed) or (dst and dst.placed):
+            load, store = dst is not None and "load" in dst.ops, src is not None and "store" in src.ops
+            if load or store:
                 if s.options:
-                    raise LoweringError(f"copy options {dict(s.options)} are TileLang's; {(dst if dst and dst.placed else src).name} "
+                    raise LoweringError(f"copy options {dict(s.options)} are TileLang's; {(dst if load else src).name} "
                                         "moves data with vendor calls", s.why.mapping)
-                op, mem = ("load", dst) if dst and dst.placed else ("store", src)
+                op, mem = ("load", dst) if load else ("store", src)
                 if op == "load":
                     pending.add(mem.name)
                 else:

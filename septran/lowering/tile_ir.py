@@ -150,6 +150,14 @@ class KernelLaunch:
 
 
 @dataclass(frozen=True)
+class ParallelGrid:
+    """Grid indices whose programs run at once (outermost first), and how they are spread over threads."""
+
+    syms: tuple[Sym, ...]
+    schedule: str
+
+
+@dataclass(frozen=True)
 class TileProgram:
     name: str
     target: str
@@ -160,3 +168,5 @@ class TileProgram:
     logic_file: str
     mapping_file: str
     names: frozenset = frozenset()  # every name the program uses (a pass that adds one picks a new one)
+    parallel: Optional[ParallelGrid] = None  # None: the grid's programs run one after another
+    read_outputs: frozenset = frozenset()  # outputs the program reads before writing: they start from zeros

@@ -22,7 +22,7 @@ from septran.paths import check_user_path
 TOP_KEYS = ("target", "entrypoint", "task_mappings")
 INSTANCE_KEYS = (
     "task_name", "proc", "mems", "tunables", "calls", "pipeline",
-    "leaf_task_bindings", "threads", "copy", "accum_dtype",
+    "leaf_task_bindings", "threads", "copy", "accum_dtype", "schedule",
 )
 COPY_OPTIONS = {
     "disable_tma": (bool,),
@@ -54,6 +54,7 @@ class InstanceMapping:
     copy: TMapping[str, TMapping[str, Located]]
     accum_dtype: Optional[Located]
     key_locs: TMapping[str, SourceLoc]
+    schedule: Optional[Located] = None  # how the grid's programs are spread over threads (the target's schedules)
 
     def key_loc(self, key: str) -> SourceLoc:
         return self.key_locs.get(key, self.loc)
@@ -167,6 +168,9 @@ def _instance(name: str, key_loc: SourceLoc, val: Located) -> InstanceMapping:
     accum = d.get("accum_dtype")
     if accum is not None and (not isinstance(accum.value, str) or accum.value not in ACCUM_DTYPES):
         raise MappingError(f"{name}.accum_dtype must be one of {', '.join(ACCUM_DTYPES)}, got {accum.value!r}", accum.loc)
+    schedule = d.get("schedule")
+    if schedule is not None and not isinstance(schedule.value, str):
+        raise MappingError(f"{name}.schedule must be a name (static, dynamic, ...), got {schedule.value!r}", schedule.loc)
     return InstanceMapping(
         name=name,
         loc=key_loc,
@@ -181,6 +185,7 @@ def _instance(name: str, key_loc: SourceLoc, val: Located) -> InstanceMapping:
         copy=MappingProxyType(_copy_policy(d.get("copy"), name)),
         accum_dtype=accum,
         key_locs=MappingProxyType(dict(d.key_locs)),
+        schedule=schedule,
     )
 
 

@@ -1,7 +1,7 @@
 """Search spaces: a mapping with ``!tune`` values, and its points, each an ordinary mapping.
 
 ``!tune`` may stand wherever an instance holds a scalar: a tunable, ``pipeline``,
-``threads``, ``accum_dtype``, a ``mems`` or ``leaf_task_bindings`` value, a copy
+``threads``, ``accum_dtype``, ``schedule``, a ``mems`` or ``leaf_task_bindings`` value, a copy
 option. Spellings::
 
     BM: !tune [64, 128, 256]                                  # the short form
@@ -26,7 +26,7 @@ from septran.errors import MappingError, SourceLoc
 from septran.mapping.yaml_source import Located, LocatedDict, Tune
 
 # Where !tune may stand, by path below task_mappings.<instance>: a key, or a table whose values may be tuned.
-TUNABLE_KEYS = ("pipeline", "threads", "accum_dtype")
+TUNABLE_KEYS = ("pipeline", "threads", "accum_dtype", "schedule")
 TUNABLE_TABLES = ("tunables", "mems", "leaf_task_bindings")
 MAX_POINTS = 1_000_000  # a space larger than this is a typo (a range with a step of 1)
 
@@ -94,7 +94,7 @@ def _walk(val: Located, path: str, out: list) -> None:
     if isinstance(val.value, Tune):
         if not _may_tune(path):
             raise MappingError(f"!tune cannot stand at {path or 'the top level'}: only an instance's scalars are tuned",
-                               val.loc, hint="tune tunables, pipeline, threads, accum_dtype, mems, leaf_task_bindings "
+                               val.loc, hint="tune tunables, pipeline, threads, accum_dtype, schedule, mems, leaf_task_bindings "
                                              "or copy options")
         out.append(Dimension(path, val.value.choices, val.loc))
     elif isinstance(val.value, LocatedDict):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -13,7 +14,7 @@ from septran.lowering import Specialization, explain, lower
 from septran.lowering.bind import check_mapping
 from septran.emit_tilelang import emit
 from septran.mapping.schema import Mapping
-from septran.runtime import build, points, scalars as scalar_args, vendor
+from septran.runtime import build, c_build, points, scalars as scalar_args, vendor
 from septran.target import Target
 
 log = logging.getLogger(__name__)
@@ -75,9 +76,14 @@ class Variant:
         return self._prim_func
 
     def build(self):
-        """Compiles the program (nvcc for CUDA, g++ for the CPU) once; returns TileLang's kernel."""
+        """Compiles the program (nvcc for CUDA, g++ for the CPU) once; returns the callable kernel."""
         if self._compiled is None:
-            self._compiled = build.compile_kernel(self.prim_func, self.kernel.target, str(self.source_path))
+            target = self.kernel.target
+            if target.builder == "c":
+                lowered = build.lower_device_source(self.prim_func, target, str(self.source_path))
+                self._compiled = c_build.build(self.program, lowered, target)
+            else:
+                self._compiled = build.compile_kernel(self.prim_func, target, str(self.source_path))
             self._device_source = self._compiled.get_kernel_source()
             self._dump_device()
         return self._compiled
@@ -86,7 +92,8 @@ class Variant:
     def device_source(self) -> str:
         """CUDA, HIP or C source; generated without building when the kernel has not been built."""
         if self._device_source is None:
-            self._device_source = build.lower_device_source(self.prim_func, self.kernel.target, str(self.source_path))
+            source = build.lower_device_source(self.prim_func, self.kernel.target, str(self.source_path))
+            self._device_source = c_build.c_source(self.program, source) if self.kernel.target.builder == "c" else source
             self._dump_device()
         return self._device_source
 
@@ -115,6 +122,32 @@ class _Arg:
     privilege: Privilege
 
 
+class _Plan:
+    """A call whose shapes, dtypes and scalars were seen before: only what must be checked again per call
+    (the tensors' device and layout), the outputs' allocation and the kernel's call."""
+
+    def __init__(self, kernel: "Kernel", variant: Variant, outputs: dict):
+        import torch
+
+        self.kernel, self.variant, self.fn = kernel, variant, variant.build()
+        self.n_inputs = len(kernel.inputs)
+        self.device = next(iter(outputs.values())).device if outputs else None
+        zeros = variant.program.read_outputs
+        self.outputs = tuple((torch.zeros if a.name in zeros else torch.empty, tuple(outputs[a.name].shape), outputs[a.name].dtype)
+                             for a in kernel.outputs)
+
+    def __call__(self, args):
+        ins = args[: self.n_inputs]
+        for t in ins:
+            if t.device != self.device or not t.is_contiguous():
+                return None  # the full path explains what is wrong
+        outs = [make(shape, dtype=dtype, device=self.device) for make, shape, dtype in self.outputs]
+        self.fn(*ins, *outs)
+        vendor.check_errors(self.kernel.target, self.variant.program.name)
+        self.kernel._last = self.variant
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
 class Kernel:
     """``septran.compile``'s result: call it on torch tensors."""
 
@@ -129,6 +162,7 @@ class Kernel:
         self._specs: dict[tuple, Specialization] = {}
         self._variants: dict[tuple, Variant] = {}
         self._last: Optional[Variant] = None
+        self._plans: dict[tuple, _Plan] = {}  # positional calls seen before -> what to allocate and run
         entry = graph.entry_task
         self.args = tuple(
             _Arg(p.name, graph.privilege(entry.name, p.name).role, graph.privilege(entry.name, p.name)) for p in entry.params
@@ -212,8 +246,21 @@ class Kernel:
 
     # calling -------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if not kwargs:  # a call like an earlier one: no binding, no shape solving, no lookup of the variant
+            try:
+                plan = self._plans.get(tuple((a.shape, a.dtype) if hasattr(a, "data_ptr") else a for a in args))
+            except TypeError:  # an unhashable argument: the full path says what is wrong with it
+                plan = None
+            if plan is not None:
+                done = plan(args)
+                if done is not None:
+                    return done
+        return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
         import torch
 
+        positional = not kwargs  # before _bind takes the scalars out of kwargs
         tensors, scalars = self._bind(args, kwargs)
         for name, t in tensors.items():
             if not isinstance(t, torch.Tensor):
@@ -228,22 +275,26 @@ class Kernel:
         described = {n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}
         _, spec = self._specialization(described, scalars)  # shapes without lowering: empty outputs need no program
         device = next(iter(tensors.values())).device if tensors else torch.device(self.target.torch_device)
+        written = [spec.shapes[a.name] for a in self.outputs] + [tensors[a.name].shape for a in self.inputs if a.role == "inout"]
+        # Empty inputs do not stop the program: a nonempty output still needs it (a sum over K = 0 is its
+        # identity, then the epilogue runs; TileLang takes extents of 0). Only where there is nothing to
+        # write is there nothing to run, and nothing to compile.
+        variant = self._variant(described, scalars) if not written or any(math.prod(s) for s in written) else None
         outputs = {}
         for a in self.outputs:
-            # A reduction starts from its identity; outputs written whole need no initial value.
-            make = torch.zeros if a.privilege is Privilege.REDUCE else torch.empty
+            # Only an output the program reads before writing it (an accumulator kept in global memory) needs a
+            # first value: zeros, a sum's identity. Filling the others would cost a pass over memory per call.
+            zero = variant is not None and a.name in variant.program.read_outputs
+            make = torch.zeros if zero else torch.empty
             outputs[a.name] = make(spec.shapes[a.name], dtype=getattr(torch, spec.dtypes[a.name]), device=device)
         result = tuple(outputs[a.name] for a in self.outputs)
-        written = [outputs[a.name] for a in self.outputs] + [tensors[a.name] for a in self.inputs if a.role == "inout"]
-        if not written or any(t.numel() for t in written):
-            # Empty inputs do not stop the program: a nonempty output still needs it (a sum over K = 0
-            # is its identity, then the epilogue runs; TileLang takes extents of 0). Only where there is
-            # nothing to write is there nothing to run, and nothing to compile.
-            variant = self._variant(described, scalars)
+        if variant is not None:
             every = [tensors[a.name] if a.name in tensors else outputs[a.name] for a in self.inputs + self.outputs]
             every = [t.reshape(1) if t.dim() == 0 else t for t in every]  # the program holds a rank-0 tensor as (1,)
             variant.build()(*map(_row_major, every))
             vendor.check_errors(self.target, variant.program.name)
+            if positional and all(t.numel() and t.dim() for t in every):
+                self._plans[tuple((a.shape, a.dtype) if hasattr(a, "data_ptr") else a for a in args)] = _Plan(self, variant, outputs)
         return result[0] if len(result) == 1 else result
 
     def _bind(self, args, kwargs) -> tuple[dict, dict]:

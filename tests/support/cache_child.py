@@ -35,7 +35,8 @@ def run(job: str) -> dict:
         "ok": err <= 1e-3,
         "err": err,
         "source": str(variant.source_path),
-        "entry": getattr(variant.build(), "_tilelang_cache_path", None),
+        "entry": getattr(variant.build(), "_tilelang_cache_path", None),  # a target TileLang builds
+        "c_lib": str(getattr(variant.build(), "path", "")) or None,  # a target SepTran builds from C
         "vendor": str(vendor.library_path(kern.target.vendor)) if kern.target.vendor else None,
     }
 

@@ -1,0 +1,91 @@
+"""Pass: writes. Which parts of its outputs each program touches: whether the grid's programs may run at
+once, and which outputs the program reads before it writes them.
+
+Programs may run on several threads only where two of them never touch the
+same element of an output: for every grid index that runs in parallel, every
+region of an output is offset along some dimension by that index times at
+least the region's extent, and by nothing else that varies (``C[by * BM, bx *
+BN]`` with BM x BN tiles). Grid indices that fail stay sequential, with every
+index inside them (C runs the grid as loops, the first index outermost).
+
+An output the program only writes (copies out, stores) needs no initial
+value; one it also reads (an accumulator in global memory, ``C += ...`` in
+place) starts from zeros, which the runtime provides.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from septran.lowering import tile_ir as ir
+from septran.lowering.constants import Context
+from septran.lowering.linear import linear
+
+log = logging.getLogger(__name__)
+
+
+def writes(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
+    """``value``: an integer expression's value (the program's constants are numbers)."""
+    outputs = {t.sym for t in program.params if t.role != "input"}
+    grid = [sym for sym, _ in program.kernel.grid]
+    touched, read = [], set()
+    for stmt in _statements(program.kernel.body):
+        for role, region in _regions(stmt):
+            if region.of in outputs:
+                touched.append(region)
+                if role != "written":
+                    read.add(region.of)
+    values = {c.sym: c.value for c in program.consts}
+    parallel = 0
+    for g in grid:  # the longest run of grid indices, outermost first, that no two programs share
+        if not all(_separates(r, g, grid, values, value) for r in touched):
+            log.debug("%s: grid index %s is not parallel: two of its programs may touch one output element", program.name, g.name)
+            break
+        parallel += 1
+    programs = 1
+    for _, extent in program.kernel.grid[:parallel]:
+        programs *= value(extent)
+    schedule = _schedule(ctx) if programs > 1 else None  # one program: starting threads would only cost
+    # TileLang prints no loop for an index of extent 1, so only the others are named.
+    looped = tuple(sym for sym, extent in program.kernel.grid[:parallel] if value(extent) > 1)
+    par = ir.ParallelGrid(looped, schedule) if schedule else None
+    return dataclasses.replace(program, parallel=par, read_outputs=frozenset(t.sym.name for t in program.params if t.sym in read))
+
+
+def _schedule(ctx: Context):
+    """The entry instance's ``schedule``, else its processor's first; None where the grid does not run in parallel."""
+    inst = ctx.mapping.instance(ctx.mapping.entrypoint.value)
+    proc = ctx.target.procs[inst.proc.value]
+    if not proc.schedules:
+        return None
+    return inst.schedule.value if inst.schedule is not None else proc.schedules[0]
+
+
+def _separates(r: ir.Region, g, grid, values, value) -> bool:
+    """Whether programs that differ in grid index ``g`` touch disjoint boxes of ``r``'s tensor."""
+    for off, ext in zip(r.offsets, r.extents):
+        terms, _ = linear(off, values)
+        if set(terms) == {g} and abs(terms[g]) >= value(ext):
+            return True
+    return False
+
+
+def _statements(stmts):
+    for s in stmts:
+        if isinstance(s, ir.For):
+            yield from _statements(s.body)
+        else:
+            yield s
+
+
+def _regions(stmt):
+    """(how, region) for each tensor region a statement names: "written" only where it is a copy's or store's target."""
+    if isinstance(stmt, ir.Copy):
+        yield "read", stmt.src
+        yield "written", stmt.dst
+    elif isinstance(stmt, ir.VendorOp):
+        for name, r in stmt.args:
+            yield ("written" if stmt.op == "store" and name == "dst" else "read"), r
+    elif isinstance(stmt, ir.LeafCall):
+        for _, r in stmt.args:
+            yield "read", r

@@ -1,0 +1,98 @@
+"""Kernels SepTran builds from C (``tilelang.builder: c``): TileLang lowers the program, g++ builds, ctypes calls.
+
+Why not ``tilelang.compile``: TileLang 0.1.15's C path goes from the C it
+prints straight to g++ (its C post-processing hook is never called for the
+"c" target), so the grid's loops could not become an OpenMP loop; and its
+adapter re-checks every tensor on every call (about 13 us), which SepTran has
+checked already. Here the C is TileLang's, unchanged but for the OpenMP
+pragma (``c_parallel``), built with the target's flags and the vendor's, and
+called with the tensors' addresses in the prim_func's parameter order.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import re
+import subprocess
+
+from septran.errors import DeviceError, InternalError
+from septran.lowering.tile_ir import TileProgram
+from septran.runtime import c_parallel, shared_lib, vendor
+from septran.target import Target
+
+# OpenMP for the grid's pragma and for `declare simd` math; g++ links the OpenMP runtime torch has loaded
+# (libgomp.so.1), so the kernels' threads follow torch.set_num_threads and OMP_NUM_THREADS.
+BUILDER_FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fopenmp")
+
+
+class CKernel:
+    """A built kernel: call it with the tensors in the program's parameter order."""
+
+    def __init__(self, path, function: str, params: list[str], source: str):
+        self.path = path
+        self.source = source
+        self._lib = ctypes.CDLL(str(path))
+        self._fn = getattr(self._lib, function)
+        # TileLang's C orders the parameters by name, not as the prim_func does, and drops those never read
+        # (A and B of a product over K = 0).
+        order = _c_parameters(source, function)
+        if not set(order) <= set(params):
+            raise InternalError("C build", f"{function} takes ({', '.join(order)}) in the C TileLang printed, "
+                                f"the program has ({', '.join(params)})", function)
+        self._order = [params.index(name) for name in order]
+        self._fn.argtypes = [ctypes.c_void_p] * len(order)
+        self._fn.restype = ctypes.c_int32
+        self._name = function
+
+    def __call__(self, *tensors) -> None:
+        code = self._fn(*[tensors[k].data_ptr() for k in self._order])
+        if code:
+            raise DeviceError(f"{self._name} returned {code}")
+
+    def get_kernel_source(self) -> str:
+        return self.source
+
+
+def c_source(program: TileProgram, device_source: str) -> str:
+    """The C that is built: TileLang's, with the grid's loops run by OpenMP where the lowering proved it safe."""
+    if program.parallel is None:
+        return device_source
+    return c_parallel.parallel_grid(device_source, _function(program), program.parallel)
+
+
+def build(program: TileProgram, device_source: str, target: Target) -> CKernel:
+    source = c_source(program, device_source)
+    flags = (*target.compile_flags, *vendor.link_flags(target))
+    digest = hashlib.sha256("\0".join((source, *flags, *_toolchain())).encode()).hexdigest()[:16]
+
+    cxx, _, templates = _toolchain()
+    path = shared_lib.built("c", program.name, digest, lambda out, src: [cxx, *BUILDER_FLAGS, f"-I{templates}", src, *flags, "-o", out],
+                            f"the C of {program.name}", source=(".cpp", source))
+    return CKernel(path, _function(program), [p.sym.name for p in program.params], source)
+
+
+def _c_parameters(source: str, function: str) -> list[str]:
+    """The parameter names of ``function``'s definition, in order."""
+    m = re.search(rf"^int32_t {re.escape(function)}\((.*)\) \{{$", source, re.M)
+    if m is None:
+        raise InternalError("C build", f"no definition of {function} in the C TileLang printed", function)
+    return [p.split()[-1].lstrip("*") for p in m.group(1).split(",") if p.strip()]
+
+
+def _function(program: TileProgram) -> str:
+    return f"{program.name}_kernel"  # TileLang's C target names the kernel's function so
+
+
+@functools.lru_cache(maxsize=None)
+def _toolchain() -> tuple[str, str, str]:
+    """The C++ compiler, its version, and TileLang's template folder (both change what is built)."""
+    from tilelang.contrib.cc import get_cplus_compiler
+    from tilelang.env import TILELANG_TEMPLATE_PATH
+
+    cxx = get_cplus_compiler() or "g++"
+    try:
+        version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+    except OSError:
+        version = "unknown"
+    return cxx, version, TILELANG_TEMPLATE_PATH
