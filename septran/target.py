@@ -45,15 +45,29 @@ class MemorySpace:
 
 
 @dataclass(frozen=True)
+class VendorLibrary:
+    """A third-party shared library a vendor library links against, shipped inside a Python distribution.
+
+    Located with ``importlib.util.find_spec`` (the package is never imported: data, not code).
+    """
+
+    package: str  # top-level import name of the package that holds the file (scipy_openblas32)
+    file: str  # the library, relative to the package's folder (lib/libscipy_openblas.so)
+    dist: str  # the distribution to install when the package is missing (scipy-openblas32)
+
+
+@dataclass(frozen=True)
 class Vendor:
     """A vendor's C library: built once, linked into every kernel, asked for errors after each call."""
 
     sources: tuple[Path, ...]
-    cflags: tuple[str, ...]
-    take_error: str  # int32_t f(char* buf, int32_t len): the first error since the last call, 0 if none
+    cflags: tuple[str, ...]  # after the default gcc -std=c11 -O2 -fPIC: may add flags or override them (-O3)
+    take_error: Optional[str]  # int32_t f(char* buf, int32_t len): the first error since the last call, 0 if none
     reset: Optional[str]  # void f(void): a fresh device state
     set_debug: Optional[str]  # void f(int32_t on)
     debug_violations: Optional[str]  # int32_t f(void): debug reports since the last call
+    libraries: tuple[VendorLibrary, ...] = ()
+    include: tuple[Path, ...] = ()  # headers force-included (-include) into every kernel of the target
 
 
 @dataclass(frozen=True)
@@ -243,17 +257,7 @@ def load_target_file(path: Path) -> Target:
             dtypes_in=MappingProxyType({k: tuple(v) for k, v in lp.get("dtypes_in", {}).items()}),
         )
     threads = _plain(d["threads"]) if "threads" in d else None
-    vendor = None
-    if "vendor" in d:
-        vp = _plain(d["vendor"])
-        vendor = Vendor(
-            sources=tuple(path.parent / s for s in vp["sources"]),
-            cflags=tuple(vp.get("cflags", ())),
-            take_error=vp["take_error"],
-            reset=vp.get("reset"),
-            set_debug=vp.get("set_debug"),
-            debug_violations=vp.get("debug_violations"),
-        )
+    vendor = _vendor(d["vendor"], path.parent) if "vendor" in d else None
     tlp = {k: _plain(v) for k, v in tl.items()}
     return Target(
         name=_plain(_need(d, "name", "target.yaml")),
@@ -280,6 +284,39 @@ def load_target_file(path: Path) -> Target:
         vendor=vendor,
         copy_options=tuple(_plain(d["copy_options"])) if "copy_options" in d else (),
         perf=_perf(d["perf"], memories) if "perf" in d else None,
+    )
+
+
+_VENDOR_KEYS = {"sources", "cflags", "libraries", "include", "take_error", "reset", "set_debug", "debug_violations"}
+
+
+def _vendor(node: Located, folder: Path) -> Vendor:
+    d = node.value
+    if not isinstance(d, LocatedDict):
+        raise TargetError("vendor must be a mapping (sources, cflags, libraries, include, take_error, ...)", node.loc)
+    for key, val in d.items():
+        if key not in _VENDOR_KEYS:
+            raise TargetError(f"vendor: unknown key {key!r} (known: {', '.join(sorted(_VENDOR_KEYS))})", val.loc)
+    libraries = []
+    for lib in (d["libraries"].value if "libraries" in d else ()):
+        lp = _plain(lib)
+        fields = set(lp) if isinstance(lp, dict) else set()
+        if fields != {"package", "file", "dist"} or not all(isinstance(v, str) for v in lp.values()):
+            raise TargetError("vendor.libraries: each entry is {package: <import name>, file: <path inside it>, "
+                              "dist: <distribution to pip install>}", lib.loc)
+        if not lp["package"].isidentifier():  # find_spec of a dotted name would import its parents
+            raise TargetError(f"vendor.libraries: package {lp['package']!r} must be a top-level import name", lib.loc)
+        libraries.append(VendorLibrary(lp["package"], lp["file"], lp["dist"]))
+    vp = _plain(node)
+    return Vendor(
+        sources=tuple(folder / s for s in _plain(_need(d, "sources", "vendor"))),
+        cflags=tuple(vp.get("cflags", ())),
+        take_error=vp.get("take_error"),
+        reset=vp.get("reset"),
+        set_debug=vp.get("set_debug"),
+        debug_violations=vp.get("debug_violations"),
+        libraries=tuple(libraries),
+        include=tuple(folder / h for h in vp.get("include", ())),
     )
 
 

@@ -5,8 +5,13 @@ process with RTLD_GLOBAL, and linked (by absolute path) into every kernel of
 the target, so the kernels and SepTran see one device state: SepTran asks it
 for errors after each call, and tests switch its debug mode.
 
+A vendor library may link third-party shared libraries found inside installed
+Python distributions (``vendor.libraries``: located, never imported), and may
+name headers that every kernel of the target force-includes (``vendor.include``).
+
 The library's name hashes what it is built from (its sources, the headers
-beside them, the flags); a sidecar ``<lib>.sha256``, written after the library,
+beside them and those it force-includes, the flags, the path, size and mtime of
+each third-party library); a sidecar ``<lib>.sha256``, written after the library,
 holds the hash of the library itself. A library that does not match it
 (truncated, overwritten; loading one can crash the process with SIGBUS) is
 rebuilt, with a warning, before it is loaded.
@@ -16,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import importlib.util
 import logging
 import os
 import subprocess
@@ -25,25 +31,46 @@ from pathlib import Path
 from septran import env
 from septran.errors import BuildError, DeviceError
 from septran.runtime import integrity
-from septran.target import Target, Vendor
+from septran.target import Target, Vendor, VendorLibrary
 
 log = logging.getLogger(__name__)
 
 
-def _inputs_digest(sources: tuple[Path, ...], cflags: tuple[str, ...]) -> str:
+def _library_file(lib: VendorLibrary) -> Path:
+    """A third-party library's path inside its installed package, found without importing the package."""
+    try:
+        spec = importlib.util.find_spec(lib.package)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise BuildError(f"the vendor library links against {lib.file} from the Python package {lib.package!r}, "
+                         f"which is not installed: pip install {lib.dist}")
+    path = Path(spec.submodule_search_locations[0]) / lib.file
+    if not path.is_file():
+        raise BuildError(f"{path} is missing from the installed package {lib.package!r}: "
+                         f"pip install --force-reinstall {lib.dist}")
+    return path
+
+
+def _inputs_digest(sources: tuple[Path, ...], cflags: tuple[str, ...], libraries: tuple[Path, ...],
+                   include: tuple[Path, ...]) -> str:
     digest = hashlib.sha256()
-    headers = sorted({h for src in sources for h in src.parent.glob("*.h")})
+    headers = sorted({h for src in sources for h in src.parent.glob("*.h")} | set(include))
     for path in (*sources, *headers):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     digest.update(" ".join(cflags).encode())
+    for lib in libraries:  # a different build of the library (another wheel version) rebuilds ours
+        st = lib.stat()
+        digest.update(f"\0{lib}\0{st.st_size}\0{st.st_mtime_ns}".encode())
     return digest.hexdigest()[:16]
 
 
 @functools.lru_cache(maxsize=None)
-def _built(sources: tuple[Path, ...], cflags: tuple[str, ...]) -> Path:
+def _built(sources: tuple[Path, ...], cflags: tuple[str, ...], libraries: tuple[Path, ...],
+           include: tuple[Path, ...]) -> Path:
     folder = env.cache_dir() / "vendor"
     folder.mkdir(parents=True, exist_ok=True)
-    lib = folder / f"lib{sources[0].stem}_{_inputs_digest(sources, cflags)}.so"
+    lib = folder / f"lib{sources[0].stem}_{_inputs_digest(sources, cflags, libraries, include)}.so"
     why = integrity.problem(lib)
     if why is None:
         return lib
@@ -51,7 +78,11 @@ def _built(sources: tuple[Path, ...], cflags: tuple[str, ...]) -> Path:
         log.warning("cached vendor library %s %s; rebuilding it", lib, why)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{lib.name}.", suffix=".so")
     os.close(fd)
-    cmd = ["gcc", "-std=c11", "-O2", "-fPIC", "-shared", *map(str, sources), *cflags, "-o", tmp]
+    # The YAML's cflags come after the defaults, so they add to them or override them (-O3 after -O2).
+    rpaths = [f"-Wl,-rpath,{d}" for d in dict.fromkeys(p.parent for p in libraries)]
+    cmd = ["gcc", "-std=c11", "-O2", "-fPIC", "-shared", *map(str, sources), *cflags, *map(str, libraries), *rpaths,
+           "-o", tmp]
+    log.info("building the vendor library %s", lib.name)
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         os.unlink(tmp)
@@ -64,8 +95,9 @@ def _built(sources: tuple[Path, ...], cflags: tuple[str, ...]) -> Path:
     return lib
 
 
+@functools.lru_cache(maxsize=None)
 def library_path(vendor: Vendor) -> Path:
-    return _built(vendor.sources, vendor.cflags)
+    return _built(vendor.sources, vendor.cflags, tuple(map(_library_file, vendor.libraries)), vendor.include)
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,17 +110,26 @@ def library(target: Target) -> ctypes.CDLL:
 
 
 def link_flags(target: Target) -> list[str]:
-    """What the kernel build adds to link the vendor library (loaded first, so both share its state)."""
+    """What the kernel build adds: the vendor library (loaded first, so both share its state) and the headers
+    every kernel force-includes. TileLang keys its kernel cache on these flags, so the library's digest (which
+    covers the headers) is one of them: a changed header builds the kernels anew."""
     if target.vendor is None:
         return []
     path = library_path(target.vendor)
     library(target)
-    return [str(path), f"-Wl,-rpath,{path.parent}"]
+    flags = [str(path), f"-Wl,-rpath,{path.parent}", f"-DSEPTRAN_VENDOR_DIGEST={path.stem.rsplit('_', 1)[-1]}"]
+    for header in target.vendor.include:
+        flags += ["-include", str(header)]
+    spaced = [f for f in flags if any(c.isspace() for c in f)]
+    if spaced:  # TileLang splits each compile flag at whitespace
+        raise BuildError(f"the kernel build cannot take paths with whitespace: {', '.join(map(repr, spaced))}")
+    return flags
 
 
 def check_errors(target: Target, kernel_name: str) -> None:
-    """Raises DeviceError with the vendor's message if the last call left an error."""
-    if target.vendor is None:
+    """Raises DeviceError with the vendor's message if the last call left an error (a vendor without an error
+    channel: nothing to ask, and no call into the library)."""
+    if target.vendor is None or target.vendor.take_error is None:
         return
     lib = library(target)
     buf = ctypes.create_string_buffer(1024)

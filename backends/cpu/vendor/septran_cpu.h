@@ -1,0 +1,56 @@
+/* septran_cpu.h -- the CPU target's vendor library: tile copies, row reductions and GEMM
+ * leaves that TileLang's C target reaches through T.call_extern.
+ *
+ * Every function takes only pointers and int32_t and returns int32_t, because TileLang
+ * declares each extern itself from its arguments (extern "C", typed pointers such as
+ * float* or half*): a kernel must NOT include this header (its void* would conflict).
+ *
+ * Tiles are row-major; ld* is the row stride in ELEMENTS. dtype codes: SEPTRAN_CPU_F32 = 0,
+ * SEPTRAN_CPU_F16 = 1 (IEEE binary16; float32 -> float16 rounds to nearest even).
+ * Return value: 0, or SEPTRAN_CPU_E_ARGS for a negative size, an unknown dtype or a row
+ * stride shorter than a row (nothing is written then), SEPTRAN_CPU_E_NOMEM when the
+ * float16 GEMM's scratch cannot grow. Every function is thread-safe: one call per thread,
+ * as the OpenMP grid makes them.
+ */
+#ifndef SEPTRAN_CPU_H
+#define SEPTRAN_CPU_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { SEPTRAN_CPU_F32 = 0, SEPTRAN_CPU_F16 = 1 };
+enum { SEPTRAN_CPU_E_ARGS = -1, SEPTRAN_CPU_E_NOMEM = -2 };
+
+/* C[m x n] (float32, stride ldc) += op(A)[m x k] @ op(B)[k x n], A and B of `dtype`.
+ * op(A) = A stored m x k (stride lda), or with trans_a A stored k x m; op(B) = B stored
+ * k x n (stride ldb), or with trans_b B stored n x k. m, n or k zero: C unchanged.
+ * float32 is OpenBLAS's sgemm (one thread); float16 is converted to float32 first. */
+int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, int32_t n, int32_t k,
+                         int32_t ldc, int32_t lda, int32_t ldb, int32_t trans_a, int32_t trans_b);
+
+/* out[i] = op(clear ? identity : out[i], op over j < cols of x[i*ldx + j]), i < rows, float32.
+ * Identities: max -inf, min +inf, sum 0. NaN inputs: unspecified (not propagated reliably). */
+int32_t septran_cpu_reduce_max(float* out, float* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
+int32_t septran_cpu_reduce_min(float* out, float* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
+int32_t septran_cpu_reduce_sum(float* out, float* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
+
+/* A rows x cols tile: dst[i*ld_dst + j] = convert(src[i*ld_src + j]) where i < valid_rows and
+ * j < valid_cols, else 0 (valid_* are clamped to [0, rows] and [0, cols]). */
+int32_t septran_cpu_load(void* dst, int32_t dst_dtype, void* src, int32_t src_dtype, int32_t rows, int32_t cols,
+                         int32_t ld_dst, int32_t ld_src, int32_t valid_rows, int32_t valid_cols);
+
+/* Only the valid part: dst[i*ld_dst + j] = convert(src[i*ld_src + j]), i < valid_rows, j < valid_cols. */
+int32_t septran_cpu_store(void* dst, int32_t dst_dtype, void* src, int32_t src_dtype, int32_t valid_rows,
+                          int32_t valid_cols, int32_t ld_dst, int32_t ld_src);
+
+/* dst[i*ld + j] = 0 for i < rows, j < cols. */
+int32_t septran_cpu_fill_zero(void* dst, int32_t dtype, int32_t rows, int32_t cols, int32_t ld);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SEPTRAN_CPU_H */

@@ -1,0 +1,334 @@
+"""The CPU target's vendor library (backends/cpu/vendor): built through septran.runtime.vendor from a target file
+written here, called through ctypes on torch tensors, checked against float64 references; the vendor mechanism's
+third-party libraries and force-included headers; the math header compiled the way a kernel is."""
+from __future__ import annotations
+
+import ctypes
+import re
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from conftest import REPO
+from septran.errors import BuildError
+from septran.runtime import vendor
+from septran.target import load_target_file
+
+VENDOR = REPO / "backends/cpu/vendor"
+OPENBLAS = "{package: scipy_openblas32, file: lib/libscipy_openblas.so, dist: scipy-openblas32}"
+CODES = {torch.float32: 0, torch.float16: 1}
+U32 = 2.0 ** -24  # float32's unit roundoff
+SETTINGS = dict(derandomize=True, deadline=None, phases=[Phase.explicit, Phase.generate])
+KERNEL_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno"]  # as the CPU target compiles kernels
+
+
+def write_target(folder: Path, libraries: str = f"[{OPENBLAS}]", extra: str = "") -> Path:
+    path = folder / "target.yaml"
+    path.write_text(f"""\
+name: vendor_probe
+tilelang: {{target: c}}
+torch_device: cpu
+dtypes: [float16, float32]
+procs: {{HOST: {{memories: [GLOBAL], grid: true}}}}
+memories: {{GLOBAL: {{}}}}
+vendor:
+  sources: [{VENDOR / "septran_cpu.c"}]
+  cflags: [-O3, -march=native, -fopenmp-simd]
+  libraries: {libraries}
+  include: [{VENDOR / "septran_cpu_math.h"}]
+{extra}""")
+    return path
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    return load_target_file(write_target(tmp_path_factory.mktemp("cpu_vendor")))
+
+
+@pytest.fixture(scope="module")
+def lib(target):
+    return vendor.library(target)
+
+
+def call(lib, name: str, *args) -> int:
+    """Tensors go as their data pointers, everything else as int32 (the library takes nothing else)."""
+    conv = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int32(int(a)) for a in args]
+    fn = getattr(lib, name)
+    fn.restype = ctypes.c_int32
+    return fn(*conv)
+
+
+def strided(rows: int, cols: int, pad: int, dtype, gen) -> tuple[torch.Tensor, int]:
+    """A rows x cols view with row stride cols + pad, and that stride."""
+    ld = cols + pad
+    return torch.randn(max(rows, 1), max(ld, 1), generator=gen).to(dtype)[:rows, :cols], ld
+
+
+# ---- the vendor mechanism ---------------------------------------------------------------------------------------
+
+
+def test_link_flags_force_include_the_header_and_name_the_digest(target):
+    flags = vendor.link_flags(target)
+    lib_path = vendor.library_path(target.vendor)
+    assert flags[:2] == [str(lib_path), f"-Wl,-rpath,{lib_path.parent}"]
+    assert flags[flags.index("-include") + 1] == str(VENDOR / "septran_cpu_math.h")
+    digest = [f for f in flags if f.startswith("-DSEPTRAN_VENDOR_DIGEST=")]
+    assert digest and digest[0].split("=")[1] in lib_path.name
+
+
+def test_digest_follows_the_library_file_and_the_included_headers(tmp_path):
+    source, header, blas = tmp_path / "v.c", tmp_path / "inc" / "math.h", tmp_path / "libfake.so"
+    header.parent.mkdir()
+    source.write_text("int f(void) { return 0; }\n")
+    header.write_text("/* one */\n")
+    blas.write_bytes(b"x" * 10)
+    first = vendor._inputs_digest((source,), (), (blas,), (header,))
+    header.write_text("/* two */\n")
+    second = vendor._inputs_digest((source,), (), (blas,), (header,))
+    blas.write_bytes(b"x" * 11)  # another build of the third-party library
+    third = vendor._inputs_digest((source,), (), (blas,), (header,))
+    assert len({first, second, third}) == 3
+
+
+def test_missing_package_names_the_pip_install(tmp_path):
+    missing = "[{package: septran_no_such_package, file: lib/libnothing.so, dist: septran-no-such-dist}]"
+    target = load_target_file(write_target(tmp_path, libraries=missing))
+    with pytest.raises(BuildError, match="septran_no_such_package.*pip install septran-no-such-dist"):
+        vendor.link_flags(target)
+
+
+def test_a_vendor_without_an_error_channel_is_never_asked(target, monkeypatch):
+    assert target.vendor.take_error is None
+    monkeypatch.setattr(vendor, "library", lambda t: pytest.fail("check_errors loaded the library"))
+    vendor.check_errors(target, "kernel")
+
+
+def test_openblas_runs_in_the_callers_thread(target, lib):
+    # the copy our library loaded (dlopen of the same file returns the same handle)
+    openblas = ctypes.CDLL(str(vendor._library_file(target.vendor.libraries[0])))
+    openblas.scipy_openblas_get_corename.restype = ctypes.c_char_p
+    assert openblas.scipy_openblas_get_num_threads() == 1
+    assert openblas.scipy_openblas_get_corename()
+
+
+# ---- GEMM -------------------------------------------------------------------------------------------------------
+
+
+def check_gemm(lib, dtype, m, n, k, trans_a, trans_b, pads=(0, 0, 0), seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    a, lda = strided(k, m, pads[1], dtype, gen) if trans_a else strided(m, k, pads[1], dtype, gen)
+    b, ldb = strided(n, k, pads[2], dtype, gen) if trans_b else strided(k, n, pads[2], dtype, gen)
+    c, ldc = strided(m, n, pads[0], torch.float32, gen)
+    op_a, op_b = (a.T if trans_a else a).double(), (b.T if trans_b else b).double()
+    want = c.double() + op_a @ op_b
+    bound = 2 * (k + 2) * U32 * (c.double().abs() + op_a.abs() @ op_b.abs())
+    assert call(lib, "septran_cpu_gemm", c, a, b, CODES[dtype], m, n, k, ldc, lda, ldb, trans_a, trans_b) == 0
+    assert ((c.double() - want).abs() <= bound).all(), f"max error {(c.double() - want).abs().max():.3e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (37, 53, 19), (64, 48, 96)])
+def test_gemm(lib, dtype, trans_a, trans_b, m, n, k):
+    check_gemm(lib, dtype, m, n, k, trans_a, trans_b, pads=(3, 5, 1))
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(dtype=st.sampled_from([torch.float32, torch.float16]), m=st.integers(1, 40), n=st.integers(1, 40),
+       k=st.integers(1, 70), trans_a=st.integers(0, 1), trans_b=st.integers(0, 1),
+       pads=st.tuples(*[st.sampled_from([0, 1, 16]) for _ in range(3)]))
+def test_gemm_any_shape(lib, dtype, m, n, k, trans_a, trans_b, pads):
+    check_gemm(lib, dtype, m, n, k, trans_a, trans_b, pads)
+
+
+@pytest.mark.parametrize("m,n,k", [(5, 7, 0), (0, 7, 3), (5, 0, 3)])
+def test_gemm_with_an_empty_dimension_leaves_c_alone(lib, m, n, k):
+    c = torch.randn(max(m, 1), max(n, 1))
+    before = c.clone()
+    a, b = torch.randn(max(m, 1), max(k, 1)), torch.randn(max(k, 1), max(n, 1))
+    assert call(lib, "septran_cpu_gemm", c, a, b, 0, m, n, k, max(n, 1), max(k, 1), max(n, 1), 0, 0) == 0
+    assert torch.equal(c, before)
+
+
+def test_gemm_single_row_operands_take_any_stride(lib):
+    """A one-row tile's stride means nothing; BLAS would reject it as smaller than a row."""
+    a, b, c = torch.randn(1, 9), torch.randn(9, 4), torch.zeros(1, 4)
+    assert call(lib, "septran_cpu_gemm", c, a, b, 0, 1, 4, 9, 0, 0, 4, 0, 0) == 0
+    torch.testing.assert_close(c, a @ b)
+
+
+def test_gemm_refuses_bad_arguments(lib):
+    c, a, b = torch.zeros(4, 4), torch.ones(4, 4), torch.ones(4, 4)
+    assert call(lib, "septran_cpu_gemm", c, a, b, 7, 4, 4, 4, 4, 4, 4, 0, 0) == -1  # unknown dtype
+    assert call(lib, "septran_cpu_gemm", c, a, b, 0, -1, 4, 4, 4, 4, 4, 0, 0) == -1
+    assert call(lib, "septran_cpu_gemm", c, a, b, 0, 4, 4, 4, 4, 2, 4, 0, 0) == -1  # rows overlap
+    assert not c.any()
+
+
+def test_gemm_from_threads_at_once(lib):
+    """One call per thread, as the OpenMP grid makes them: OpenBLAS and the float16 scratch are per thread."""
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(96, 80, generator=gen).half(), torch.randn(80, 72, generator=gen).half()
+    outs = [torch.zeros(96, 72) for _ in range(4)]
+
+    def work(c):
+        for _ in range(20):
+            call(lib, "septran_cpu_gemm", c, a, b, 1, 96, 72, 80, 72, 80, 72, 0, 0)
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in outs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in outs:
+        torch.testing.assert_close(c, 20 * (a.float() @ b.float()), rtol=1e-5, atol=1e-3)
+
+
+# ---- reductions -------------------------------------------------------------------------------------------------
+
+REDUCE = {"max": (lambda x: x.amax(dim=1), max), "min": (lambda x: x.amin(dim=1), min), "sum": (lambda x: x.sum(dim=1), float.__add__)}
+
+
+@pytest.mark.parametrize("op", sorted(REDUCE))
+@pytest.mark.parametrize("cols", [1, 15, 16, 17, 64, 100])
+@pytest.mark.parametrize("clear", [0, 1])
+def test_reduce(lib, op, cols, clear):
+    gen = torch.Generator().manual_seed(cols)
+    x, ld = strided(9, cols, 3, torch.float32, gen)
+    x[2] = float("-inf")  # a fully masked row
+    x[4, ::2] = float("-inf")
+    x[5, ::3] = float("inf")
+    out = torch.randn(9, generator=gen)
+    before = out.clone()
+    assert call(lib, f"septran_cpu_reduce_{op}", out, x, 9, cols, ld, clear) == 0
+    rows, combine = REDUCE[op]
+    want = rows(x.double())
+    if not clear:
+        want = torch.tensor([combine(float(o), float(w)) for o, w in zip(before.double(), want)], dtype=torch.float64)
+    if op == "sum":  # another order than torch's: within the bound of a float32 sum, exact where not finite
+        bound = 2 * (cols + 1) * U32 * (x.double().abs().sum(dim=1) + before.double().abs() * (1 - clear))
+        finite = want.isfinite()
+        assert ((out.double() - want).abs()[finite] <= bound[finite]).all()
+        assert torch.equal(out.double()[~finite], want[~finite])
+    else:
+        assert torch.equal(out.double(), want), (out, want)
+
+
+def test_reduce_over_no_columns_gives_the_identity(lib):
+    out = torch.full((3,), 5.0)
+    x = torch.ones(3, 1)
+    for op, identity in (("max", float("-inf")), ("min", float("inf")), ("sum", 0.0)):
+        assert call(lib, f"septran_cpu_reduce_{op}", out, x, 3, 0, 1, 1) == 0
+        assert (out == identity).all()
+
+
+# ---- copies -----------------------------------------------------------------------------------------------------
+
+
+SPECIALS = [70000.0, -65520.0, 6e-8, 3e-5, 1.0 + 2 ** -11, float("inf"), float("-inf"), float("nan")]
+
+
+def f16_specials(t: torch.Tensor) -> torch.Tensor:
+    """Values float16 rounds interestingly: overflow, subnormals, a tie, infinities, NaN."""
+    rows, cols = t.shape
+    for i, v in enumerate(SPECIALS[: rows * cols]):
+        t[i // cols, i % cols] = v
+    return t
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(dst_dtype=st.sampled_from([torch.float32, torch.float16]), src_dtype=st.sampled_from([torch.float32, torch.float16]),
+       rows=st.integers(1, 20), cols=st.integers(1, 40), valid_rows=st.integers(-2, 22), valid_cols=st.integers(-2, 42),
+       pad_dst=st.sampled_from([0, 3]), pad_src=st.sampled_from([0, 5]))
+def test_load_pads_with_zeros_and_converts(lib, dst_dtype, src_dtype, rows, cols, valid_rows, valid_cols, pad_dst, pad_src):
+    gen = torch.Generator().manual_seed(rows * 100 + cols)
+    vr, vc = min(max(valid_rows, 0), rows), min(max(valid_cols, 0), cols)
+    src, ld_src = strided(max(vr, 1), max(vc, 1), pad_src + cols - max(vc, 1), src_dtype, gen)
+    f16_specials(src)
+    dst_all = torch.full((rows, cols + pad_dst), 7.0, dtype=dst_dtype)
+    dst = dst_all[:, :cols]
+    assert call(lib, "septran_cpu_load", dst, CODES[dst_dtype], src, CODES[src_dtype], rows, cols, cols + pad_dst, ld_src,
+                valid_rows, valid_cols) == 0
+    want = torch.zeros(rows, cols, dtype=dst_dtype)
+    want[:vr, :vc] = src[:vr, :vc].to(dst_dtype)
+    torch.testing.assert_close(dst, want, rtol=0, atol=0, equal_nan=True)
+    assert (dst_all[:, cols:] == 7).all()  # the stride's gap is not touched
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(dst_dtype=st.sampled_from([torch.float32, torch.float16]), src_dtype=st.sampled_from([torch.float32, torch.float16]),
+       rows=st.integers(1, 20), cols=st.integers(1, 40), pad_dst=st.sampled_from([0, 2]), pad_src=st.sampled_from([0, 7]))
+def test_store_writes_only_the_valid_part(lib, dst_dtype, src_dtype, rows, cols, pad_dst, pad_src):
+    gen = torch.Generator().manual_seed(rows * 100 + cols)
+    src, ld_src = strided(rows, cols, pad_src, src_dtype, gen)
+    f16_specials(src)
+    dst = torch.full((rows + 2, cols + pad_dst + 2), 7.0, dtype=dst_dtype)
+    assert call(lib, "septran_cpu_store", dst, CODES[dst_dtype], src, CODES[src_dtype], rows, cols, dst.stride(0), ld_src) == 0
+    want = torch.full_like(dst, 7.0)
+    want[:rows, :cols] = src.to(dst_dtype)
+    torch.testing.assert_close(dst, want, rtol=0, atol=0, equal_nan=True)
+
+
+def test_store_of_nothing_and_bad_arguments(lib):
+    dst, src = torch.full((4, 4), 7.0), torch.zeros(4, 4)
+    assert call(lib, "septran_cpu_store", dst, 0, src, 0, 0, 4, 4, 4) == 0
+    assert call(lib, "septran_cpu_store", dst, 0, src, 0, 4, -3, 4, 4) == 0
+    assert call(lib, "septran_cpu_store", dst, 2, src, 0, 4, 4, 4, 4) == -1
+    assert call(lib, "septran_cpu_load", dst, 0, src, 0, -1, 4, 4, 4, 4, 4) == -1
+    assert (dst == 7).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("rows,cols,ld", [(5, 7, 7), (5, 7, 10), (1, 33, 33), (0, 4, 4)])
+def test_fill_zero(lib, dtype, rows, cols, ld):
+    buf = torch.full((rows + 1, ld), 7.0, dtype=dtype)
+    assert call(lib, "septran_cpu_fill_zero", buf, CODES[dtype], rows, cols, ld) == 0
+    want = torch.full_like(buf, 7.0)
+    want[:rows, :cols] = 0
+    assert torch.equal(buf, want)
+
+
+# ---- the math header, compiled as a kernel is -------------------------------------------------------------------
+
+MATH_PROBE = r"""
+#include <stdio.h>
+#define VEC(f) extern "C" __attribute__((noinline)) void v_##f(float* __restrict o, const float* __restrict x, int n) \
+  { for (int i = 0; i < n; i++) o[i] = f(x[i]); }
+VEC(expf) VEC(exp2f) VEC(logf) VEC(tanhf)
+int main() {
+  float x[64], o[64];
+  const float ex[] = {-INFINITY, INFINITY, NAN, -100.f, -104.f, 88.8f, 0.f, 1.f};
+  const float e2[] = {-INFINITY, INFINITY, NAN, -149.f, -151.f, 128.f, 0.f, 1.f};
+  for (int i = 0; i < 64; i++) x[i] = ex[i % 8];
+  v_expf(o, x, 64);
+  for (int i = 0; i < 8; i++) printf("%a ", o[i]);
+  for (int i = 0; i < 64; i++) x[i] = e2[i % 8];
+  v_exp2f(o, x, 64);
+  for (int i = 0; i < 8; i++) printf("%a ", o[i]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not Path("/usr/lib/x86_64-linux-gnu/libmvec.so.1").exists() or not shutil.which("g++"),
+                    reason="needs g++ and glibc's libmvec (x86-64)")
+def test_math_header_vectorises_exp_and_keeps_special_values(tmp_path):
+    src, exe = tmp_path / "probe.cpp", tmp_path / "probe"
+    src.write_text(MATH_PROBE)
+    build = ["g++", "-std=c++17", *KERNEL_FLAGS, "-include", str(VENDOR / "septran_cpu_math.h"), str(src), "-o", str(exe),
+             "-lmvec"]
+    subprocess.run(build, check=True, capture_output=True, text=True)
+    calls = subprocess.run(["objdump", "-d", str(exe)], check=True, capture_output=True, text=True).stdout
+    assert re.search(r"call.*<_ZGV\w+_expf@plt>", calls), "expf was not vectorised through libmvec"
+    got = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+    values = [float.fromhex(v) if "nan" not in v else float("nan") for v in got]
+    want = [0.0, float("inf"), float("nan"), 3.783505853e-44, 0.0, float("inf"), 1.0, 2.718281828] + \
+           [0.0, float("inf"), float("nan"), 2.0 ** -149, 0.0, float("inf"), 1.0, 2.0]
+    torch.testing.assert_close(torch.tensor(values, dtype=torch.float64), torch.tensor(want, dtype=torch.float64),
+                               rtol=1e-6, atol=0, equal_nan=True)
