@@ -1,0 +1,321 @@
+"""Every shipped operator on the cpu target (fp32) against torch, on 2 threads and on 1.
+
+    python bench/cpu.py                                  # every case, 2 then 1 threads (a few minutes)
+    python bench/cpu.py --quick --cases gemm,softmax --threads 1
+    python bench/cpu.py --mapping-dir my_mappings/cpu --json /tmp/mine.json
+
+The machine is shared, so SepTran and torch are timed in interleaved rounds
+(SepTran, torch, SepTran, torch, ...); each round's sample is the mean of enough
+calls to fill --sample-s, and the table shows the median of the rounds with their
+min-max (the JSON also has the quartiles and every sample). torch.set_num_threads(n)
+is called before each block of rounds. Every kernel is compiled (specialize + build:
+compile_s) and checked against torch with torch.allclose before it is timed; a wrong
+or failing case is reported and not timed, and the exit status is then 1.
+Ratio = SepTran throughput / torch throughput (> 1: SepTran is faster).
+Call overhead: a 16x16x16 GEMM called --calls times through SepTran, through
+TileLang's JITKernel, TileLang's cython wrapper with validation skipped, and the
+compiled library's `call` through ctypes with raw pointers (the floor), and torch.matmul.
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import importlib.util
+import json
+import logging
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from interleave import Others, interleaved, stats, wait_idle  # noqa: E402
+OPS = ("gemm", "bmm", "gemm_epilogue", "softmax", "layernorm", "rmsnorm", "attention", "overhead")
+
+
+def _example(op: str):
+    """examples/<op>/<op>.py by path (bench/attention.py would shadow `import attention`)."""
+    spec = importlib.util.spec_from_file_location(f"septran_example_{op}", REPO / "examples" / op / f"{op}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cases(small: bool) -> list[dict]:
+    """Each case: its inputs' shapes (tensors are made when the case runs; `first` adjusts the first input), the
+    logic, the baselines (the first is the reference for the check), the work per call and its unit, the tolerance."""
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(0)
+    out = []
+
+    def add(op, label, shape, logic, shapes, baselines, work, unit, atol=1e-4, scalars=None, first=lambda x: x):
+        def inputs():
+            made = [torch.randn(*s, generator=gen) for s in shapes]
+            return [first(made[0])] + made[1:]
+        out.append(dict(op=op, label=label, shape=shape, logic=logic, inputs=inputs, baselines=baselines, work=work,
+                        unit=unit, atol=atol, scalars=scalars or {}))
+
+    for n in ((64, 100, 128) if small else (512, 1000, 1024)):
+        add("gemm", "gemm", f"{n}^3", "gemm", [(n, n)] * 2, {"matmul": torch.matmul}, 2.0 * n ** 3, "GFLOP/s", atol=1e-3)
+    b, n = (2, 64) if small else (8, 512)
+    add("bmm", "bmm", f"{b}x{n}x{n}x{n}", "bmm", [(b, n, n)] * 2, {"bmm": torch.bmm}, 2.0 * b * n ** 3, "GFLOP/s", atol=1e-3)
+    n = 128 if small else 1024
+    add("gemm_epilogue", "gemm+bias+gelu", f"{n}^3", ("gemm_epilogue", ("gelu", False, False)), [(n, n), (n, n), (n,)],
+        {"gelu(matmul+bias)": lambda a, w, bias: F.gelu(torch.matmul(a, w) + bias),
+         "matmul": lambda a, w, bias: torch.matmul(a, w)},
+        2.0 * n ** 3, "GFLOP/s", atol=1e-3)
+    for r, c in (((256, 1024), (64, 4097)) if small else ((4096, 1024), (512, 4097))):
+        add("softmax", "softmax", f"{r}x{c}", ("softmax", (False,)), [(r, c)], {"softmax": lambda x: torch.softmax(x, -1)},
+            2.0 * r * c * 4, "GB/s", first=lambda x: 3 * x)
+        add("layernorm", "layernorm", f"{r}x{c}", "layernorm", [(r, c), (c,), (c,)],
+            {"layer_norm": lambda x, w, bias: F.layer_norm(x, x.shape[-1:], w, bias, 1e-5)}, (2.0 * r * c + 2 * c) * 4,
+            "GB/s", scalars={"eps": 1e-5}, first=lambda x: x + 1)
+        add("rmsnorm", "rmsnorm", f"{r}x{c}", "rmsnorm", [(r, c), (c,)],
+            {"rms_norm": lambda x, w: F.rms_norm(x, x.shape[-1:], w, 1e-6)}, (2.0 * r * c + c) * 4, "GB/s", scalars={"eps": 1e-6})
+    bt, h, sq, d = (1, 2, 128, 64) if small else (1, 8, 512, 64)
+    for causal in (False, True):  # Sq == Sk: SepTran's bottom-right causal mask is torch's is_causal
+        add("attention", "attention" + (" causal" if causal else ""), f"{bt}x{h}x{sq}x{sq}x{d}", ("attention", (causal,)),
+            [(bt, h, sq, d)] * 3,
+            {"sdpa": lambda q, k, v, causal=causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)},
+            4.0 * bt * h * sq * sq * d * (0.5 if causal else 1.0), "GFLOP/s")
+    return out
+
+
+def compile_op(logic, mapping_dir: Path):
+    import septran
+
+    op, build = (logic, None) if isinstance(logic, str) else logic
+    mapping = mapping_dir / f"{op}.yaml"
+    if build is None:
+        return septran.compile(logic_file=REPO / "examples" / op / f"{op}.py", mapping_file=mapping)
+    return septran.compile(getattr(_example(op), op)(*build), mapping_file=mapping)
+
+
+def run_case(case: dict, threads: list[int], mapping_dir: Path, rounds: int, sample_s: float, idle_s: float) -> list[dict]:
+    import torch
+
+    inputs, scalars = case["inputs"](), case["scalars"]
+    kernel = compile_op(case["logic"], mapping_dir)
+    start = time.perf_counter()
+    kernel.specialize(**{a.name: t for a, t in zip(kernel.inputs, inputs)}, **scalars).build()
+    compile_s = time.perf_counter() - start
+    base = dict(op=case["op"], label=case["label"], shape=case["shape"], unit=case["unit"], work=case["work"],
+                inputs=[list(t.shape) for t in inputs], compile_s=compile_s, mapping=str(kernel.mapping.file))
+    rows = []
+    for n in threads:
+        torch.set_num_threads(n)
+        row = dict(base, threads=n)
+        rows.append(row)
+        out = kernel(*inputs, **scalars)  # checked at each thread count: a race would show at 2 only
+        row["tuning"] = kernel.tuning
+        ref = next(iter(case["baselines"].values()))(*inputs)
+        row["max_abs_err"] = (out - ref).abs().max().item()
+        if not torch.allclose(out, ref, rtol=1e-4, atol=case["atol"]):
+            row["error"] = f"WRONG: max |septran - torch| = {row['max_abs_err']:.3g} (rtol 1e-4, atol {case['atol']:g})"
+            continue
+        fns = {"septran": lambda: kernel(*inputs, **scalars)}
+        fns.update({name: (lambda f=f: f(*inputs)) for name, f in case["baselines"].items()})
+        row["waited_s"] = wait_idle(idle_s)
+        others = Others()
+        samples, row["reps"] = interleaved(fns, rounds, sample_s)
+        row["others_cores"], row["stall_share"] = others.cores(), others.stalls()
+        row["septran"] = stats(samples.pop("septran"))
+        row["torch"] = {name: stats(s) for name, s in samples.items()}
+        rate = lambda ms: case["work"] / (ms * 1e-3) / 1e9  # noqa: E731
+        row["septran_rate"] = rate(row["septran"]["median"])
+        row["torch_rate"] = {name: rate(s["median"]) for name, s in row["torch"].items()}
+        row["ratio"] = {name: row["septran_rate"] / r for name, r in row["torch_rate"].items()}
+    return rows
+
+
+def overhead(threads: list[int], mapping_dir: Path, calls: int, idle_s: float) -> list[dict]:
+    """A 16x16x16 GEMM: SepTran's call, TileLang's, and the compiled function through ctypes (the floor)."""
+    import torch
+
+    kernel = compile_op("gemm", mapping_dir)
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    c = kernel(a, b)
+    jit = kernel._last.build()  # TileLang's JITKernel of the variant that just ran
+    args = [a, b, c]  # the program's parameters: the inputs, then the outputs (as Kernel.__call__ passes them)
+    fns = {"septran": lambda: kernel(a, b), "tilelang": lambda: jit(*args)}
+    adapter = getattr(jit, "adapter", None)
+    wrapper = getattr(adapter, "cython_wrapper", None)
+    if wrapper is not None:
+        fns["tilelang_unchecked"] = lambda: wrapper.forward(args, stream=-1, skip_tensor_validation=True)
+    lib_call = getattr(getattr(adapter, "lib", None), "call", None)
+    if lib_call is not None:  # as the adapter's _forward_from_prebuild_lib: data pointers, then the stream
+        ptrs = [ctypes.c_void_p(t.data_ptr()) for t in args] + [ctypes.c_void_p(0)]
+        c.zero_()
+        lib_call(*ptrs)
+        assert torch.allclose(c, a @ b, rtol=1e-4, atol=1e-4), "the raw ctypes call did not compute the GEMM"
+        fns["ctypes_floor"] = lambda: lib_call(*ptrs)
+    fns["torch_matmul"] = lambda: torch.matmul(a, b)
+    rows = []
+    for n in threads:
+        torch.set_num_threads(n)
+        for fn in fns.values():
+            fn()
+        waited, others = wait_idle(idle_s), Others()
+        samples, _ = interleaved(fns, 10, 0, reps={k: -(-calls // 10) for k in fns})  # 10 rounds of calls / 10
+        us = {k: stats(s, 1e6) for k, s in samples.items()}
+        mean = {k: statistics.fmean(s["samples"]) for k, s in us.items()}  # the mean over all the calls
+        floor = "ctypes_floor" if "ctypes_floor" in mean else "tilelang"
+        rows.append({"op": "overhead", "label": "call overhead", "shape": "16^3", "threads": n, "waited_s": waited,
+                     "others_cores": others.cores(), "stall_share": others.stalls(), "calls": -(-calls // 10) * 10, "us": us, "mean_us": mean,
+                     "floor": floor, "septran_overhead_us": mean["septran"] - mean[floor],
+                     "septran_overhead_us_median": us["septran"]["median"] - us[floor]["median"]})
+    return rows
+
+
+def machine() -> dict:
+    import tilelang
+    import torch
+
+    import septran
+
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    field = lambda key: next((ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines() if ln.startswith(key)), None)  # noqa: E731
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return {"cpu_model": field("model name") or platform.processor(), "cpu_family": field("cpu family"),
+            "cpu_model_number": field("model"), "avx512f": " avx512f" in (field("flags") or ""),
+            "cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)), "torch": torch.__version__,
+            "tilelang": tilelang.__version__, "septran": septran.__version__, "python": platform.python_version(),
+            "commit": commit or None, "loadavg_start": os.getloadavg()}
+
+
+def fmt(s: dict | None) -> str:
+    return f"{s['median']:9.3f} ({s['min']:.3f}-{s['max']:.3f})" if s else f"{'-':>9}"
+
+
+def busy(r: dict) -> str:
+    """Cores other processes used during the block; `!` where tasks stalled on memory over 1 % of the time."""
+    mark = "!" if r.get("stall_share", {}).get("memory", 0) > 0.01 else " "
+    return f"{r['others_cores']:5.2f}{mark}" if r.get("others_cores") is not None else f"{'-':>5} "
+
+
+def print_rows(rows: list[dict]) -> None:
+    head = f"{'operator':16} {'shape':15} {'thr':>3} {'SepTran ms (min-max)':>28} {'torch op':>18} {'torch ms (min-max)':>28} " \
+           f"{'SepTran':>8} {'torch':>8} {'unit':8} {'ratio':>6} {'other':>5}"
+    print(head + "\n" + "-" * len(head))
+    for r in rows:
+        if "error" in r:
+            print(f"{r['label']:16} {r['shape']:15} {r['threads']:>3} {r['error']}")
+        elif r["op"] == "overhead":
+            print(f"{r['label']:16} {r['shape']:15} {r['threads']:>3} mean us/call over {r['calls']} calls: "
+                  + "  ".join(f"{k} {v:.2f}" for k, v in r["mean_us"].items())
+                  + f"  -> SepTran - {r['floor']} = {r['septran_overhead_us']:.2f} us  (other {busy(r).strip()})")
+        else:
+            for i, (name, t) in enumerate(r["torch"].items()):
+                sep = fmt(r["septran"]) if i == 0 else f"{'(same)':>9}"
+                print(f"{r['label']:16} {r['shape']:15} {r['threads']:>3} {sep:>28} {name:>18} {fmt(t):>28} "
+                      f"{r['septran_rate']:8.2f} {r['torch_rate'][name]:8.2f} {r['unit']:8} {r['ratio'][name]:6.3f} {busy(r)}")
+
+
+def speedups(rows: list[dict]) -> list[dict]:
+    """Per case: median at the fewest threads / median at the most, for SepTran and each torch baseline."""
+    out, by = [], {}
+    for r in rows:
+        if r["op"] != "overhead" and "error" not in r:
+            by.setdefault((r["label"], r["shape"]), {})[r["threads"]] = r
+    for (label, shape), per in by.items():
+        if len(per) < 2:
+            continue
+        lo, hi = per[min(per)], per[max(per)]
+        out.append({"label": label, "shape": shape, "from_threads": lo["threads"], "to_threads": hi["threads"],
+                    "septran": lo["septran"]["median"] / hi["septran"]["median"],
+                    "torch": {k: lo["torch"][k]["median"] / hi["torch"][k]["median"] for k in lo["torch"]}})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="3 rounds of short samples, 1,000 overhead calls (the smoke test)")
+    ap.add_argument("--sizes", choices=("full", "small"), default="full", help="small: every shape cut down (tests)")
+    ap.add_argument("--cases", default=",".join(OPS), help=f"comma-separated, of: {','.join(OPS)}")
+    ap.add_argument("--threads", default="2,1", help="torch.set_num_threads values, each a block of rounds")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 9, --quick 3)")
+    ap.add_argument("--sample-s", type=float, default=None, help="seconds per sample (default 0.2, --quick 0.02)")
+    ap.add_argument("--calls", type=int, default=None, help="overhead GEMM calls (default 10,000, --quick 1,000)")
+    ap.add_argument("--mapping-dir", type=Path, default=REPO / "mappings" / "cpu")
+    ap.add_argument("--cold-compile", action="store_true", help="empty TileLang and SepTran caches (a temporary folder): "
+                    "compile_s is a full build, and no tuning database is read")
+    ap.add_argument("--wait-idle", type=float, default=0.0, metavar="S", help="before each block of rounds, wait up to S "
+                    "seconds for other work to drop below 0.3 cores (a shared machine); each row records what other work used")
+    ap.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "cpu.json")
+    args = ap.parse_args(argv)
+    wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
+    if unknown := sorted(set(wanted) - set(OPS)):
+        ap.error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(OPS)}")
+    threads = [int(t) for t in args.threads.split(",")]
+    if min(threads) < 1 or (args.rounds is not None and args.rounds < 1):
+        ap.error("--threads and --rounds take positive numbers")
+    mapping_dir = args.mapping_dir.resolve()
+    rounds = args.rounds or (3 if args.quick else 9)
+    sample_s = args.sample_s or (0.02 if args.quick else 0.2)
+    calls = args.calls or (1_000 if args.quick else 10_000)
+    if args.cold_compile:  # before TileLang is imported: it reads its cache folder then
+        tmp = tempfile.mkdtemp(prefix="septran-bench-cpu-")
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+        os.environ.update(TILELANG_CACHE_DIR=f"{tmp}/tilelang", SEPTRAN_CACHE_DIR=f"{tmp}/septran")
+    import tilelang  # noqa: F401  (imported now so that its logger's level below sticks)
+    import torch
+
+    logging.basicConfig(level=logging.ERROR)
+    for name in ("tilelang", "TileLang", "septran"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    info = machine()
+    print(f"cpu: {info['cpu_model']} ({info['usable_cores']} of {info['cores']} cores, avx512f {info['avx512f']}), "
+          f"torch {info['torch']}, tilelang {info['tilelang']}, mappings {mapping_dir}, {rounds} rounds")
+    start, rows = time.perf_counter(), []
+    for case in [c for c in cases(args.sizes == "small") if c["op"] in wanted] + ([None] if "overhead" in wanted else []):
+        try:  # a case that cannot compile or run is reported; the others still run
+            new = overhead(threads, mapping_dir, calls, args.wait_idle) if case is None else \
+                run_case(case, threads, mapping_dir, rounds, sample_s, args.wait_idle)
+        except Exception as err:
+            case = case or {"op": "overhead", "label": "call overhead", "shape": "16^3"}
+            new = [dict(op=case["op"], label=case["label"], shape=case["shape"], threads=n,
+                        error=f"FAILED: {type(err).__name__}: {str(err).splitlines()[0][:200]}") for n in threads]
+        rows += new
+        for r in new:
+            if "error" in r or r["op"] == "overhead":
+                continue
+            print(f"  {r['label']} {r['shape']} threads {r['threads']}: compile {r['compile_s']:.2f} s, septran "
+                  f"{r['septran']['median']:.3f} ms, ratio " + ", ".join(f"{k} {v:.3f}" for k, v in r["ratio"].items())
+                  + f"; other work {busy(r).strip()} cores; point: {r['tuning']['source']}", flush=True)
+    elapsed = time.perf_counter() - start
+    torch.set_num_threads(max(threads))
+    print(f"\nfp32; ms: median of {rounds} interleaved rounds (min-max); ratio = SepTran / torch throughput; "
+          "other: cores other processes used meanwhile (!: memory stalls)\n")
+    print_rows(rows)
+    ups = speedups(rows)
+    if ups:
+        print(f"\nspeed-up from {ups[0]['from_threads']} to {ups[0]['to_threads']} threads (median / median)")
+        for u in ups:
+            print(f"  {u['label']:16} {u['shape']:15} SepTran {u['septran']:5.2f}x   torch "
+                  + "  ".join(f"{k} {v:.2f}x" for k, v in u["torch"].items()))
+    compiled = {f"{r['label']} {r['shape']}": r["compile_s"] for r in rows if "compile_s" in r}
+    print("\ncompile (specialize + build), s: " + ", ".join(f"{k} {v:.2f}" for k, v in compiled.items()))
+    print(f"compile {sum(compiled.values()):.1f} s in all; the whole run {elapsed:.1f} s")
+    info["loadavg_end"] = os.getloadavg()
+    report = {"machine": info, "settings": {"rounds": rounds, "sample_s": sample_s, "calls": calls, "threads": threads,
+                                            "sizes": args.sizes, "quick": args.quick, "cases": wanted,
+                                            "mapping_dir": str(mapping_dir), "cold_compile": args.cold_compile},
+              "rows": rows, "speedups": ups, "seconds": elapsed}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.json}")
+    return 1 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
