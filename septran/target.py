@@ -6,165 +6,17 @@ under ``septran/`` asks for a target by name.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, Optional, Union
+from typing import Mapping, Optional
 
 from septran import resources
 from septran.errors import MappingError, SepTranError, SourceLoc
 from septran.mapping.yaml_source import Located, LocatedDict, load_located
 from septran.names import name_problem
-
-
-class TargetError(SepTranError):
-    """A target folder is malformed."""
-
-    stage = "target"
-
-
-VENDOR_OPS = ("load", "store", "fill_zero", "sync", "declare", "release")
-
-
-@dataclass(frozen=True)
-class MemorySpace:
-    name: str
-    alloc: Optional[str]  # TileLang allocation function; None: tensors passed to the kernel
-    suffix: str  # buffer names read like hand-written TileLang: A_shared, C_local
-    capacity_bytes: Optional[int]  # per program instance
-    per_stage: bool  # each pipeline stage holds its own copy
-    # A memory TileLang does not know (a DSA's scratchpad): SepTran places each
-    # buffer at a byte offset and moves data with the vendor calls in ``ops``.
-    placed: bool = False
-    align_bytes: int = 64
-    ops: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # load, store, fill_zero, sync, declare, release
-
-    @property
-    def is_global(self) -> bool:
-        return self.alloc is None and not self.placed
-
-
-@dataclass(frozen=True)
-class VendorLibrary:
-    """A third-party shared library a vendor library links against, shipped inside a Python distribution.
-
-    Located with ``importlib.util.find_spec`` (the package is never imported: data, not code).
-    """
-
-    package: str  # top-level import name of the package that holds the file (scipy_openblas32)
-    file: str  # the library, relative to the package's folder (lib/libscipy_openblas.so)
-    dist: str  # the distribution to install when the package is missing (scipy-openblas32)
-
-
-@dataclass(frozen=True)
-class Vendor:
-    """A vendor's C library: built once, linked into every kernel, asked for errors after each call."""
-
-    sources: tuple[Path, ...]
-    cflags: tuple[str, ...]  # after the default gcc -std=c11 -O2 -fPIC: may add flags or override them (-O3)
-    take_error: Optional[str]  # int32_t f(char* buf, int32_t len): the first error since the last call, 0 if none
-    reset: Optional[str]  # void f(void): a fresh device state
-    set_debug: Optional[str]  # void f(int32_t on)
-    debug_violations: Optional[str]  # int32_t f(void): debug reports since the last call
-    libraries: tuple[VendorLibrary, ...] = ()
-    include: tuple[Path, ...] = ()  # headers force-included (-include) into every kernel of the target
-
-
-@dataclass(frozen=True)
-class Proc:
-    name: str
-    memories: tuple[str, ...]
-    grid: bool  # a parallel range of this proc becomes the kernel grid
-    # How the grid's programs may be spread over the machine's threads (OpenMP schedules, for targets
-    # SepTran builds from C): the first is the default. Empty: the grid's programs run as the target runs them.
-    schedules: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class LeafImpl:
-    """A target's implementation of a primitive: what it computes and the TileLang it emits."""
-
-    name: str
-    implements: tuple[str, ...]  # primitive names or kinds of primitives ("gemm", "elementwise", "reduce")
-    meaning: str
-    mems: Mapping[str, tuple[str, ...]]  # primitive parameter ("*": every one) -> memory spaces it accepts
-    tile_multiple: Mapping[str, int]  # dimension letter of the primitive -> tile extents must be multiples
-    templates: Mapping[str, str]  # what it implements -> TileLang, with {C}, {A}, ... for the arguments
-    loc: SourceLoc
-    flags: tuple[str, ...] = ()  # primitive flags it can honour (transpose_A, ...), rendered at {flags}
-    accum_dtypes: tuple[str, ...] = ()  # the accumulator types it takes (empty: any the target has)
-    # memory -> the element types an operand it reads may have there (fp32 fragments cannot feed a tensor-core gemm)
-    dtypes_in: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
-
-    def runs(self, prim) -> bool:
-        return prim.name in self.implements or prim.kind in self.implements
-
-    def template(self, prim) -> str:
-        return self.templates.get(prim.name) or self.templates[prim.kind]
-
-    def accepts(self, param: str) -> tuple[str, ...]:
-        return self.mems.get(param) or self.mems.get("*") or ()
-
-
-@dataclass(frozen=True)
-class Perf:
-    """Speeds and limits of the hardware, for the cost model (``perf:`` in target.yaml).
-
-    Rates are of the whole device; the cost model divides by ``units``. See
-    backends/README.md for each key and the target files for their sources.
-    """
-
-    units: int  # parallel units the grid spreads over (SMs, CUs, cores that run programs)
-    peak_flops: Mapping[str, float]  # FLOP/s of gemm leaves, by operand dtype (the matrix unit's rate)
-    vector_flops: float  # FLOP/s of elementwise code and reductions (evaluated in float32)
-    bandwidth_bytes: float  # bytes/s between global memory and on-chip memory
-    launch_seconds: float  # fixed cost of one call
-    loc: SourceLoc
-    overlap: bool = True  # copies overlap compute (async copies, many programs per unit); false: times add
-    shared_space: Optional[str] = None  # the memory whose per-unit capacity limits resident programs
-    shared_bytes_per_unit: Optional[int] = None
-    shared_reserved_bytes: int = 0  # taken per resident program besides its buffers (CUDA: 1 KiB)
-    threads_per_unit: Optional[int] = None
-    programs_per_unit: Optional[int] = None  # the most programs a unit holds at once
-    registers_per_unit: Optional[int] = None  # 32-bit registers (for register counts read from nvcc later)
-
-
-@dataclass(frozen=True)
-class Target:
-    name: str
-    folder: Path
-    loc: SourceLoc
-    description: str
-    tilelang_target: Union[str, Mapping[str, Any]]
-    language: str  # the TileLang dialect module the generated program imports
-    execution_backend: str
-    compile_flags: tuple[str, ...]
-    pass_configs: Mapping[str, Any]
-    torch_device: str
-    detect: Mapping[str, Any]
-    device_source_ext: str
-    dtypes: tuple[str, ...]
-    max_threads: Optional[int]  # None: the target has no thread count to choose
-    thread_multiple: int
-    procs: Mapping[str, Proc]
-    memories: Mapping[str, MemorySpace]
-    leaves: Mapping[str, LeafImpl]
-    dtype_codes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # how vendor calls name dtypes
-    # The most pipeline stages TileLang can give a loop whose trip count is not a constant (None: no limit).
-    dynamic_pipeline_stages: Optional[int] = None
-    vendor: Optional[Vendor] = None
-    # "tilelang": TileLang builds and calls the kernel; "c": TileLang lowers it to C and SepTran builds it
-    # (runtime/c_build.py: the grid's programs on every core, a call without TileLang's adapter).
-    builder: str = "tilelang"
-    copy_options: tuple[str, ...] = ()  # the T.copy keywords a mapping's `copy:` may pass (besides `via`)
-    perf: Optional[Perf] = None  # speeds for the cost model (septran.tuning.cost); None: not given
-
-    @property
-    def has_threads(self) -> bool:
-        return self.max_threads is not None
-
-    def memory(self, name: str) -> MemorySpace:
-        return self.memories[name]
+from septran.target_types import (  # noqa: F401  (the types, re-exported: septran.target is where they are used from)
+    TargetError, MemorySpace, VendorLibrary, Vendor, Proc, LeafImpl, Perf, Target, VENDOR_OPS,
+)
 
 
 def _plain(val: Located):

@@ -80,7 +80,7 @@ def test_cpu_big_tiles_move_fewer_bytes_and_are_estimated_faster(tmp_path):
     """512^3: 32x32x32 tiles re-read A and B once per 32-wide tile of C, 128x128x16 once per 128-wide one:
     about 4x the bytes, at the same FLOPs. On the cpu the copies do not overlap compute, so they add."""
     def est(bm, bn, bk):
-        path = edited_mapping(tmp_path, "cpu", "gemm", ("{BM: 32, BN: 32, BK: 32}", f"{{BM: {bm}, BN: {bn}, BK: {bk}}}"))
+        path = edited_mapping(tmp_path, "cpu", "gemm", ("{BM: 128, BN: 128, BK: 512}", f"{{BM: {bm}, BN: {bn}, BK: {bk}}}"))
         return estimate_of(gemm_program("cpu", 512, 512, 512, mapping=path), "cpu")
 
     small, big = est(32, 32, 32), est(128, 128, 16)

@@ -54,7 +54,7 @@ def test_temp_in_global_memory_is_refused(tmp_path):
 
 
 def test_binding_must_implement_every_primitive_of_the_leaf(tmp_path):
-    path, lines = _softmax_mapping(tmp_path, "softmax_stats: tile_loops", "softmax_stats: gemm_leaf_cpu")
+    path, lines = _softmax_mapping(tmp_path, "softmax_stats: vector_loops", "softmax_stats: gemm_leaf_cpu")
     with pytest.raises(septran.MappingError) as info:
         septran.compile(logic_file=SOFTMAX, mapping_file=path)
     text = str(info.value)
@@ -85,7 +85,7 @@ def test_global_size_past_the_rank_is_refused(tmp_path):
             task.launch(rows, Yp[i, 0], Xp[i, 0])
 
     path = edited_mapping(tmp_path, "cpu", "softmax", ("softmax_rows", "rows"), SOFTMAX_WITHOUT_TEMPS,
-                          ("{softmax_start: tile_loops, softmax_stats: tile_loops, softmax_write: tile_loops}", "{far: tile_loops}"))
+                          ("{softmax_start: vector_loops, softmax_stats: vector_loops, softmax_write: vector_loops}", "{far: vector_loops}"))
     kernel = septran.compile(softmax_logic, mapping_file=path)
     with pytest.raises(septran.LoweringError, match=r"global_size\(X, 5\): the tile has 2 dimensions"):
         kernel.specialize(X=((4, 300), "float32"))

@@ -13,7 +13,7 @@ from septran.mapping import load_mapping
 from conftest import GEMM_LOGIC, first_point_text, mapping_path
 
 BASE = first_point_text("cpu").encode()
-TUNABLE_LINE = BASE.decode().splitlines().index("    tunables: {BM: 32, BN: 32, BK: 32}") + 1
+TUNABLE_LINE = BASE.decode().splitlines().index("    tunables: {BM: 128, BN: 128, BK: 512}") + 1
 
 
 def load(tmp_path, data: bytes):

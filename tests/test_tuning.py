@@ -26,7 +26,7 @@ def db(tmp_path, monkeypatch):
 
 
 def _space(tmp_path, tunables="{BM: !tune [16, 32], BN: !tune [16, 32], BK: 16}", **kw):
-    path = edited_mapping(tmp_path, "cpu", "gemm", ("{BM: 32, BN: 32, BK: 32}", tunables))
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("{BM: 128, BN: 128, BK: 512}", tunables))
     return septran.compile(logic_file=GEMM_LOGIC, mapping_file=path, **kw), path
 
 
@@ -83,7 +83,8 @@ def test_a_wrong_candidate_is_recorded_and_never_chosen(tmp_path, db, monkeypatc
     real = resources.target_folders
     monkeypatch.setattr(resources, "target_folders", lambda: {**real(), "cpu_wrong": folder})
     path = edited_mapping(tmp_path, "cpu", "gemm", ("target: cpu", "target: cpu_wrong"),
-                          ("{gemm_leaf_logic: gemm_leaf_cpu}", "{gemm_leaf_logic: !tune [gemm_leaf_cpu, gemm_leaf_wrong]}"))
+                          ("{C: LOCAL, A: GLOBAL, B: GLOBAL}", "{C: LOCAL, A: LOCAL, B: LOCAL}"),
+                          ("{gemm_leaf_logic: gemm_leaf_blas}", "{gemm_leaf_logic: !tune [gemm_leaf_cpu, gemm_leaf_wrong]}"))
     kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
     result = septran.tune(kernel, SHAPES, db=db, jobs=1, progress=False)
     assert result.wrong == 1 and result.best == {"task_mappings.gemm_block_cpu.leaf_task_bindings.gemm_leaf_logic": "gemm_leaf_cpu"}

@@ -6,9 +6,11 @@ it is exactly what gets compiled.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 from septran.resources import display_name
-from septran.expr import BinOp, Const, Expr, Var
+from septran.expr import BinOp, Const, Expr, Var, simplify
 from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 
@@ -57,6 +59,16 @@ def region(r: ir.Region, other: ir.Region | None = None) -> str:
     return _slices(r)
 
 
+@dataclass(frozen=True)
+class _Program:
+    """What printing a statement needs to know of the program around it."""
+
+    placed: dict  # buffer -> its placed Buffer (a DSA's memory)
+    dtypes: dict  # buffer -> its element type
+    shapes: dict  # tensor or allocated buffer -> its shape
+    bits: int  # the width of integer arguments of vendor calls
+
+
 class _Operand:
     """One argument of a vendor call or leaf template: ``{A}`` and its attributes ``{A.ptr}``, ``{A.rows}``...
 
@@ -64,9 +76,10 @@ class _Operand:
     or handle, for a memory TileLang does not know), or a region of a tensor.
     """
 
-    def __init__(self, r: ir.Region, placed: dict):
-        self._r = r
-        self._placed = placed.get(r.of)
+    def __init__(self, r: ir.Region, prog: _Program):
+        self._r, self._bits = r, prog.bits
+        self._placed = prog.placed.get(r.of)
+        self._shape = prog.shapes.get(r.of)
 
     def __str__(self) -> str:
         if self._placed is not None:
@@ -78,7 +91,17 @@ class _Operand:
 
     @property
     def ptr(self) -> str:
-        return f"T.address_of({_start(self._r)})"
+        """The region's first element as a pointer: ``access_ptr`` with the row-major offset. (TileLang 0.1.15's C
+        target fails to lower some ``T.address_of(A[...])`` whose flattened index is a multiple of 32768.)"""
+        if self._shape is None:
+            return f"T.address_of({_start(self._r)})"
+        offset, stride = Const(0), Const(1)
+        for off, extent in reversed(list(zip(self._r.offsets, self._shape))):
+            offset, stride = offset + off * stride, stride * extent
+        offset = simplify(offset)
+        where = "" if offset == Const(0) else f", offset={expr(offset)}"
+        return f'{self._r.of.name}.access_ptr("rw"{where})'
+
 
     @property
     def addr(self) -> str:
@@ -86,36 +109,54 @@ class _Operand:
 
     @property
     def rows(self) -> str:
-        return expr(self._r.extents[-2]) if len(self._r.extents) > 1 else "1"
+        return _int(self._r.extents[-2] if len(self._r.extents) > 1 else Const(1), self._bits)
 
     @property
     def shape(self) -> str:
-        """The extents, comma-separated: a loop over every element (``T.Parallel({out.shape})``)."""
-        return ", ".join(expr(e) for e in self._r.extents)
+        """The extents, comma-separated: a loop over every element (``T.Parallel({out.shape})``). A tile written in
+        place in global memory that overhangs its tensor loops over its in-bounds part only."""
+        return ", ".join(expr(e) for e in (self._r.valid or self._r.extents))
 
     @property
     def cols(self) -> str:
-        return expr(self._r.extents[-1])
+        return _int(self._r.extents[-1], self._bits)
 
     @property
     def valid_rows(self) -> str:
-        return expr(self._r.valid[-2]) if len(self._r.valid) > 1 else "1"
+        return _int(self._r.valid[-2] if len(self._r.valid) > 1 else Const(1), self._bits)
 
     @property
     def valid_cols(self) -> str:
-        return expr(self._r.valid[-1])
+        return _int(self._r.valid[-1], self._bits)
 
     @property
     def ld(self) -> str:
-        return expr(self._r.row_stride)
+        return _int(self._r.row_stride, self._bits)
 
     @property
     def dtype(self) -> str:
         return str(self._r.dtype_code)
 
+    @property
+    def type(self) -> str:
+        """The element type in a vendor function's name (``septran_cpu_load_{dst.type}_{src.type}``): TileLang
+        declares an extern from the arguments of each call, so one name must always take one pointer type."""
+        return _TYPE_NAMES.get(self._r.dtype, self._r.dtype)
 
-def _template(template: str, args, placed: dict, flags=(), **fields) -> str:
-    operands = {name: _Operand(r, placed) for name, r in args}
+
+_TYPE_NAMES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}
+
+
+def _int(e: Expr, bits: int) -> str:
+    """An integer argument of a vendor call, of one type at every call: TileLang declares the extern from each
+    call's argument types. With 64-bit indices TileLang widens every index expression, so every one is int64."""
+    if bits == 32:
+        return expr(e)
+    return f"T.int64({e.value})" if isinstance(e, Const) else f'T.Cast("int64", {expr(e)})'
+
+
+def _template(template: str, args, prog: _Program, flags=(), **fields) -> str:
+    operands = {name: _Operand(r, prog) for name, r in args}
     if args:
         operands.setdefault("out", operands[args[0][0]])  # elementwise loops run over the updated operand
     # {flags}: the flags that are on, as TileLang's keywords; {transpose_A} and the like: each one as 0 or 1,
@@ -182,7 +223,8 @@ class _Writer:
         self.lines.append(INDENT * depth + text if text else "")
 
 
-def _stmt(w: _Writer, s, depth: int, placed: dict, dtypes: dict) -> None:
+def _stmt(w: _Writer, s, depth: int, prog: _Program) -> None:
+    placed, dtypes = prog.placed, prog.dtypes
     if isinstance(s, ir.Fill):
         if s.value == 0:
             w.line(depth, f"T.clear({s.dst.name})")
@@ -200,11 +242,11 @@ def _stmt(w: _Writer, s, depth: int, placed: dict, dtypes: dict) -> None:
         if s.expr is not None:
             body = f"{_element(s.store, placed)} = {_element(s.expr, placed)}"
             template = template.replace("{body}", body.replace("{", "{{").replace("}", "}}"))
-        text = _template(template, s.args, placed, s.flags, indices=", ".join(s.loop), **dict(s.attrs))
+        text = _template(template, s.args, prog, s.flags, indices=", ".join(s.loop), **dict(s.attrs))
         for line in text.splitlines():
             w.line(depth, line)
     elif isinstance(s, ir.VendorOp):
-        call = _template(s.template, s.args, placed)
+        call = _template(s.template, s.args, prog)
         w.line(depth, f"{s.result.name} = {call}" if s.result is not None else call)
     elif isinstance(s, ir.For):
         if s.kind == "pipelined":
@@ -212,7 +254,7 @@ def _stmt(w: _Writer, s, depth: int, placed: dict, dtypes: dict) -> None:
         else:
             w.line(depth, f"for {s.var.name} in T.serial({expr(s.extent)}):")
         for b in s.body:
-            _stmt(w, b, depth + 1, placed, dtypes)
+            _stmt(w, b, depth + 1, prog)
         if not s.body:
             w.line(depth + 1, "pass")
     else:  # pragma: no cover
@@ -252,7 +294,8 @@ def emit(program: ir.TileProgram, version: str) -> str:
             w.line(2, f"{b.sym.name} = T.{b.alloc}({_shape(b.shape)}, \"{b.dtype}\")")
         elif b.handle:
             w.line(2, f"{b.sym.name} = T.alloc_var(\"int32\")  # the vendor's handle for this tile")
-    dtypes = {b.sym: b.dtype for b in k.buffers}
+    shapes = {p.sym: p.shape for p in program.params} | {b.sym: b.shape for b in k.buffers if b.alloc is not None}
+    prog = _Program(placed, {b.sym: b.dtype for b in k.buffers}, shapes, program.index_bits)
     for s in k.body:
-        _stmt(w, s, 2, placed, dtypes)
+        _stmt(w, s, 2, prog)
     return "\n".join(w.lines) + "\n"

@@ -11,6 +11,8 @@ the tree and decides nothing.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from septran.errors import LoweringError
 from septran.expr import Dim, Expr, GlobalExtent, GlobalStart, Sym, Var, leaves, simplify, substitute
 from septran.frontend import elementwise as el
@@ -48,7 +50,14 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
             raise LoweringError(f"a bound leaf must call {prim.name!r} on its parameters, not on tiles of them", prim.loc)
         view = by_param[arg.name]
         caller_param = s.operands[s.callee.params.index(arg)].param
-        if sig.ranks[k] is not None and len(view.extents) != sig.ranks[k]:
+        if sig.ranks[k] is not None and _batch_of_one(st, view, sig.ranks[k]):
+            # A tile with leading dimensions of one element (a batch of one, in place in global memory): the
+            # primitive reads its last dimensions; the region keeps them all, so addresses stay right.
+            drop = len(view.extents) - sig.ranks[k]
+            checked = dataclasses.replace(view, offsets=view.offsets[drop:], extents=view.extents[drop:])
+        else:
+            checked = view
+        if sig.ranks[k] is not None and len(checked.extents) != sig.ranks[k]:
             raise LoweringError(
                 f"{impl.name} takes {pname} as a {sig.ranks[k]}-D tile, but {s.caller.name} hands it a "
                 f"{len(view.extents)}-D one ({'x'.join(str(st.consts.value(e)) for e in view.extents)})",
@@ -56,14 +65,19 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
                 hint="stage it in on-chip memory (mems) with a tile of 1 on every dimension the primitive does not read",
             )
         if sig.ranks[k] is not None:
-            _check_operand(st, impl, sig, k, pname, view, s.caller, caller_param, s.binding)
-            _check_dtype(st, impl, sig, k, pname, view, s, caller_param)
+            _check_operand(st, impl, sig, k, pname, checked, s.caller, caller_param, s.binding)
+            _check_dtype(st, impl, sig, k, pname, checked, s, caller_param)
         args.append((pname, st.region(view)))
     why = Why(f"{s.callee.name} -> {impl.name}: {sig.meaning}", mapping=s.binding.loc, logic=prim.loc)
     if prim.expr is not None or sig.element is not None:
         return _elementwise(st, prim, args, by_param, scalars, impl, why)
     flags = tuple((f, bool(on)) for f, on in sig.flags.items())
     return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, attrs=tuple(sig.attrs.items()))
+
+
+def _batch_of_one(st, view, rank: int) -> bool:
+    extra = len(view.extents) - rank
+    return extra > 0 and all(st.consts.value(e) == 1 for e in view.extents[:extra])
 
 
 def _check_operand(st, impl, sig, k, pname, view, inst, caller_param, binding) -> None:
@@ -171,20 +185,37 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why):
         return ir.Copy(regions[value.arg.name], out, (), why)
 
     def element(name: str, idx: tuple[str, ...]) -> el.Elt:
-        view, region = by_param[name], regions[name]
-        if st.target.memories[view.space].is_global and tuple(region.valid) != tuple(region.extents):
-            raise LoweringError(f"{name} is read in place from {view.space}, and its tile may overhang the tensor",
-                                prim.loc, hint=f"stage {name} in on-chip memory (mems) so that the overhang is masked")
+        view = by_param[name]
         pad = len(view.offsets) - len(idx)
         index = tuple(simplify(off + Var(Sym(idx[d - pad]))) if d >= pad else off for d, off in enumerate(view.offsets))
         return el.Elt(view.of, index)
+
+    def overhangs(name: str) -> list[int]:
+        """The dimensions along which a tile read in place from global memory may leave its tensor."""
+        view, region = by_param[name], regions[name]
+        if not st.target.memories[view.space].is_global:
+            return []
+        return [d for d, (v, e) in enumerate(zip(region.valid, region.extents)) if v != e]
 
     def loads(e: el.Elem) -> el.Elem:
         if isinstance(e, el.Load):
             got = element(e.arg.name, e.idx)
             dtype = st.dtypes[got.of]
-            return got if dtype == COMPUTE_DTYPE else el.Cast(COMPUTE_DTYPE, got)
+            value = got if dtype == COMPUTE_DTYPE else el.Cast(COMPUTE_DTYPE, got)
+            # Past the tensor's end an in-place tile reads 0, as a staged copy of it holds (the copy pads with
+            # zeros): the same program whichever memory the mapping chooses, and no read out of bounds.
+            shape = st.shapes[got.of]
+            for d in overhangs(e.arg.name):
+                inside = el.Bin("<", el.Size(got.index[d], None), el.Size(shape[d], st.consts.value(shape[d])))
+                value = el.Call("where", (inside, value, el.Num(0.0)))
+            return value
         return e
+
+    out_view = by_param[out_name]
+    if overhangs(out_name) and len(out_view.extents) != len(names):
+        raise LoweringError(f"{out_name} is written in place in {out_view.space} with {len(names)} indices, but its tile has "
+                            f"{len(out_view.extents)} dimensions", prim.loc,
+                            hint=f"stage {out_name} in on-chip memory (mems)")
 
     value = el.map_leaves(value, loads)
     store = element(out_name, names)

@@ -82,7 +82,7 @@ class _Stager:
         ordered = tuple(t for t in params if t.role != "output") + tuple(t for t in params if t.role == "output")
         return ir.TileProgram(self.flat.name, self.target.name, self.target.language, self.consts.consts, ordered, kernel,
                               self.ctx.graph.entry_task.loc.file, self.ctx.mapping.file,
-                              names=frozenset(self.names.used))
+                              names=frozenset(self.names.used), index_bits=self.target.index_bits)
 
     # the tree ----------------------------------------------------------------------
     def _inner(self, s: fl.Invoke, scopes: list[_Scope]) -> None:

@@ -23,7 +23,9 @@ from septran.target import Target
 
 # OpenMP for the grid's pragma and for `declare simd` math; g++ links the OpenMP runtime torch has loaded
 # (libgomp.so.1), so the kernels' threads follow torch.set_num_threads and OMP_NUM_THREADS.
-BUILDER_FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fopenmp")
+# -z defs: a call of a function no library defines (a vendor call for an element type it lacks) fails the
+# build, with the name, instead of the load.
+BUILDER_FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fopenmp", "-Wl,-z,defs")
 
 
 class CKernel:

@@ -36,7 +36,7 @@ def parallel_grid(source: str, function: str, par: ParallelGrid) -> str:
         private.append(m.group(1))
         at += 1
     for k, sym in enumerate(par.syms):
-        loop = rf"^\s*for \(int32_t {sym.name} = 0; {sym.name} < [^;]+; \+\+{sym.name}\) \{{$"
+        loop = rf"^\s*for \(int(32|64)_t {sym.name} = (\(int64_t\))?0; {sym.name} < [^;]+; \+\+{sym.name}\) \{{$"
         if at + k >= len(lines) or not re.match(loop, lines[at + k]):
             return _unchanged(source, function, f"the loop over {sym.name} is not where the grid's loops are printed")
     indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]

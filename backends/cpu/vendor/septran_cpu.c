@@ -202,3 +202,16 @@ int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, i
                     m, n, k, 1.0f, a, lda, b, ldb, 1.0f, C, ldc);
   return 0;
 }
+
+static int32_t min32(int32_t a, int32_t b) { return a < b ? a : b; }
+
+int32_t septran_cpu_gemm_tiles(float* C, void* A, void* B, int32_t dtype, int32_t trans_a, int32_t trans_b,
+                               int32_t c_rows, int32_t c_cols, int32_t a_rows, int32_t a_cols, int32_t b_rows,
+                               int32_t b_cols, int32_t ldc, int32_t lda, int32_t ldb) {
+  /* A tile that overhangs its tensor holds fewer rows or columns than its neighbours: multiply only the
+   * part every operand holds, so that nothing past a tensor's end is read. */
+  int32_t m = min32(c_rows, trans_a ? a_cols : a_rows);
+  int32_t n = min32(c_cols, trans_b ? b_rows : b_cols);
+  int32_t k = min32(trans_a ? a_rows : a_cols, trans_b ? b_cols : b_rows);
+  return septran_cpu_gemm(C, A, B, dtype, m, n, k, ldc, lda, ldb, trans_a, trans_b);
+}

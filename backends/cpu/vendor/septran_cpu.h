@@ -31,6 +31,12 @@ enum { SEPTRAN_CPU_E_ARGS = -1, SEPTRAN_CPU_E_NOMEM = -2 };
 int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, int32_t n, int32_t k,
                          int32_t ldc, int32_t lda, int32_t ldb, int32_t trans_a, int32_t trans_b);
 
+/* The same on tiles that may overhang their tensors: each operand's valid (in-bounds) rows and columns as
+ * stored; the product covers only what every operand holds (m = min(C's rows, op(A)'s rows), ...). */
+int32_t septran_cpu_gemm_tiles(float* C, void* A, void* B, int32_t dtype, int32_t trans_a, int32_t trans_b,
+                               int32_t c_rows, int32_t c_cols, int32_t a_rows, int32_t a_cols, int32_t b_rows,
+                               int32_t b_cols, int32_t ldc, int32_t lda, int32_t ldb);
+
 /* out[i] = op(clear ? identity : out[i], op over j < cols of x[i*ldx + j]), i < rows, float32.
  * Identities: max -inf, min +inf, sum 0. NaN inputs: unspecified (not propagated reliably). */
 int32_t septran_cpu_reduce_max(float* out, float* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);

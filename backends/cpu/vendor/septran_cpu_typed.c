@@ -1,0 +1,60 @@
+/* septran_cpu_typed.c -- the library's calls as the kernels call them.
+ *
+ * TileLang declares an extern from the arguments of each call (float* here, half* there), and C
+ * forbids two declarations of one name with different types: so each function of septran_cpu.h
+ * that takes tiles has one name per element type, e.g. septran_cpu_load_f32_f16 (a float32 tile
+ * loaded from a float16 one); the dtype codes of the generic calls follow from the names. The
+ * target indexes with 64 bits (tl.config_index_bitwidth), so sizes and strides arrive as int64_t
+ * (SepTran's emitter widens every one); flags stay int32_t. Tiles are far below 2^31 elements.
+ */
+#include <stdint.h>
+
+#include "septran_cpu.h"
+
+typedef uint16_t f16; /* IEEE binary16 bits (TileLang's half) */
+typedef float f32;
+typedef int64_t i64;
+
+#define LOAD(D, S, DC, SC)                                                                                      \
+  int32_t septran_cpu_load_##D##_##S(D* dst, S* src, i64 rows, i64 cols, i64 ld_dst,             \
+                                     i64 ld_src, i64 valid_rows, i64 valid_cols) {                \
+    return septran_cpu_load(dst, DC, src, SC, rows, cols, ld_dst, ld_src, valid_rows, valid_cols);            \
+  }                                                                                                           \
+  int32_t septran_cpu_store_##D##_##S(D* dst, S* src, i64 valid_rows, i64 valid_cols, i64 ld_dst, \
+                                      i64 ld_src) {                                                       \
+    return septran_cpu_store(dst, DC, src, SC, valid_rows, valid_cols, ld_dst, ld_src);                       \
+  }
+
+LOAD(f32, f32, SEPTRAN_CPU_F32, SEPTRAN_CPU_F32)
+LOAD(f32, f16, SEPTRAN_CPU_F32, SEPTRAN_CPU_F16)
+LOAD(f16, f32, SEPTRAN_CPU_F16, SEPTRAN_CPU_F32)
+LOAD(f16, f16, SEPTRAN_CPU_F16, SEPTRAN_CPU_F16)
+
+#define FILL(T, C)                                                                       \
+  int32_t septran_cpu_fill_zero_##T(T* dst, i64 rows, i64 cols, i64 ld) {   \
+    return septran_cpu_fill_zero(dst, C, rows, cols, ld);                                \
+  }
+
+FILL(f32, SEPTRAN_CPU_F32)
+FILL(f16, SEPTRAN_CPU_F16)
+
+#define GEMM(T, C)                                                                                                   \
+  int32_t septran_cpu_gemm_##T##_##T(f32* c, T* a, T* b, int32_t trans_a, int32_t trans_b, i64 c_rows,            \
+                                     i64 c_cols, i64 a_rows, i64 a_cols, i64 b_rows, i64 b_cols,  \
+                                     i64 ldc, i64 lda, i64 ldb) {                                         \
+    return septran_cpu_gemm_tiles(c, a, b, C, trans_a, trans_b, c_rows, c_cols, a_rows, a_cols, b_rows, b_cols, ldc, \
+                                  lda, ldb);                                                                          \
+  }
+
+GEMM(f32, SEPTRAN_CPU_F32)
+GEMM(f16, SEPTRAN_CPU_F16)
+
+#define REDUCE(OP)                                                                                     \
+  int32_t septran_cpu_reduce_##OP##_f32(f32* out, f32* x, i64 rows, i64 cols, i64 ldx,    \
+                                        int32_t clear) {                                               \
+    return septran_cpu_reduce_##OP(out, x, rows, cols, ldx, clear);                                    \
+  }
+
+REDUCE(max)
+REDUCE(min)
+REDUCE(sum)
