@@ -7,11 +7,14 @@
 The machine is shared, so SepTran and torch are timed in interleaved rounds
 (SepTran, torch, SepTran, torch, ...); each round's sample is the mean of enough
 calls to fill --sample-s, and the table shows the median of the rounds with their
-min-max (the JSON also has the quartiles and every sample). torch.set_num_threads(n)
-is called before each block of rounds. Every kernel is compiled (specialize + build:
-compile_s) and checked against torch with torch.allclose before it is timed; a wrong
-or failing case is reported and not timed, and the exit status is then 1.
-Ratio = SepTran throughput / torch throughput (> 1: SepTran is faster).
+min-max (the JSON also has the quartiles and every sample). Each case is compiled once
+(specialize + build: compile_s), then runs one block of rounds per --threads value, with
+torch.set_num_threads(n) called before it; SepTran's kernels get the same setting. Each
+block first checks SepTran's output against torch's with torch.allclose: a wrong or
+failing case is reported and not timed, and the exit status is then 1.
+Ratio = SepTran throughput / torch throughput (> 1: SepTran is faster). Column "other":
+the cores other processes used during the block (a row with ~1 is not to be trusted at
+2 threads); --wait-idle S waits up to S seconds for a quiet moment before each block.
 Call overhead: a 16x16x16 GEMM called --calls times through SepTran, through
 TileLang's JITKernel, TileLang's cython wrapper with validation skipped, and the
 compiled library's `call` through ctypes with raw pointers (the floor), and torch.matmul.
@@ -119,8 +122,8 @@ def run_case(case: dict, threads: list[int], mapping_dir: Path, rounds: int, sam
         out = kernel(*inputs, **scalars)  # checked at each thread count: a race would show at 2 only
         row["tuning"] = kernel.tuning
         ref = next(iter(case["baselines"].values()))(*inputs)
-        row["max_abs_err"] = (out - ref).abs().max().item()
-        if not torch.allclose(out, ref, rtol=1e-4, atol=case["atol"]):
+        row["max_abs_err"] = (out - ref).abs().max().item() if out.shape == ref.shape else float("inf")
+        if out.shape != ref.shape or not torch.allclose(out, ref, rtol=1e-4, atol=case["atol"]):
             row["error"] = f"WRONG: max |septran - torch| = {row['max_abs_err']:.3g} (rtol 1e-4, atol {case['atol']:g})"
             continue
         fns = {"septran": lambda: kernel(*inputs, **scalars)}
