@@ -16,8 +16,8 @@ Ratio = SepTran throughput / torch throughput (> 1: SepTran is faster). Column "
 the cores other processes used during the block (a row with ~1 is not to be trusted at
 2 threads); --wait-idle S waits up to S seconds for a quiet moment before each block.
 Call overhead: a 16x16x16 GEMM called --calls times through SepTran, through
-TileLang's JITKernel, TileLang's cython wrapper with validation skipped, and the
-compiled library's `call` through ctypes with raw pointers (the floor), and torch.matmul.
+the built kernel's own call (tensors to addresses), the compiled function through ctypes with
+the addresses computed once (the floor), and torch.matmul.
 """
 from __future__ import annotations
 
@@ -148,20 +148,20 @@ def overhead(threads: list[int], mapping_dir: Path, calls: int, idle_s: float) -
     kernel = compile_op("gemm", mapping_dir)
     a, b = torch.randn(16, 16), torch.randn(16, 16)
     c = kernel(a, b)
-    jit = kernel._last.build()  # TileLang's JITKernel of the variant that just ran
+    built = kernel._last.build()  # the variant that just ran: SepTran's CKernel (a target it builds) or TileLang's
     args = [a, b, c]  # the program's parameters: the inputs, then the outputs (as Kernel.__call__ passes them)
-    fns = {"septran": lambda: kernel(a, b), "tilelang": lambda: jit(*args)}
-    adapter = getattr(jit, "adapter", None)
-    wrapper = getattr(adapter, "cython_wrapper", None)
-    if wrapper is not None:
-        fns["tilelang_unchecked"] = lambda: wrapper.forward(args, stream=-1, skip_tensor_validation=True)
-    lib_call = getattr(getattr(adapter, "lib", None), "call", None)
-    if lib_call is not None:  # as the adapter's _forward_from_prebuild_lib: data pointers, then the stream
-        ptrs = [ctypes.c_void_p(t.data_ptr()) for t in args] + [ctypes.c_void_p(0)]
+    fns = {"septran": lambda: kernel(a, b), "compiled": lambda: built(*args)}
+    if hasattr(built, "function"):  # SepTran's C build: the ctypes function with the addresses computed once
+        ptrs = [args[k].data_ptr() for k in built.order]
         c.zero_()
-        lib_call(*ptrs)
+        built.function(*ptrs)
         assert torch.allclose(c, a @ b, rtol=1e-4, atol=1e-4), "the raw ctypes call did not compute the GEMM"
-        fns["ctypes_floor"] = lambda: lib_call(*ptrs)
+        fns["ctypes_floor"] = lambda: built.function(*ptrs)
+    else:  # TileLang's JITKernel: its adapter's library, as _forward_from_prebuild_lib calls it
+        lib_call = getattr(getattr(getattr(built, "adapter", None), "lib", None), "call", None)
+        if lib_call is not None:
+            ptrs = [ctypes.c_void_p(t.data_ptr()) for t in args] + [ctypes.c_void_p(0)]
+            fns["ctypes_floor"] = lambda: lib_call(*ptrs)
     fns["torch_matmul"] = lambda: torch.matmul(a, b)
     rows = []
     for n in threads:
@@ -172,7 +172,7 @@ def overhead(threads: list[int], mapping_dir: Path, calls: int, idle_s: float) -
         samples, _ = interleaved(fns, 10, 0, reps={k: -(-calls // 10) for k in fns})  # 10 rounds of calls / 10
         us = {k: stats(s, 1e6) for k, s in samples.items()}
         mean = {k: statistics.fmean(s["samples"]) for k, s in us.items()}  # the mean over all the calls
-        floor = "ctypes_floor" if "ctypes_floor" in mean else "tilelang"
+        floor = "ctypes_floor" if "ctypes_floor" in mean else "compiled"
         rows.append({"op": "overhead", "label": "call overhead", "shape": "16^3", "threads": n, "waited_s": waited,
                      "others_cores": others.cores(), "stall_share": others.stalls(), "calls": -(-calls // 10) * 10, "us": us, "mean_us": mean,
                      "floor": floor, "septran_overhead_us": mean["septran"] - mean[floor],

@@ -10,8 +10,8 @@ Q_dim2 = 203  # problem size O.shape[2], Q.shape[2]
 V_dim3 = 64  # problem size O.shape[3], V.shape[3]
 Q_dim3 = 64  # problem size Q.shape[3], K.shape[3]
 K_dim2 = 331  # problem size K.shape[2], V.shape[2]
-BM = 32  # tunable BM = 32 (mappings/cpu/attention.yaml:9)
-BN = 32  # tunable BN = 32 (mappings/cpu/attention.yaml:9)
+BM = 64  # tunable BM = 64 (mappings/cpu/attention.yaml:11)
+BN = 64  # tunable BN = 64 (mappings/cpu/attention.yaml:11)
 
 
 @T.prim_func
@@ -21,6 +21,7 @@ def attention(
     V: T.Tensor((Q_dim0, Q_dim1, K_dim2, V_dim3), "float32"),
     O: T.Tensor((Q_dim0, Q_dim1, Q_dim2, V_dim3), "float32"),
 ):
+    # programs run in parallel over bx, by, bz (schedule static)
     with T.Kernel(T.ceildiv(Q_dim2, BM), Q_dim1, Q_dim0) as (bx, by, bz):
         S = T.alloc_local((BM, BN), "float32")
         P = T.alloc_local((BM, BN), "float32")
@@ -30,35 +31,29 @@ def attention(
         l = T.alloc_local((BM,), "float32")
         rowsum = T.alloc_local((BM,), "float32")
         O_local = T.alloc_local((BM, V_dim3), "float32")
-        Q_local = T.alloc_local((BM, Q_dim3), "float32")
-        K_local = T.alloc_local((BN, Q_dim3), "float32")
-        V_local = T.alloc_local((BN, V_dim3), "float32")
-        T.clear(O_local)
-        T.clear(l)
+        T.call_extern("int32", "septran_cpu_fill_zero_f32", O_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", V_dim3), T.Cast("int64", V_dim3))
+        T.call_extern("int32", "septran_cpu_fill_zero_f32", l.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1))
         T.fill(m, -T.infinity("float32"))
-        T.copy(Q[bz, by, bx * BM, 0], Q_local)
         for k in T.serial(T.min(T.ceildiv(K_dim2, BN), T.ceildiv(bx * BM + BM + K_dim2 - Q_dim2, BN))):
             for i, j in T.grid(BM, BN):
                 S[i, j] = T.if_then_else(bx * BM + i + (K_dim2 - Q_dim2) >= k * BN + j, T.float32(0.0), -T.infinity("float32"))
-            T.copy(K[bz, by, k * BN, 0], K_local)
-            T.gemm(Q_local, K_local, S, transpose_B=True)
-            T.copy(m, m_prev)
+            T.call_extern("int32", "septran_cpu_gemm_f32_f32", S.access_ptr("rw"), Q.access_ptr("rw", offset=bx * BM * Q_dim3 + by * Q_dim3 * Q_dim2 + bz * Q_dim3 * Q_dim2 * Q_dim1), K.access_ptr("rw", offset=k * BN * Q_dim3 + by * Q_dim3 * K_dim2 + bz * Q_dim3 * K_dim2 * Q_dim1), 0, 1, T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", T.min(BM, Q_dim2 - bx * BM)), T.Cast("int64", Q_dim3), T.Cast("int64", T.min(BN, K_dim2 - k * BN)), T.Cast("int64", Q_dim3), T.Cast("int64", BN), T.Cast("int64", Q_dim3), T.Cast("int64", Q_dim3))
+            T.call_extern("int32", "septran_cpu_load_f32_f32", m_prev.access_ptr("rw"), m.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1), T.int64(1), T.int64(1), T.Cast("int64", BM))
             T.fill(m, -T.infinity("float32"))
-            T.reduce_max(S, m, dim=1, clear=False)
+            T.call_extern("int32", "septran_cpu_reduce_max_f32", m.access_ptr("rw"), S.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN), 0)
             for i in T.grid(BM):
                 m[i] = T.max(m[i], m_prev[i])
             for i in T.grid(BM):
                 alpha[i] = T.exp2(m_prev[i] * T.float32(0.18033688) - m[i] * T.float32(0.18033688))
             for i, j in T.grid(BM, BN):
                 S[i, j] = T.exp2(S[i, j] * T.float32(0.18033688) - m[i] * T.float32(0.18033688))
-            T.reduce_sum(S, rowsum, dim=1, clear=True)
+            T.call_extern("int32", "septran_cpu_reduce_sum_f32", rowsum.access_ptr("rw"), S.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN), 1)
             for i in T.grid(BM):
                 l[i] = l[i] * alpha[i] + rowsum[i]
-            T.copy(S, P)
+            T.call_extern("int32", "septran_cpu_load_f32_f32", P.access_ptr("rw"), S.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN), T.Cast("int64", BN), T.Cast("int64", BM), T.Cast("int64", BN))
             for i, j in T.grid(BM, V_dim3):
                 O_local[i, j] = O_local[i, j] * alpha[i]
-            T.copy(V[bz, by, k * BN, 0], V_local)
-            T.gemm(P, V_local, O_local)
+            T.call_extern("int32", "septran_cpu_gemm_f32_f32", O_local.access_ptr("rw"), P.access_ptr("rw"), V.access_ptr("rw", offset=k * BN * V_dim3 + by * V_dim3 * K_dim2 + bz * V_dim3 * K_dim2 * Q_dim1), 0, 0, T.Cast("int64", BM), T.Cast("int64", V_dim3), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", T.min(BN, K_dim2 - k * BN)), T.Cast("int64", V_dim3), T.Cast("int64", V_dim3), T.Cast("int64", BN), T.Cast("int64", V_dim3))
         for i, j in T.grid(BM, V_dim3):
             O_local[i, j] = T.if_then_else(bx * BM + i + K_dim2 >= Q_dim2, O_local[i, j] / l[i], T.float32(0.0))
-        T.copy(O_local, O[bz, by, bx * BM, 0])
+        T.call_extern("int32", "septran_cpu_store_f32_f32", O.access_ptr("rw", offset=bx * BM * V_dim3 + by * V_dim3 * Q_dim2 + bz * V_dim3 * Q_dim2 * Q_dim1), O_local.access_ptr("rw"), T.Cast("int64", T.min(BM, Q_dim2 - bx * BM)), T.Cast("int64", V_dim3), T.Cast("int64", V_dim3), T.Cast("int64", V_dim3))

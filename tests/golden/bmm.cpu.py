@@ -8,9 +8,9 @@ A_dim0 = 6  # problem size C.shape[0], A.shape[0], B.shape[0]
 A_dim1 = 500  # problem size C.shape[1], A.shape[1]
 B_dim2 = 260  # problem size C.shape[2], B.shape[2]
 A_dim2 = 320  # problem size A.shape[2], B.shape[1]
-BM = 32  # tunable BM = 32 (mappings/cpu/bmm.yaml:10)
-BN = 32  # tunable BN = 32 (mappings/cpu/bmm.yaml:10)
-BK = 32  # tunable BK = 32 (mappings/cpu/bmm.yaml:10)
+BM = 128  # tunable BM = 128 (mappings/cpu/bmm.yaml:10)
+BN = 128  # tunable BN = 128 (mappings/cpu/bmm.yaml:10)
+BK = 512  # tunable BK = 512 (mappings/cpu/bmm.yaml:10)
 
 
 @T.prim_func
@@ -19,13 +19,10 @@ def bmm_host(
     B: T.Tensor((A_dim0, A_dim2, B_dim2), "float32"),
     C: T.Tensor((A_dim0, A_dim1, B_dim2), "float32"),
 ):
+    # programs run in parallel over bx, by, bz (schedule static)
     with T.Kernel(T.ceildiv(B_dim2, BN), T.ceildiv(A_dim1, BM), A_dim0) as (bx, by, bz):
         C_local = T.alloc_local((BM, BN), "float32")
-        A_local = T.alloc_local((BM, BK), "float32")
-        B_local = T.alloc_local((BK, BN), "float32")
-        T.clear(C_local)
+        T.call_extern("int32", "septran_cpu_fill_zero_f32", C_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN))
         for k in T.serial(T.ceildiv(A_dim2, BK)):
-            T.copy(A[bz, by * BM, k * BK], A_local)
-            T.copy(B[bz, k * BK, bx * BN], B_local)
-            T.gemm(A_local, B_local, C_local)
-        T.copy(C_local, C[bz, by * BM, bx * BN])
+            T.call_extern("int32", "septran_cpu_gemm_f32_f32", C_local.access_ptr("rw"), A.access_ptr("rw", offset=k * BK + by * BM * A_dim2 + bz * A_dim2 * A_dim1), B.access_ptr("rw", offset=bx * BN + k * BK * B_dim2 + bz * B_dim2 * A_dim2), 0, 0, T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", T.min(BM, A_dim1 - by * BM)), T.Cast("int64", T.min(BK, A_dim2 - k * BK)), T.Cast("int64", T.min(BK, A_dim2 - k * BK)), T.Cast("int64", T.min(BN, B_dim2 - bx * BN)), T.Cast("int64", BN), T.Cast("int64", A_dim2), T.Cast("int64", B_dim2))
+        T.call_extern("int32", "septran_cpu_store_f32_f32", C.access_ptr("rw", offset=bx * BN + by * BM * B_dim2 + bz * B_dim2 * A_dim1), C_local.access_ptr("rw"), T.Cast("int64", T.min(BM, A_dim1 - by * BM)), T.Cast("int64", T.min(BN, B_dim2 - bx * BN)), T.Cast("int64", B_dim2), T.Cast("int64", BN))

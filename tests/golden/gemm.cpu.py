@@ -7,9 +7,9 @@ import tilelang.cpu.language as T
 A_dim0 = 1000  # problem size C.shape[0], A.shape[0]
 B_dim1 = 777  # problem size C.shape[1], B.shape[1]
 A_dim1 = 520  # problem size A.shape[1], B.shape[0]
-BM = 32  # tunable BM = 32 (mappings/cpu/gemm.yaml:10)
-BN = 32  # tunable BN = 32 (mappings/cpu/gemm.yaml:10)
-BK = 32  # tunable BK = 32 (mappings/cpu/gemm.yaml:10)
+BM = 128  # tunable BM = 128 (mappings/cpu/gemm.yaml:12)
+BN = 128  # tunable BN = 128 (mappings/cpu/gemm.yaml:12)
+BK = 512  # tunable BK = 512 (mappings/cpu/gemm.yaml:12)
 
 
 @T.prim_func
@@ -18,13 +18,10 @@ def gemm_host(
     B: T.Tensor((A_dim1, B_dim1), "float32"),
     C: T.Tensor((A_dim0, B_dim1), "float32"),
 ):
+    # programs run in parallel over bx, by (schedule static)
     with T.Kernel(T.ceildiv(B_dim1, BN), T.ceildiv(A_dim0, BM)) as (bx, by):
         C_local = T.alloc_local((BM, BN), "float32")
-        A_local = T.alloc_local((BM, BK), "float32")
-        B_local = T.alloc_local((BK, BN), "float32")
-        T.clear(C_local)
+        T.call_extern("int32", "septran_cpu_fill_zero_f32", C_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN))
         for k in T.serial(T.ceildiv(A_dim1, BK)):
-            T.copy(A[by * BM, k * BK], A_local)
-            T.copy(B[k * BK, bx * BN], B_local)
-            T.gemm(A_local, B_local, C_local)
-        T.copy(C_local, C[by * BM, bx * BN])
+            T.call_extern("int32", "septran_cpu_gemm_f32_f32", C_local.access_ptr("rw"), A.access_ptr("rw", offset=k * BK + by * BM * A_dim1), B.access_ptr("rw", offset=bx * BN + k * BK * B_dim1), 0, 0, T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BK, A_dim1 - k * BK)), T.Cast("int64", T.min(BK, A_dim1 - k * BK)), T.Cast("int64", T.min(BN, B_dim1 - bx * BN)), T.Cast("int64", BN), T.Cast("int64", A_dim1), T.Cast("int64", B_dim1))
+        T.call_extern("int32", "septran_cpu_store_f32_f32", C.access_ptr("rw", offset=bx * BN + by * BM * B_dim1), C_local.access_ptr("rw"), T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BN, B_dim1 - bx * BN)), T.Cast("int64", B_dim1), T.Cast("int64", BN))

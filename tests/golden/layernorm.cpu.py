@@ -7,7 +7,7 @@ import tilelang.cpu.language as T
 X_dim0 = 1000  # problem size Y.shape[0], X.shape[0]
 X_dim1 = 4097  # problem size Y.shape[1], X.shape[1], W.shape[0], B.shape[0]
 BM = 4  # tunable BM = 4 (mappings/cpu/layernorm.yaml:9)
-BN = 256  # tunable BN = 256 (mappings/cpu/layernorm.yaml:9)
+BN = 512  # tunable BN = 512 (mappings/cpu/layernorm.yaml:9)
 
 
 @T.prim_func
@@ -17,36 +17,25 @@ def layernorm(
     B: T.Tensor((X_dim1,), "float32"),
     Y: T.Tensor((X_dim0, X_dim1), "float32"),
 ):
+    # programs run in parallel over bx (schedule static)
     with T.Kernel(T.ceildiv(X_dim0, BM)) as bx:
         acc = T.alloc_local((BM, BN), "float32")
         mean = T.alloc_local((BM,), "float32")
         rstd = T.alloc_local((BM,), "float32")
-        X_local = T.alloc_local((BM, BN), "float32")
-        X_local_2 = T.alloc_local((BM, BN), "float32")
-        Y_local = T.alloc_local((BM, BN), "float32")
-        X_local_3 = T.alloc_local((BM, BN), "float32")
-        W_local = T.alloc_local((BN,), "float32")
-        B_local = T.alloc_local((BN,), "float32")
-        T.clear(acc)
+        T.call_extern("int32", "septran_cpu_fill_zero_f32", acc.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN))
         for k in T.serial(T.ceildiv(X_dim1, BN)):
-            T.copy(X[bx * BM, k * BN], X_local)
             for i, j in T.grid(BM, BN):
-                acc[i, j] = acc[i, j] + X_local[i, j]
-        T.reduce_sum(acc, mean, dim=1, clear=True)
+                acc[i, j] = acc[i, j] + T.if_then_else((k * BN + j) < X_dim1, X[bx * BM + i, k * BN + j], T.float32(0.0))
+        T.call_extern("int32", "septran_cpu_reduce_sum_f32", mean.access_ptr("rw"), acc.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN), 1)
         for i in T.grid(BM):
             mean[i] = mean[i] / T.float32(X_dim1)
-        T.clear(acc)
+        T.call_extern("int32", "septran_cpu_fill_zero_f32", acc.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN))
         for k_2 in T.serial(T.ceildiv(X_dim1, BN)):
-            T.copy(X[bx * BM, k_2 * BN], X_local_2)
             for i, j in T.grid(BM, BN):
-                acc[i, j] = acc[i, j] + T.if_then_else(k_2 * BN + j < X_dim1, (X_local_2[i, j] - mean[i]) * (X_local_2[i, j] - mean[i]), T.float32(0.0))
-        T.reduce_sum(acc, rstd, dim=1, clear=True)
+                acc[i, j] = acc[i, j] + T.if_then_else(k_2 * BN + j < X_dim1, (T.if_then_else((k_2 * BN + j) < X_dim1, X[bx * BM + i, k_2 * BN + j], T.float32(0.0)) - mean[i]) * (T.if_then_else((k_2 * BN + j) < X_dim1, X[bx * BM + i, k_2 * BN + j], T.float32(0.0)) - mean[i]), T.float32(0.0))
+        T.call_extern("int32", "septran_cpu_reduce_sum_f32", rstd.access_ptr("rw"), acc.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN), 1)
         for i in T.grid(BM):
             rstd[i] = T.rsqrt(rstd[i] / T.float32(X_dim1) + T.float32(1e-05))
         for k_3 in T.serial(T.ceildiv(X_dim1, BN)):
-            T.copy(X[bx * BM, k_3 * BN], X_local_3)
-            T.copy(W[k_3 * BN], W_local)
-            T.copy(B[k_3 * BN], B_local)
-            for i, j in T.grid(BM, BN):
-                Y_local[i, j] = (X_local_3[i, j] - mean[i]) * rstd[i] * W_local[j] + B_local[j]
-            T.copy(Y_local, Y[bx * BM, k_3 * BN])
+            for i, j in T.grid(BM, T.min(BN, X_dim1 - k_3 * BN)):
+                Y[bx * BM + i, k_3 * BN + j] = (T.if_then_else((k_3 * BN + j) < X_dim1, X[bx * BM + i, k_3 * BN + j], T.float32(0.0)) - mean[i]) * rstd[i] * T.if_then_else((k_3 * BN + j) < X_dim1, W[k_3 * BN + j], T.float32(0.0)) + T.if_then_else((k_3 * BN + j) < X_dim1, B[k_3 * BN + j], T.float32(0.0))

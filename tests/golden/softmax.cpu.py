@@ -7,7 +7,7 @@ import tilelang.cpu.language as T
 X_dim0 = 1000  # problem size Y.shape[0], X.shape[0]
 X_dim1 = 4097  # problem size Y.shape[1], X.shape[1]
 BM = 4  # tunable BM = 4 (mappings/cpu/softmax.yaml:9)
-BN = 256  # tunable BN = 256 (mappings/cpu/softmax.yaml:9)
+BN = 512  # tunable BN = 512 (mappings/cpu/softmax.yaml:9)
 
 
 @T.prim_func
@@ -15,31 +15,26 @@ def softmax(
     X: T.Tensor((X_dim0, X_dim1), "float32"),
     Y: T.Tensor((X_dim0, X_dim1), "float32"),
 ):
+    # programs run in parallel over bx (schedule static)
     with T.Kernel(T.ceildiv(X_dim0, BM)) as bx:
         m = T.alloc_local((BM,), "float32")
         m_prev = T.alloc_local((BM,), "float32")
         l = T.alloc_local((BM,), "float32")
         S = T.alloc_local((BM, BN), "float32")
-        X_local = T.alloc_local((BM, BN), "float32")
-        Y_local = T.alloc_local((BM, BN), "float32")
-        X_local_2 = T.alloc_local((BM, BN), "float32")
         T.fill(m, -T.infinity("float32"))
-        T.clear(l)
+        T.call_extern("int32", "septran_cpu_fill_zero_f32", l.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1))
         for k in T.serial(T.ceildiv(X_dim1, BN)):
-            T.copy(X[bx * BM, k * BN], X_local)
-            T.copy(m, m_prev)
+            T.call_extern("int32", "septran_cpu_load_f32_f32", m_prev.access_ptr("rw"), m.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1), T.int64(1), T.int64(1), T.Cast("int64", BM))
             for i, j in T.grid(BM, BN):
-                S[i, j] = T.if_then_else(k * BN + j < X_dim1, X_local[i, j], -T.infinity("float32"))
-            T.reduce_max(S, m, dim=1, clear=False)
+                S[i, j] = T.if_then_else(k * BN + j < X_dim1, T.if_then_else((k * BN + j) < X_dim1, X[bx * BM + i, k * BN + j], T.float32(0.0)), -T.infinity("float32"))
+            T.call_extern("int32", "septran_cpu_reduce_max_f32", m.access_ptr("rw"), S.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN), 0)
             for i in T.grid(BM):
                 l[i] = l[i] * T.exp(m_prev[i] - m[i])
             for i, j in T.grid(BM, BN):
                 S[i, j] = T.exp(S[i, j] - m[i])
-            T.reduce_sum(S, m_prev, dim=1, clear=True)
+            T.call_extern("int32", "septran_cpu_reduce_sum_f32", m_prev.access_ptr("rw"), S.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN), 1)
             for i in T.grid(BM):
                 l[i] = l[i] + m_prev[i]
         for k_2 in T.serial(T.ceildiv(X_dim1, BN)):
-            T.copy(X[bx * BM, k_2 * BN], X_local_2)
-            for i, j in T.grid(BM, BN):
-                Y_local[i, j] = T.exp(X_local_2[i, j] - m[i]) / l[i]
-            T.copy(Y_local, Y[bx * BM, k_2 * BN])
+            for i, j in T.grid(BM, T.min(BN, X_dim1 - k_2 * BN)):
+                Y[bx * BM + i, k_2 * BN + j] = T.exp(T.if_then_else((k_2 * BN + j) < X_dim1, X[bx * BM + i, k_2 * BN + j], T.float32(0.0)) - m[i]) / l[i]
