@@ -111,7 +111,7 @@ def test_pipeline_without_a_range(tmp_path):
 
 
 def test_unused_tunable_with_did_you_mean(tmp_path):
-    path = edited_mapping(tmp_path, "cpu", "gemm", ("BK: 32}", "BK: 32, BKK: 32}"))
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("BK: 512}", "BK: 512, BKK: 32}"))
     kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
     with pytest.raises(MappingError) as info:
         kernel.specialize(A=((64, 64), "float32"), B=((64, 64), "float32"))

@@ -58,7 +58,7 @@ def test_tune_only_where_a_scalar_of_an_instance_is(tmp_path, where):
 ])
 def test_bad_spellings_are_located(tmp_path, spec, phrase):
     with pytest.raises(MappingError) as info:
-        _space(tmp_path, ("BM: 32,", f"BM: {spec},"))
+        _space(tmp_path, ("BM: 128,", f"BM: {spec},"))
     assert phrase in str(info.value) and info.value.loc.line == 10
 
 

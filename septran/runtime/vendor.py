@@ -23,14 +23,10 @@ import functools
 import hashlib
 import importlib.util
 import logging
-import os
-import subprocess
-import tempfile
 from pathlib import Path
 
-from septran import env
 from septran.errors import BuildError, DeviceError
-from septran.runtime import integrity
+from septran.runtime import shared_lib
 from septran.target import Target, Vendor, VendorLibrary
 
 log = logging.getLogger(__name__)
@@ -68,31 +64,14 @@ def _inputs_digest(sources: tuple[Path, ...], cflags: tuple[str, ...], libraries
 @functools.lru_cache(maxsize=None)
 def _built(sources: tuple[Path, ...], cflags: tuple[str, ...], libraries: tuple[Path, ...],
            include: tuple[Path, ...]) -> Path:
-    folder = env.cache_dir() / "vendor"
-    folder.mkdir(parents=True, exist_ok=True)
-    lib = folder / f"lib{sources[0].stem}_{_inputs_digest(sources, cflags, libraries, include)}.so"
-    why = integrity.problem(lib)
-    if why is None:
-        return lib
-    if lib.exists():
-        log.warning("cached vendor library %s %s; rebuilding it", lib, why)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{lib.name}.", suffix=".so")
-    os.close(fd)
     # The YAML's cflags come after the defaults, so they add to them or override them (-O3 after -O2).
     rpaths = [f"-Wl,-rpath,{d}" for d in dict.fromkeys(p.parent for p in libraries)]
-    cmd = ["gcc", "-std=c11", "-O2", "-fPIC", "-shared", *map(str, sources), *cflags, *map(str, libraries), *rpaths,
-           "-o", tmp]
-    log.info("building the vendor library %s", lib.name)
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode:
-        os.unlink(tmp)
-        raise BuildError(f"building the vendor library failed: {' '.join(cmd)}\n{done.stderr}")
-    digest = integrity.sha256_file(Path(tmp))
-    # The library first, then its hash: a reader between the two sees a mismatch and rebuilds, never trusts a
-    # half-written file. A process that mapped the old library keeps its inode (replace, never overwrite).
-    os.replace(tmp, lib)
-    integrity.record(lib, digest)
-    return lib
+    log.info("the vendor library lib%s", sources[0].stem)
+    return shared_lib.built(
+        "vendor", f"lib{sources[0].stem}", _inputs_digest(sources, cflags, libraries, include),
+        lambda out, _: ["gcc", "-std=c11", "-O2", "-fPIC", "-shared", *map(str, sources), *cflags, *map(str, libraries),
+                        *rpaths, "-o", out],
+        "vendor library")
 
 
 @functools.lru_cache(maxsize=None)

@@ -30,10 +30,10 @@ def gemm_host(
         B_tcm = T.call_extern("int32", "acme_tile_desc", B_tcm_addr, BK, BN, 1)
         T.call_extern("int32", "acme_zero", C_tcm)
         for k in T.serial(T.ceildiv(A_dim1, BK)):
-            T.call_extern("int32", "acme_xfer_in", A_tcm, T.address_of(A[by * BM, k * BK]), A_dim1, T.min(BM, A_dim0 - by * BM), BK)
-            T.call_extern("int32", "acme_xfer_in", B_tcm, T.address_of(B[k * BK, bx * BN]), B_dim1, BK, T.min(BN, B_dim1 - bx * BN))
+            T.call_extern("int32", "acme_xfer_in", A_tcm, A.access_ptr("rw", offset=k * BK + by * BM * A_dim1), A_dim1, T.min(BM, A_dim0 - by * BM), BK)
+            T.call_extern("int32", "acme_xfer_in", B_tcm, B.access_ptr("rw", offset=bx * BN + k * BK * B_dim1), B_dim1, BK, T.min(BN, B_dim1 - bx * BN))
             T.call_extern("int32", "acme_fence")
             T.call_extern("int32", "acme_matmul_acc", C_tcm, A_tcm, B_tcm)
-        T.call_extern("int32", "acme_xfer_out", T.address_of(C[by * BM, bx * BN]), B_dim1, 1, C_tcm, T.min(BM, A_dim0 - by * BM), T.min(BN, B_dim1 - bx * BN))
+        T.call_extern("int32", "acme_xfer_out", C.access_ptr("rw", offset=bx * BN + by * BM * B_dim1), B_dim1, 1, C_tcm, T.min(BM, A_dim0 - by * BM), T.min(BN, B_dim1 - bx * BN))
         T.call_extern("int32", "acme_fence")
         T.call_extern("int32", "acme_release_all")

@@ -24,9 +24,9 @@ def gemm_host(
     with T.Kernel(T.ceildiv(B_dim1, BN), T.ceildiv(A_dim0, BM)) as (bx, by):
         T.call_extern("int32", "dsa_ref_fill_zero", C_scratch, 0, BM, BN)
         for k in T.serial(T.ceildiv(A_dim1, BK)):
-            T.call_extern("int32", "dsa_ref_dma_load", A_scratch, T.address_of(A[by * BM, k * BK]), 1, BM, BK, A_dim1, T.min(BM, A_dim0 - by * BM), BK)
-            T.call_extern("int32", "dsa_ref_dma_load", B_scratch, T.address_of(B[k * BK, bx * BN]), 1, BK, BN, B_dim1, BK, T.min(BN, B_dim1 - bx * BN))
+            T.call_extern("int32", "dsa_ref_dma_load", A_scratch, A.access_ptr("rw", offset=k * BK + by * BM * A_dim1), 1, BM, BK, A_dim1, T.min(BM, A_dim0 - by * BM), BK)
+            T.call_extern("int32", "dsa_ref_dma_load", B_scratch, B.access_ptr("rw", offset=bx * BN + k * BK * B_dim1), 1, BK, BN, B_dim1, BK, T.min(BN, B_dim1 - bx * BN))
             T.call_extern("int32", "dsa_ref_sync")
             T.call_extern("int32", "dsa_ref_mma", C_scratch, A_scratch, B_scratch, 1, BM, BN, BK)
-        T.call_extern("int32", "dsa_ref_dma_store", T.address_of(C[by * BM, bx * BN]), 1, C_scratch, 0, BM, BN, B_dim1, T.min(BM, A_dim0 - by * BM), T.min(BN, B_dim1 - bx * BN))
+        T.call_extern("int32", "dsa_ref_dma_store", C.access_ptr("rw", offset=bx * BN + by * BM * B_dim1), 1, C_scratch, 0, BM, BN, B_dim1, T.min(BM, A_dim0 - by * BM), T.min(BN, B_dim1 - bx * BN))
         T.call_extern("int32", "dsa_ref_sync")

@@ -170,12 +170,12 @@ def _gemm_index_refused(tmp: Path, name: str, new_launch: str, *patterns: str) -
 
 def case_gemm_a_tile_k_minus_one(tmp: Path) -> None:
     """``Ap[0, k - 1]``: k - 1 reaches -1 on the first iteration."""
-    _gemm_index_refused(tmp, "gemm_a_km1", "task.launch(gemm_leaf_logic, C, Ap[0, k - 1], Bp[k, 0])", r"-\s?1\b", r"\b2\b")
+    _gemm_index_refused(tmp, "gemm_a_km1", "task.launch(gemm_leaf_logic, C, Ap[0, k - 1], Bp[k, 0])", r"-\s?1\b", r"\b1 tile\b")
 
 
 def case_gemm_b_tile_k_minus_one(tmp: Path) -> None:
-    """``Bp[k - 1, 0]``: the same on B's partition (2 tiles of rows)."""
-    _gemm_index_refused(tmp, "gemm_b_km1", "task.launch(gemm_leaf_logic, C, Ap[0, k], Bp[k - 1, 0])", r"-\s?1\b", r"\b2\b")
+    """``Bp[k - 1, 0]``: the same on B's partition (one tile of rows: the shipped BK covers K)."""
+    _gemm_index_refused(tmp, "gemm_b_km1", "task.launch(gemm_leaf_logic, C, Ap[0, k], Bp[k - 1, 0])", r"-\s?1\b", r"\b1 tile\b")
 
 
 def case_gemm_constant_minus_one(tmp: Path) -> None:
