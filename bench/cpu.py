@@ -94,14 +94,18 @@ def cases(small: bool) -> list[dict]:
     return out
 
 
+AUTOTUNE: set = set()  # operators whose kernels tune each shape on its first call (--autotune)
+
+
 def compile_op(logic, mapping_dir: Path):
     import septran
 
     op, build = (logic, None) if isinstance(logic, str) else logic
     mapping = mapping_dir / f"{op}.yaml"
+    tune = True if op in AUTOTUNE else None  # None: the database's point for the shape, or the space's first point
     if build is None:
-        return septran.compile(logic_file=REPO / "examples" / op / f"{op}.py", mapping_file=mapping)
-    return septran.compile(getattr(_example(op), op)(*build), mapping_file=mapping)
+        return septran.compile(logic_file=REPO / "examples" / op / f"{op}.py", mapping_file=mapping, autotune=tune)
+    return septran.compile(getattr(_example(op), op)(*build), mapping_file=mapping, autotune=tune)
 
 
 def run_case(case: dict, threads: list[int], mapping_dir: Path, rounds: int, sample_s: float, idle_s: float) -> list[dict]:
@@ -254,6 +258,8 @@ def main(argv=None) -> int:
                     "compile_s is a full build, and no tuning database is read")
     ap.add_argument("--wait-idle", type=float, default=0.0, metavar="S", help="before each block of rounds, wait up to S "
                     "seconds for other work to drop below 0.3 cores (a shared machine); each row records what other work used")
+    ap.add_argument("--autotune", default="", metavar="OPS", help="comma-separated operators whose kernels are tuned for each "
+                    "shape before they are timed (septran's autotune; the tuning database keeps the result)")
     ap.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "cpu.json")
     args = ap.parse_args(argv)
     wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -263,6 +269,7 @@ def main(argv=None) -> int:
     if min(threads) < 1 or (args.rounds is not None and args.rounds < 1):
         ap.error("--threads and --rounds take positive numbers")
     mapping_dir = args.mapping_dir.resolve()
+    AUTOTUNE.update(op for op in args.autotune.split(",") if op)
     rounds = args.rounds or (3 if args.quick else 9)
     sample_s = args.sample_s or (0.02 if args.quick else 0.2)
     calls = args.calls or (1_000 if args.quick else 10_000)

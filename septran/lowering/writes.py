@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Context
 from septran.lowering.linear import linear
@@ -87,5 +88,9 @@ def _regions(stmt):
         for name, r in stmt.args:
             yield ("written" if stmt.op == "store" and name == "dst" else "read"), r
     elif isinstance(stmt, ir.LeafCall):
-        for _, r in stmt.args:
-            yield "read", r
+        # Elementwise code stores into its first operand; unless the expression reads that tensor too, the
+        # store only writes it. Any other leaf (a gemm's C +=) may read every operand.
+        stored = stmt.store.of if stmt.store is not None else None
+        reads_stored = stored is not None and any(isinstance(e, el.Elt) and e.of == stored for e in el.nodes(stmt.expr))
+        for k, (_, r) in enumerate(stmt.args):
+            yield ("written" if k == 0 and r.of == stored and not reads_stored else "read"), r
