@@ -34,7 +34,7 @@ def test_gemm_counts_equal_hand_computed_numbers(tmp_path):
     FLOPs are the work the program does: padded tiles (the last row, column and k tiles overhang and
     compute on zeros). Bytes are what the copies move: the in-bounds part of every A and B tile,
     re-read once per output tile (A once per tile column, B once per tile row), and C written once."""
-    path = edited_mapping(tmp_path, "cpu", "gemm", ("{BM: 128, BN: 128, BK: 512}", "{BM: 32, BN: 32, BK: 32}"), *STAGED)
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("{BM: 256, BN: 256, BK: 512}", "{BM: 32, BN: 32, BK: 32}"), *STAGED)
     est = estimate_of(gemm_program("cpu", 1000, 520, 777, mapping=path), "cpu")
     assert est.programs == 25 * 32
     assert est.flops == 2 * (32 * 32) * (25 * 32) * (17 * 32) == 891_289_600  # 2*M*N*K = 808,080,000 unpadded
@@ -86,7 +86,7 @@ def test_cpu_big_tiles_move_fewer_bytes_and_are_estimated_faster(tmp_path):
     """512^3: 32x32x32 tiles re-read A and B once per 32-wide tile of C, 128x128x16 once per 128-wide one:
     about 4x the bytes, at the same FLOPs. On the cpu the copies do not overlap compute, so they add."""
     def est(bm, bn, bk):
-        path = edited_mapping(tmp_path, "cpu", "gemm", ("{BM: 128, BN: 128, BK: 512}", f"{{BM: {bm}, BN: {bn}, BK: {bk}}}"), *STAGED)
+        path = edited_mapping(tmp_path, "cpu", "gemm", ("{BM: 256, BN: 256, BK: 512}", f"{{BM: {bm}, BN: {bn}, BK: {bk}}}"), *STAGED)
         return estimate_of(gemm_program("cpu", 512, 512, 512, mapping=path), "cpu")
 
     small, big = est(32, 32, 32), est(128, 128, 16)

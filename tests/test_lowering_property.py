@@ -140,7 +140,7 @@ def gemm_model(a, b, bk: int, steps: int, off_a: int, off_b: int):
        off_a=OFFSETS, off_b=OFFSETS, delta=DELTAS)
 def test_gemm_is_correct_or_refused_at_a_line(tmp_path, bm, bn, bk, m, n, k, off_a, off_b, delta):
     logic = _write(tmp_path, "gemm", GEMM.format(delta=_plus(delta), off_a=_plus(off_a), off_b=_plus(off_b)), ".py")
-    mapping = _mapping(tmp_path, "gemm", "{BM: 128, BN: 128, BK: 512}", f"{{BM: {bm}, BN: {bn}, BK: {bk}}}")
+    mapping = _mapping(tmp_path, "gemm", "{BM: 256, BN: 256, BK: 512}", f"{{BM: {bm}, BN: {bn}, BK: {bk}}}")
     tiles = math.ceil(k / bk)
     steps = tiles + delta
     in_grid = steps >= 0 and all(0 <= s + off < tiles for s in range(steps) for off in (off_a, off_b))
@@ -188,7 +188,7 @@ def softmax_model(x, bn: int, stats_tiles):
 @given(bm=SMALL_TILES, bn=TILES, rows=st.integers(1, 300), cols=st.integers(1, 300), delta=DELTAS, off=OFFSETS)
 def test_softmax_is_correct_or_refused_at_a_line(tmp_path, bm, bn, rows, cols, delta, off):
     logic = _write(tmp_path, "softmax", softmax_source(delta, off), ".py")
-    mapping = _mapping(tmp_path, "softmax", "{BM: 4, BN: 512}", f"{{BM: {bm}, BN: {bn}}}")
+    mapping = _mapping(tmp_path, "softmax", "{BM: 1, BN: 1024}", f"{{BM: {bm}, BN: {bn}}}")
     tiles = math.ceil(cols / bn)
     steps = tiles + delta
     stats_tiles = [k + off for k in range(max(steps, 0))]

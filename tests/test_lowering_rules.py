@@ -70,7 +70,7 @@ def test_accum_dtype_sets_the_accumulator(tmp_path):
 def test_random_tunables_and_shapes(tmp_path, seed):
     rng = random.Random(seed)
     bm, bn, bk = (rng.choice([8, 16, 32, 64]) for _ in range(3))
-    text = first_point_text("cpu").replace("tunables: {BM: 128, BN: 128, BK: 512}", f"tunables: {{BM: {bm}, BN: {bn}, BK: {bk}}}")
+    text = first_point_text("cpu").replace("tunables: {BM: 256, BN: 256, BK: 512}", f"tunables: {{BM: {bm}, BN: {bn}, BK: {bk}}}")
     kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=_mapping(tmp_path, text))
     M, N, K = (rng.randint(1, 150) for _ in range(3))
     gen = torch.Generator().manual_seed(seed)

@@ -13,7 +13,7 @@ from septran.mapping import load_mapping
 from conftest import GEMM_LOGIC, first_point_text, mapping_path
 
 BASE = first_point_text("cpu").encode()
-TUNABLE_LINE = BASE.decode().splitlines().index("    tunables: {BM: 128, BN: 128, BK: 512}") + 1
+TUNABLE_LINE = BASE.decode().splitlines().index("    tunables: {BM: 256, BN: 256, BK: 512}") + 1
 
 
 def load(tmp_path, data: bytes):
@@ -32,13 +32,13 @@ def test_utf16_file_is_not_utf8_at_line_1(tmp_path):
 
 
 def test_latin1_byte_is_located_at_its_line(tmp_path):
-    err = load(tmp_path, BASE.replace(b"BM: 128", b"B\xe9: 128"))
+    err = load(tmp_path, BASE.replace(b"BM: 256", b"B\xe9: 256"))
     assert err.loc.line == TUNABLE_LINE and "not UTF-8" in str(err)
 
 
 @pytest.mark.parametrize("char", [b"\x1b", b"\x00", b"\x07"])
 def test_control_character_is_located(tmp_path, char):
-    err = load(tmp_path, BASE.replace(b"BM: 128", b"BM" + char + b": 128"))
+    err = load(tmp_path, BASE.replace(b"BM: 256", b"BM" + char + b": 256"))
     assert err.loc.line == TUNABLE_LINE and "not allowed in a YAML file" in str(err)
 
 
@@ -51,12 +51,12 @@ def test_deep_nesting_is_refused(tmp_path, opening, closing):
 @pytest.mark.parametrize("value", ["!!int abc", "!!float abc", "!!map 3", "!!seq 3", "!!bool x", "!!str 3",
                                    "!!binary aGk=", "!!python/name:os.system", "!custom 3", "2001-12-14"])
 def test_tags_are_refused_at_their_line(tmp_path, value):
-    err = load(tmp_path, BASE.replace(b"BM: 128", f"BM: {value}".encode()))
+    err = load(tmp_path, BASE.replace(b"BM: 256", f"BM: {value}".encode()))
     assert err.loc.line == TUNABLE_LINE and "tag" in str(err)
 
 
 def test_integer_of_5000_digits_is_refused(tmp_path):
-    err = load(tmp_path, BASE.replace(b"BM: 128", b"BM: " + b"9" * 5000))
+    err = load(tmp_path, BASE.replace(b"BM: 256", b"BM: " + b"9" * 5000))
     assert err.loc.line == TUNABLE_LINE and "characters" in str(err)
 
 
@@ -67,13 +67,13 @@ def test_long_string_is_refused(tmp_path):
 
 @pytest.mark.parametrize("value", ["2147483647", "2147483648", "1000000000000000000000000000000", "0", "-4", "1.5", ".inf"])
 def test_tunable_out_of_range_is_refused(tmp_path, value):
-    err = load(tmp_path, BASE.replace(b"BM: 128", f"BM: {value}".encode()))
+    err = load(tmp_path, BASE.replace(b"BM: 256", f"BM: {value}".encode()))
     assert err.loc.line == TUNABLE_LINE and "tunable BM must be an integer from 1 to 2147483646" in str(err)
 
 
 @pytest.mark.parametrize("name", ["None", "import", "lambda", "T", "print", "float", "__import__", "match"])
 def test_tunable_named_like_python_is_refused(tmp_path, name):
-    err = load(tmp_path, BASE.replace(b"BM: 128", f"{name}: 128".encode()))
+    err = load(tmp_path, BASE.replace(b"BM: 256", f"{name}: 256".encode()))
     assert err.loc.line == TUNABLE_LINE and "rename it" in str(err)
 
 

@@ -35,7 +35,7 @@ def test_septran_target_selects_the_mapping(monkeypatch, target):
 
 def test_septran_mapping_forces_one_file(monkeypatch, tmp_path):
     custom = tmp_path / "mine.yaml"
-    custom.write_text(first_point_text("cpu").replace("BM: 128", "BM: 16"))
+    custom.write_text(first_point_text("cpu").replace("BM: 256", "BM: 16"))
     monkeypatch.setenv("SEPTRAN_TARGET", "sm90")  # the forced file wins over the target's mapping
     monkeypatch.setenv("SEPTRAN_MAPPING", str(custom))
     kernel = septran.compile(logic_file=GEMM_LOGIC)

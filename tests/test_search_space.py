@@ -16,12 +16,12 @@ def _space(tmp_path, *edits, target="cpu"):
 
 
 def test_spellings_expand_in_order(tmp_path):
-    m = _space(tmp_path, ("{BM: 128, BN: 128, BK: 512}", TUNED))
+    m = _space(tmp_path, ("{BM: 256, BN: 256, BK: 512}", TUNED))
     dims = {d.path.rsplit(".", 1)[1]: d.choices for d in m.space.dimensions}
     assert dims == {"BM": (32, 64), "BN": (16, 32, 64), "BK": (16, 32, 48)}
     assert m.space.size == 18 and len(list(m.space.points())) == 18
     assert next(m.space.points()) == m.point == m.space.first
-    assert m.space.digest() == _space(tmp_path, ("{BM: 128, BN: 128, BK: 512}", TUNED)).space.digest()
+    assert m.space.digest() == _space(tmp_path, ("{BM: 256, BN: 256, BK: 512}", TUNED)).space.digest()
 
 
 def test_every_scalar_of_an_instance_may_be_tuned(tmp_path):
@@ -58,7 +58,7 @@ def test_tune_only_where_a_scalar_of_an_instance_is(tmp_path, where):
 ])
 def test_bad_spellings_are_located(tmp_path, spec, phrase):
     with pytest.raises(MappingError) as info:
-        _space(tmp_path, ("BM: 128,", f"BM: {spec},"))
+        _space(tmp_path, ("BM: 256,", f"BM: {spec},"))
     assert phrase in str(info.value) and info.value.loc.line == 10
 
 

@@ -26,7 +26,7 @@ def db(tmp_path, monkeypatch):
 
 
 def _space(tmp_path, tunables="{BM: !tune [16, 32], BN: !tune [16, 32], BK: 16}", **kw):
-    path = edited_mapping(tmp_path, "cpu", "gemm", ("{BM: 128, BN: 128, BK: 512}", tunables))
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("{BM: 256, BN: 256, BK: 512}", tunables))
     return septran.compile(logic_file=GEMM_LOGIC, mapping_file=path, **kw), path
 
 

@@ -8,8 +8,8 @@ A_dim0 = 6  # problem size C.shape[0], A.shape[0], B.shape[0]
 A_dim1 = 500  # problem size C.shape[1], A.shape[1]
 B_dim2 = 260  # problem size C.shape[2], B.shape[2]
 A_dim2 = 320  # problem size A.shape[2], B.shape[1]
-BM = 128  # tunable BM = 128 (mappings/cpu/bmm.yaml:10)
-BN = 128  # tunable BN = 128 (mappings/cpu/bmm.yaml:10)
+BM = 256  # tunable BM = 256 (mappings/cpu/bmm.yaml:10)
+BN = 256  # tunable BN = 256 (mappings/cpu/bmm.yaml:10)
 BK = 512  # tunable BK = 512 (mappings/cpu/bmm.yaml:10)
 
 

@@ -7,9 +7,9 @@ import tilelang.cpu.language as T
 A_dim0 = 1000  # problem size C.shape[0], A.shape[0]
 B_dim1 = 777  # problem size C.shape[1], B.shape[1]
 A_dim1 = 520  # problem size A.shape[1], B.shape[0]
-BM = 128  # tunable BM = 128 (mappings/cpu/gemm.yaml:12)
-BN = 128  # tunable BN = 128 (mappings/cpu/gemm.yaml:12)
-BK = 512  # tunable BK = 512 (mappings/cpu/gemm.yaml:12)
+BM = 256  # tunable BM = 256 (mappings/cpu/gemm.yaml:10)
+BN = 256  # tunable BN = 256 (mappings/cpu/gemm.yaml:10)
+BK = 512  # tunable BK = 512 (mappings/cpu/gemm.yaml:10)
 
 
 @T.prim_func

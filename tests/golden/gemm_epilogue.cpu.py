@@ -7,8 +7,8 @@ import tilelang.cpu.language as T
 A_dim0 = 700  # problem size C.shape[0], A.shape[0]
 B_dim0 = 500  # problem size C.shape[1], B.shape[0], bias.shape[0]
 A_dim1 = 320  # problem size A.shape[1], B.shape[1]
-BM = 128  # tunable BM = 128 (mappings/cpu/gemm_epilogue.yaml:10)
-BN = 128  # tunable BN = 128 (mappings/cpu/gemm_epilogue.yaml:10)
+BM = 256  # tunable BM = 256 (mappings/cpu/gemm_epilogue.yaml:10)
+BN = 256  # tunable BN = 256 (mappings/cpu/gemm_epilogue.yaml:10)
 BK = 512  # tunable BK = 512 (mappings/cpu/gemm_epilogue.yaml:10)
 
 

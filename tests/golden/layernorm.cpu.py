@@ -6,8 +6,8 @@ import tilelang.cpu.language as T
 
 X_dim0 = 1000  # problem size Y.shape[0], X.shape[0]
 X_dim1 = 4097  # problem size Y.shape[1], X.shape[1], W.shape[0], B.shape[0]
-BM = 4  # tunable BM = 4 (mappings/cpu/layernorm.yaml:9)
-BN = 512  # tunable BN = 512 (mappings/cpu/layernorm.yaml:9)
+BM = 1  # tunable BM = 1 (mappings/cpu/layernorm.yaml:9)
+BN = 1024  # tunable BN = 1024 (mappings/cpu/layernorm.yaml:9)
 
 
 @T.prim_func

@@ -119,7 +119,7 @@ def _rand(*shape, seed: int = 0) -> torch.Tensor:
 
 SOFTMAX_WRITE = "task.compute(Y, lambda i, j: task.exp(X[i, j] - m[i]) / l[i])"
 RMS_WRITE = "task.compute(Y, lambda i, j: X[i, j] * rstd[i] * W[j])"
-ROW_TILES = ("{BM: 4, BN: 512}", "{BM: 8, BN: 64}")  # not square: 8 rows, 64 columns
+ROW_TILES = ("{BM: 1, BN: 1024}", "{BM: 8, BN: 64}")  # not square: 8 rows, 64 columns
 
 
 def case_softmax_swapped_lambda(tmp: Path) -> None:
@@ -269,7 +269,7 @@ def case_gemm_swapped_operands_square(tmp: Path) -> None:
 def case_gemm_swapped_operands_rectangular(tmp: Path) -> None:
     """BM 32, BN 16, BK 8: the swapped tiles' extents disagree. Today a BuildError full of TileLang internals."""
     logic = _gemm_variant(tmp, "gemm_swapped", GEMM_LAUNCH, SWAPPED_LAUNCH)
-    mapping = edited_mapping(tmp, "cpu", "gemm", ("{BM: 128, BN: 128, BK: 512}", "{BM: 32, BN: 16, BK: 8}"))
+    mapping = edited_mapping(tmp, "cpu", "gemm", ("{BM: 256, BN: 256, BK: 512}", "{BM: 32, BN: 16, BK: 8}"))
     err = refused(compile_and_specialize(logic, mapping, A=((64, 64), "float32"), B=((64, 64), "float32")))
     assert_located(err, logic, line_of(logic, SWAPPED_LAUNCH))
     numbers = {n for n in ("32", "16", "8") if re.search(rf"\b{n}\b", str(err))}
@@ -277,7 +277,7 @@ def case_gemm_swapped_operands_rectangular(tmp: Path) -> None:
 
 
 BIAS_PRIMITIVE = 'task.call_primitive("add_bias", C, bias)'
-EPI_TILES = ("{BM: 128, BN: 128, BK: 512}", "{BM: 32, BN: 16, BK: 32}")
+EPI_TILES = ("{BM: 256, BN: 256, BK: 512}", "{BM: 32, BN: 16, BK: 32}")
 
 
 def _epilogue_with_bias(tmp: Path, name: str, index: str) -> Path:
@@ -315,14 +315,14 @@ ONE_STEP_LOGIC = HERE / "gemm_one_step.py"
 def case_pipeline_without_a_sequential_range(tmp: Path) -> None:
     """``pipeline: 4`` on a block task that has no task.range: refused at the pipeline line."""
     mapping = edited_mapping(tmp, "cpu", "gemm", ("    proc: BLOCK\n", "    proc: BLOCK\n    pipeline: 4\n"),
-                             ("{BM: 128, BN: 128, BK: 512}", "{BM: 32, BN: 32}"))
+                             ("{BM: 256, BN: 256, BK: 512}", "{BM: 32, BN: 32}"))
     err = refused(compile_and_specialize(ONE_STEP_LOGIC, mapping, **GEMM_SHAPES), MAPPING_ERRORS)
     assert_located(err, mapping, line_of(mapping, "pipeline: 4"), r"pipeline|range")
 
 
 def case_pipeline_one_step_control(tmp: Path) -> None:
     """The control: gemm_one_step.py without the pipeline key (nor BK, which it never uses) runs and is correct."""
-    mapping = edited_mapping(tmp, "cpu", "gemm", ("{BM: 128, BN: 128, BK: 512}", "{BM: 32, BN: 32}"))
+    mapping = edited_mapping(tmp, "cpu", "gemm", ("{BM: 256, BN: 256, BK: 512}", "{BM: 32, BN: 32}"))
     kernel = septran.compile(logic_file=ONE_STEP_LOGIC, mapping_file=mapping)
     a, b = _rand(40, 24, seed=1), _rand(24, 36, seed=2)
     assert_gemm_close(assert_not_a_sepran_bug(lambda: kernel(a, b)), a, b)
@@ -330,7 +330,7 @@ def case_pipeline_one_step_control(tmp: Path) -> None:
 
 def case_unused_tunable(tmp: Path) -> None:
     """``BKK: 32`` in gemm's tunables, which the logic never names: refused there, with a did-you-mean BK."""
-    mapping = edited_mapping(tmp, "cpu", "gemm", ("{BM: 128, BN: 128, BK: 512}", "{BM: 32, BN: 32, BK: 32, BKK: 32}"))
+    mapping = edited_mapping(tmp, "cpu", "gemm", ("{BM: 256, BN: 256, BK: 512}", "{BM: 32, BN: 32, BK: 32, BKK: 32}"))
     err = refused(compile_and_specialize(EXAMPLES / "gemm" / "gemm.py", mapping, **GEMM_SHAPES), MAPPING_ERRORS)
     assert_located(err, mapping, line_of(mapping, "BKK: 32"), r"BKK")
     assert re.search(r"\bBK\b", str(err).replace("BKK", "")), f"no did-you-mean naming BK:\n{err}"
