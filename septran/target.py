@@ -142,13 +142,19 @@ def load_target_file(path: Path) -> Target:
 _VENDOR_KEYS = {"sources", "cflags", "libraries", "include", "take_error", "reset", "set_debug", "debug_violations"}
 
 
-def _vendor(node: Located, folder: Path) -> Vendor:
+def _section(node: Located, section: str, known, what: str) -> LocatedDict:
+    """A section of target.yaml that must be a mapping of known keys."""
     d = node.value
     if not isinstance(d, LocatedDict):
-        raise TargetError("vendor must be a mapping (sources, cflags, libraries, include, take_error, ...)", node.loc)
+        raise TargetError(f"{section} must be a mapping ({what})", node.loc)
     for key, val in d.items():
-        if key not in _VENDOR_KEYS:
-            raise TargetError(f"vendor: unknown key {key!r} (known: {', '.join(sorted(_VENDOR_KEYS))})", val.loc)
+        if key not in known:
+            raise TargetError(f"{section}: unknown key {key!r} (known: {', '.join(sorted(known))})", val.loc)
+    return d
+
+
+def _vendor(node: Located, folder: Path) -> Vendor:
+    d = _section(node, "vendor", _VENDOR_KEYS, "sources, cflags, libraries, include, take_error, ...")
     libraries = []
     for lib in (d["libraries"].value if "libraries" in d else ()):
         lp = _plain(lib)
@@ -178,12 +184,7 @@ _PERF_KEYS = {"units", "peak_flops", "vector_flops", "bandwidth_bytes", "launch_
 
 
 def _perf(node: Located, memories: Mapping[str, MemorySpace]) -> Perf:
-    d = node.value
-    if not isinstance(d, LocatedDict):
-        raise TargetError("perf must be a mapping of hardware facts", node.loc)
-    for key, val in d.items():
-        if key not in _PERF_KEYS:
-            raise TargetError(f"perf: unknown key {key!r} (known: {', '.join(sorted(_PERF_KEYS))})", val.loc)
+    d = _section(node, "perf", _PERF_KEYS, "hardware facts")
 
     def number(key: str, integer: bool = False, required: bool = True):
         if key not in d:

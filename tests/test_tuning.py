@@ -84,6 +84,7 @@ def test_a_wrong_candidate_is_recorded_and_never_chosen(tmp_path, db, monkeypatc
     monkeypatch.setattr(resources, "target_folders", lambda: {**real(), "cpu_wrong": folder})
     path = edited_mapping(tmp_path, "cpu", "gemm", ("target: cpu", "target: cpu_wrong"),
                           ("{C: LOCAL, A: GLOBAL, B: GLOBAL}", "{C: LOCAL, A: LOCAL, B: LOCAL}"),
+                          ("{BM: 256, BN: 256, BK: 512}", "{BM: 64, BN: 64, BK: 64}"),
                           ("{gemm_leaf_logic: gemm_leaf_blas}", "{gemm_leaf_logic: !tune [gemm_leaf_cpu, gemm_leaf_wrong]}"))
     kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
     result = septran.tune(kernel, SHAPES, db=db, jobs=1, progress=False)
