@@ -122,6 +122,11 @@ class _Arg:
     privilege: Privilege
 
 
+def _call_key(args) -> tuple:
+    """What a positional call's plan depends on: each tensor's shape and dtype, each scalar's value."""
+    return tuple([(a.shape, a.dtype) if hasattr(a, "data_ptr") else a for a in args])
+
+
 class _Plan:
     """A call whose shapes, dtypes and scalars were seen before: only what must be checked again per call
     (the tensors' device and layout), the outputs' allocation and the kernel's call."""
@@ -135,15 +140,25 @@ class _Plan:
         zeros = variant.program.read_outputs
         self.outputs = tuple((torch.zeros if a.name in zeros else torch.empty, tuple(outputs[a.name].shape), outputs[a.name].dtype)
                              for a in kernel.outputs)
+        vendor_lib = kernel.target.vendor
+        self.checks_errors = vendor_lib is not None and vendor_lib.take_error is not None
+        # torch.empty(*shape, dtype=...) costs half of torch.empty(shape, dtype=..., device=...): on the CPU, the
+        # default device, the call overhead of a small kernel is mostly this allocation.
+        self.on_cpu = self.device is not None and self.device.type == "cpu"
 
     def __call__(self, args):
         ins = args[: self.n_inputs]
+        device = self.device
         for t in ins:
-            if t.device != self.device or not t.is_contiguous():
+            if t.device != device or not t.is_contiguous():
                 return None  # the full path explains what is wrong
-        outs = [make(shape, dtype=dtype, device=self.device) for make, shape, dtype in self.outputs]
+        if self.on_cpu:
+            outs = [make(*shape, dtype=dtype) for make, shape, dtype in self.outputs]
+        else:
+            outs = [make(shape, dtype=dtype, device=device) for make, shape, dtype in self.outputs]
         self.fn(*ins, *outs)
-        vendor.check_errors(self.kernel.target, self.variant.program.name)
+        if self.checks_errors:
+            vendor.check_errors(self.kernel.target, self.variant.program.name)
         self.kernel._last = self.variant
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -248,7 +263,7 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         if not kwargs:  # a call like an earlier one: no binding, no shape solving, no lookup of the variant
             try:
-                plan = self._plans.get(tuple((a.shape, a.dtype) if hasattr(a, "data_ptr") else a for a in args))
+                plan = self._plans.get(_call_key(args))
             except TypeError:  # an unhashable argument: the full path says what is wrong with it
                 plan = None
             if plan is not None:
@@ -294,7 +309,7 @@ class Kernel:
             variant.build()(*map(_row_major, every))
             vendor.check_errors(self.target, variant.program.name)
             if positional and all(t.numel() and t.dim() for t in every):
-                self._plans[tuple((a.shape, a.dtype) if hasattr(a, "data_ptr") else a for a in args)] = _Plan(self, variant, outputs)
+                self._plans[_call_key(args)] = _Plan(self, variant, outputs)
         return result[0] if len(result) == 1 else result
 
     def _bind(self, args, kwargs) -> tuple[dict, dict]:

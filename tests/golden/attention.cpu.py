@@ -21,7 +21,7 @@ def attention(
     V: T.Tensor((Q_dim0, Q_dim1, K_dim2, V_dim3), "float32"),
     O: T.Tensor((Q_dim0, Q_dim1, Q_dim2, V_dim3), "float32"),
 ):
-    # programs run in parallel over bx, by, bz (schedule static)
+    # programs run in parallel over bx, by, bz (schedule dynamic)
     with T.Kernel(T.ceildiv(Q_dim2, BM), Q_dim1, Q_dim0) as (bx, by, bz):
         S = T.alloc_local((BM, BN), "float32")
         P = T.alloc_local((BM, BN), "float32")
