@@ -1,0 +1,142 @@
+"""Issue 11: the cpu target's grid on every core, its zero-fill decisions, the call path, the leaves it chooses."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import septran
+from conftest import GEMM_LOGIC, edited_mapping, mapping_path
+from septran import task
+
+ROWS_MAPPING = """
+target: cpu
+entrypoint: host
+task_mappings:
+  host:
+    task_name: host
+    proc: HOST
+    mems: {Y: GLOBAL, X: GLOBAL}
+    tunables: {BM: 8}
+    calls: {rows: blk}
+  blk:
+    task_name: rows
+    proc: BLOCK
+    mems: {Y: GLOBAL, X: GLOBAL}
+    leaf_task_bindings: {double: vector_loops}
+"""
+
+
+def _rows_logic(repeat_outer: bool):
+    """Every row block written twice, by two programs: a grid index that no output's offset names."""
+
+    @task.define(leaf=True)
+    def double(Y, X):
+        task.compute(Y, lambda i, j: X[i, j] * 2.0)
+
+    @task.define
+    def rows(Y, X):
+        task.launch(double, Y, X)
+
+    @task.define
+    def host(Y, X):
+        Yp = task.partition(Y, by="blocks", tile=("BM", None))
+        Xp = task.partition(X, by="blocks", tile=("BM", None))
+        if repeat_outer:
+            for r, i in task.parallel_range((2, Yp.shape[0])):
+                task.launch(rows, Yp[i, 0], Xp[i, 0])
+        else:
+            for i, r in task.parallel_range((Yp.shape[0], 2)):
+                task.launch(rows, Yp[i, 0], Xp[i, 0])
+
+    return host
+
+
+def _mapping(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_disjoint_grid_indices_run_in_parallel_with_the_mappings_schedule(tmp_path):
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("schedule: static", "schedule: dynamic"))
+    kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
+    a, b = torch.randn(300, 200), torch.randn(200, 600)
+    torch.testing.assert_close(kernel(a, b), a @ b, rtol=1e-4, atol=1e-3)
+    assert "#pragma omp parallel for collapse(2) schedule(dynamic) private(C_local)" in kernel.device_source
+    assert "programs run in parallel over bx, by (schedule dynamic)" in kernel.explain()
+
+
+@pytest.mark.parametrize("repeat_outer, pragma", [(True, "collapse(1)"), (False, None)])
+def test_a_grid_index_two_programs_share_stays_sequential(tmp_path, repeat_outer, pragma):
+    """Programs that differ only in r write the same rows: r's loop runs on one thread, and every loop
+    outside it too (C prints the first grid index outermost)."""
+    kernel = septran.compile(_rows_logic(repeat_outer), mapping_file=_mapping(tmp_path, ROWS_MAPPING))
+    x = torch.randn(37, 50)
+    torch.testing.assert_close(kernel(x), 2 * x)
+    source = kernel.device_source
+    if pragma is None:
+        assert "#pragma omp" not in source
+    else:
+        assert f"#pragma omp parallel for {pragma} " in source
+
+
+def test_a_grid_of_one_program_starts_no_threads():
+    kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu", "gemm"))
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    torch.testing.assert_close(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    assert "#pragma omp" not in kernel.device_source
+
+
+def test_kernels_share_torchs_openmp_runtime():
+    """One thread pool in the process: the kernels' threads follow torch.set_num_threads."""
+    kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu", "gemm"))
+    a = torch.randn(600, 600)
+    kernel(a, a)
+    loaded = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "libgomp" in line}
+    assert len(loaded) == 1, loaded
+
+
+def test_an_accumulator_kept_in_global_memory_starts_from_zeros(tmp_path):
+    """C += A @ B straight into the output (gemm_leaf_blas takes C in GLOBAL): the program reads C before it
+    writes it, so the runtime hands it zeros; with C in LOCAL (the shipped mapping) nothing is filled."""
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("{C: LOCAL, A: GLOBAL, B: GLOBAL}", "{C: GLOBAL, A: GLOBAL, B: GLOBAL}"))
+    in_place = septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
+    a, b = torch.randn(300, 700), torch.randn(700, 260)
+    for _ in range(3):  # fresh outputs every call: never the last call's sums
+        torch.testing.assert_close(in_place(a, b), a @ b, rtol=1e-4, atol=1e-3)
+    assert "start from zeros: C" in in_place.explain()
+    shipped = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu", "gemm"))
+    shipped(a, b)
+    assert "start from zeros" not in shipped.explain()
+
+
+def test_a_repeated_call_still_refuses_what_the_first_call_would():
+    kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu", "gemm"))
+    a, b = torch.randn(64, 32), torch.randn(32, 48)
+    kernel(a, b)
+    with pytest.raises(septran.CallError, match="not contiguous"):
+        kernel(a, torch.randn(48, 32).t())
+    torch.testing.assert_close(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_the_mapping_chooses_the_gemm_leaf(tmp_path):
+    """OpenBLAS on A and B in place, or TileLang's T.gemm on tiles staged in LOCAL: one answer."""
+    staged = edited_mapping(tmp_path, "cpu", "gemm", ("{C: LOCAL, A: GLOBAL, B: GLOBAL}", "{C: LOCAL, A: LOCAL, B: LOCAL}"),
+                            ("{BM: 256, BN: 256, BK: 512}", "{BM: 32, BN: 32, BK: 32}"),
+                            ("gemm_leaf_blas", "gemm_leaf_cpu"))
+    a, b = torch.randn(70, 45).half(), torch.randn(45, 33).half()
+    for path in (mapping_path("cpu", "gemm"), staged):
+        kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
+        out = kernel(a, b)
+        assert out.dtype == torch.float16
+        torch.testing.assert_close(out.float(), a.float() @ b.float(), rtol=2e-3, atol=2e-2)
+    assert "septran_cpu_gemm_f16_f16" in septran.compile(logic_file=GEMM_LOGIC).specialize(A=a, B=b).tilelang_source
+
+
+def test_a_schedule_the_processor_does_not_offer_is_refused_at_its_line(tmp_path):
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("schedule: static", "schedule: spiral"))
+    with pytest.raises(septran.MappingError, match="offers static, dynamic") as info:
+        septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
+    assert "spiral" in path.read_text().splitlines()[info.value.loc.line - 1]
