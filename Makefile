@@ -23,7 +23,7 @@ test: setup
 	$(BIN)/python -m pytest -q tests
 
 bench: setup
-	$(BIN)/python bench/gemm.py
+	$(BIN)/python bench/cpu.py --autotune softmax,layernorm,rmsnorm
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
