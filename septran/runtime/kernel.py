@@ -142,9 +142,6 @@ class _Plan:
                              for a in kernel.outputs)
         vendor_lib = kernel.target.vendor
         self.checks_errors = vendor_lib is not None and vendor_lib.take_error is not None
-        # torch.empty(*shape, dtype=...) costs half of torch.empty(shape, dtype=..., device=...): on the CPU, the
-        # default device, the call overhead of a small kernel is mostly this allocation.
-        self.on_cpu = self.device is not None and self.device.type == "cpu"
 
     def __call__(self, args):
         ins = args[: self.n_inputs]
@@ -152,10 +149,9 @@ class _Plan:
         for t in ins:
             if t.device != device or not t.is_contiguous():
                 return None  # the full path explains what is wrong
-        if self.on_cpu:
-            outs = [make(*shape, dtype=dtype) for make, shape, dtype in self.outputs]
-        else:
-            outs = [make(shape, dtype=dtype, device=device) for make, shape, dtype in self.outputs]
+        # torch.empty(*shape, ...) costs half of torch.empty(shape, ...): for a small kernel, the call's overhead is
+        # mostly this allocation.
+        outs = [make(*shape, dtype=dtype, device=device) for make, shape, dtype in self.outputs]
         self.fn(*ins, *outs)
         if self.checks_errors:
             vendor.check_errors(self.kernel.target, self.variant.program.name)
