@@ -166,7 +166,7 @@ def _template(template: str, args, prog: _Program, flags=(), **fields) -> str:
 
 
 _FUNCTIONS = {"exp": "T.exp", "exp2": "T.exp2", "log": "T.log", "log2": "T.log2", "sqrt": "T.sqrt", "rsqrt": "T.rsqrt",
-              "erf": "T.erf", "maximum": "T.max", "minimum": "T.min", "where": "T.if_then_else"}
+              "erf": "T.erf", "tanh": "T.tanh", "maximum": "T.max", "minimum": "T.min", "where": "T.if_then_else"}
 _ELEM_PREC = {"<": 0, "<=": 0, ">": 0, ">=": 0, "+": 1, "-": 1, "*": 2, "/": 2}
 
 
@@ -202,6 +202,9 @@ def _element(e: el.Elem, placed: dict, parent: int = 0) -> str:
     if isinstance(e, el.Neg):
         return f"-{_element(e.operand, placed, 3)}"
     if isinstance(e, el.Call):
+        if e.fn == "abs":  # T.abs fails on TileLang's C target; max(x, -x) is |x| everywhere
+            x = _element(e.args[0], placed)
+            return f"T.max({x}, -({x}))"
         return f"{_FUNCTIONS[e.fn]}({', '.join(_element(a, placed) for a in e.args)})"
     if isinstance(e, el.Bin):
         prec = _ELEM_PREC[e.op]

@@ -23,6 +23,8 @@ FUNCTIONS = {
     "sqrt": (1, "square root"),
     "rsqrt": (1, "1 / sqrt(x)"),
     "erf": (1, "error function"),
+    "tanh": (1, "hyperbolic tangent"),
+    "abs": (1, "absolute value"),
     "maximum": (2, "the larger of two values"),
     "minimum": (2, "the smaller of two values"),
     "where": (3, "where(cond, a, b): a where cond holds, else b"),
@@ -255,7 +257,7 @@ _COMPARE = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b
 _ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _div}
 _MATH = {
     "exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2, "sqrt": math.sqrt,
-    "rsqrt": lambda x: 1.0 / math.sqrt(x), "erf": math.erf, "maximum": max, "minimum": min,
+    "rsqrt": lambda x: 1.0 / math.sqrt(x), "erf": math.erf, "tanh": math.tanh, "abs": abs, "maximum": max, "minimum": min,
 }
 
 

@@ -181,7 +181,7 @@ def _scalar_arg(frame, value, what: str, loc):
                                 hint=f"add {value.param.name}=<default> to {frame.task.name}'s parameters and pass it down")
         return value.param
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if isinstance(value, int) and abs(value) > 2**1000:
+        if isinstance(value, int) and not -(2**1000) <= value <= 2**1000:  # (task.abs shadows abs here)
             raise FrontendError(f"task.launch: {what} is too large for a float", loc)
         return float(value)
     raise FrontendError(f"task.launch: {what} must be a number or a scalar parameter, got {type(value).__name__}", loc)

@@ -17,7 +17,7 @@ from septran.target import TargetError, check_target_name, load_target
 
 def compile(  # noqa: A001 - the name users expect, as tilelang.compile
     logic: Optional[Logic] = None,
-    mapping: Union[Mapping, str, Path, None] = None,
+    mapping: Union[Mapping, str, Path, dict, None] = None,
     *,
     logic_file: Union[str, Path, None] = None,
     mapping_file: Union[str, Path, None] = None,
@@ -27,7 +27,8 @@ def compile(  # noqa: A001 - the name users expect, as tilelang.compile
     """Fuses a logic and a mapping into a callable kernel.
 
     ``logic`` is a task function, a module or a logic file path (or pass
-    ``logic_file=``). ``mapping`` is a mapping file path (or ``mapping_file=``);
+    ``logic_file=``). ``mapping`` is a mapping file path (or ``mapping_file=``), YAML text (a string with a
+    line break, e.g. a notebook cell's) or a dict of what the YAML would hold;
     without one, SEPTRAN_MAPPING or ``mappings/<target>/<op>.yaml`` is used.
     ``target`` defaults to the mapping's ``target``. For a mapping with
     ``!tune``, each call's shapes run the tuning database's best point; with
@@ -93,7 +94,7 @@ class JITKernel:
         return self.kernel.explain()
 
 
-def jit(fn: Optional[TaskFunction] = None, *, mapping: Union[str, Path, Mapping, None] = None, target: Optional[str] = None):
+def jit(fn: Optional[TaskFunction] = None, *, mapping: Union[str, Path, dict, Mapping, None] = None, target: Optional[str] = None):
     """``@septran.jit`` or ``@septran.jit(mapping=..., target=...)`` above ``@task.define``."""
     if fn is None:
         return lambda f: JITKernel(f, mapping, target)

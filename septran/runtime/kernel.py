@@ -14,7 +14,7 @@ from septran.lowering import Specialization, explain, lower
 from septran.lowering.bind import check_mapping
 from septran.emit_tilelang import emit
 from septran.mapping.schema import Mapping
-from septran.runtime import build, c_build, points, scalars as scalar_args, vendor
+from septran.runtime import build, c_build, notebook, points, scalars as scalar_args, vendor
 from septran.target import Target
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,12 @@ class Variant:
         self._device_source: Optional[str] = None
         self._dump("06-tileprogram.txt", self.explain())
         self._dump("tilelang.py", self.tilelang_source)
+
+    def __repr__(self) -> str:
+        return f"<septran.Variant {self.tag}, point: {self.choice.source}>"
+
+    def _repr_markdown_(self) -> str:  # Jupyter
+        return notebook.variant_markdown(self)
 
     @property
     def tag(self) -> str:
@@ -186,6 +192,9 @@ class Kernel:
         ins = ", ".join([a.name for a in self.inputs] + [f"{k}={v:g}" for k, v in self.scalars.items()])
         outs = ", ".join(a.name for a in self.outputs)
         return f"<septran.Kernel {self.graph.entry}({ins}) -> ({outs}) on {self.target.name}, mapping {self.mapping.file}>"
+
+    def _repr_markdown_(self) -> str:  # Jupyter
+        return notebook.kernel_markdown(self)
 
     # specialisation ------------------------------------------------------------
     def specialize(self, **args) -> Variant:

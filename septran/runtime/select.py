@@ -14,11 +14,13 @@ import types
 from pathlib import Path
 from typing import Optional, Union
 
+import yaml
+
 from septran import env, resources
 from septran.errors import FrontendError, MappingError, SourceLoc
 from septran.frontend.tracer import TaskFunction
 from septran.frontend.user_errors import import_logic_module
-from septran.mapping.schema import Mapping, load_mapping
+from septran.mapping.schema import Mapping, load_mapping, parse_mapping
 from septran.paths import check_user_path
 from septran.target import TargetError, check_target_name, detect_target
 
@@ -72,13 +74,30 @@ def find_task(names: dict, file: Optional[str], logic: Logic, name: str, loc: So
     )
 
 
+def mapping_from(value: Union[str, Path, dict]) -> Mapping:
+    """A mapping given as a file path, as YAML text (a string with a line break: a notebook cell) or as a dict
+    (what the YAML would hold; no ``!tune`` there). Errors name ``<mapping text>`` or ``<mapping dict>`` and the line."""
+    if isinstance(value, dict):
+        try:
+            text = yaml.safe_dump(value, sort_keys=False)
+        except yaml.YAMLError as err:
+            raise MappingError(f"the mapping dict cannot be written as YAML: {err}",
+                               hint="use only dicts, lists, strings and numbers") from None
+        return parse_mapping(text, "<mapping dict>")
+    if isinstance(value, str) and "\n" in value:
+        return parse_mapping(value, "<mapping text>")
+    if not isinstance(value, (str, Path)):
+        raise MappingError(f"a mapping is a file path, YAML text or a dict, got {type(value).__name__}")
+    return load_mapping(value)
+
+
 def choose_mapping(op: str, mapping: Union[Mapping, str, Path, None], target: Optional[str]) -> Mapping:
     if env.target_override() is not None:  # refused when set at all, not only where it is used
         check_target_name(env.target_override(), source="from SEPTRAN_TARGET", error=TargetError)
     if isinstance(mapping, Mapping):
         return mapping
     if mapping is not None:
-        return load_mapping(mapping)
+        return mapping_from(mapping)
     forced = env.mapping_override()
     if forced is not None:
         return load_mapping(forced)
