@@ -9,23 +9,9 @@ import torch
 import septran
 from conftest import GEMM_LOGIC, edited_mapping, mapping_path
 from septran import task
+from support.rows import rows_mapping
 
-ROWS_MAPPING = """
-target: cpu
-entrypoint: host
-task_mappings:
-  host:
-    task_name: host
-    proc: HOST
-    mems: {Y: GLOBAL, X: GLOBAL}
-    tunables: {BM: 8}
-    calls: {rows: blk}
-  blk:
-    task_name: rows
-    proc: BLOCK
-    mems: {Y: GLOBAL, X: GLOBAL}
-    leaf_task_bindings: {double: vector_loops}
-"""
+ROWS_MAPPING = rows_mapping("double", bm=8)
 
 
 def _rows_logic(repeat_outer: bool):

@@ -7,14 +7,9 @@ import yaml
 
 import septran
 from septran import task
+from support.rows import rows_logic, rows_mapping
 
-MAPPING = """
-target: cpu
-entrypoint: host
-task_mappings:
-  host: {task_name: host, proc: HOST, mems: {Y: GLOBAL, X: GLOBAL}, tunables: {BM: 4}, calls: {rows: blk}}
-  blk: {task_name: rows, proc: BLOCK, mems: {Y: GLOBAL, X: GLOBAL}, leaf_task_bindings: {negate: vector_loops}}
-"""
+MAPPING = rows_mapping("negate")
 
 
 @task.define(leaf=True)
@@ -22,17 +17,7 @@ def negate(Y, X):
     task.compute(Y, lambda i, j: -X[i, j])
 
 
-@task.define
-def rows(Y, X):
-    task.launch(negate, Y, X)
-
-
-@task.define
-def host(Y, X):
-    Yp = task.partition(Y, by="blocks", tile=("BM", None))
-    Xp = task.partition(X, by="blocks", tile=("BM", None))
-    for i in task.parallel_range(Yp.shape[0]):
-        task.launch(rows, Yp[i, 0], Xp[i, 0])
+host = rows_logic(negate)
 
 
 @pytest.mark.parametrize("given", [MAPPING, yaml.safe_load(MAPPING)], ids=["yaml text", "dict"])
