@@ -11,7 +11,7 @@ import difflib
 
 from septran.errors import LoweringError, MappingError
 from septran.frontend.ir import Launch, Loop, PrimCall, TaskDef, TaskGraph, walk
-from septran.mapping.schema import InstanceMapping, Mapping
+from septran.mapping.schema import DEFAULT, InstanceMapping, Mapping
 from septran.target import Target
 
 GRID_DIMS = 3  # blockIdx.x, y, z
@@ -113,17 +113,18 @@ def _params(task: TaskDef) -> list[str]:
 
 def _mems(graph, target, inst, task, proc, launched) -> None:
     for param, space in inst.mems.items():
-        if param not in _params(task):
+        if param != DEFAULT and param not in _params(task):
             raise MappingError(f"{inst.name}.mems names {param!r}, which is not a parameter of {task.name}",
                                inst.mems[param].loc, hint=_suggest(param, _params(task)))
         if space.value not in proc.memories:
-            raise MappingError(f"{inst.name} runs on {proc.name}, which cannot hold {param} in {space.value}",
+            what = "its parameters and temps" if param == DEFAULT else param
+            raise MappingError(f"{inst.name} runs on {proc.name}, which cannot hold {what} in {space.value}",
                                space.loc, hint=f"{proc.name} on {target.name} holds: {', '.join(proc.memories)}")
 
 
 def _temps_placed(graph, target, inst, task, proc, launched) -> None:
     for t in task.temps:
-        if t.name not in inst.mems:
+        if inst.mem(t.name) is None:
             raise MappingError(
                 f"{task.name} allocates temp {t.name} (logic {t.loc}) but {inst.name}.mems does not say where it lives",
                 inst.key_loc("mems") if inst.mems else inst.loc,

@@ -143,7 +143,7 @@ class _Flattener:
                          instance=inst, temps=tuple(temps), body=tuple(body))
 
     def _temp(self, t: Temp, inst, task: TaskDef, views) -> fl.View:
-        space = inst.mems[t.name]
+        space = inst.mem(t.name)
         if self.ctx.target.memories[space.value].is_global:
             raise LoweringError(f"temp {t.name} cannot live in {space.value}: a program allocates temps on chip", space.loc)
         shape = tuple(self._subst(e, task, views, {}, t.loc) for e in t.shape)
@@ -200,7 +200,7 @@ class _Flattener:
             view = self._region(arg, task, views, loops, indices)
             pname = callee_task.params[k].name
             param = root_param(arg).name
-            operands.append(fl.Operand(param, view, inst.mems.get(param),
+            operands.append(fl.Operand(param, view, inst.mem(param),
                                        self.ctx.graph.privilege(callee_task.name, pname), keep.get(pname)))
         callee_scalars = _scalars(launch, callee_task, scalars)
         if callee_task.leaf:

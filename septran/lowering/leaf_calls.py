@@ -83,7 +83,7 @@ def _batch_of_one(st, view, rank: int) -> bool:
 def _check_operand(st, impl, sig, k, pname, view, inst, caller_param, binding) -> None:
     allowed = impl.accepts(pname)
     if allowed and view.space not in allowed:
-        where = inst.mems.get(caller_param)
+        where = inst.mem(caller_param)
         raise LoweringError(
             f"{impl.name} takes {pname} in {' or '.join(allowed)}, but {inst.name} holds {caller_param} in {view.space}",
             where.loc if where else inst.loc,

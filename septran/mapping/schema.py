@@ -30,6 +30,7 @@ COPY_OPTIONS = {
     "prefer_instruction": ("tma", "cp_async", "sync"),
     "via": (str,),  # not T.copy's: the transfer goes through a buffer in this memory (an output through SHARED)
 }
+DEFAULT = "*"  # mems: {"*": REGISTER, Q: SHARED}: every parameter and temp not named lives in REGISTER
 ACCUM_DTYPES = ("float32", "float16", "float64")
 # Bounds checked here, before any value reaches TileLang: its index type is int32.
 MAX_TUNABLE = 2**31 - 2  # a tunable is a positive int below 2^31 - 1
@@ -55,6 +56,10 @@ class InstanceMapping:
     accum_dtype: Optional[Located]
     key_locs: TMapping[str, SourceLoc]
     schedule: Optional[Located] = None  # how the grid's programs are spread over threads (the target's schedules)
+
+    def mem(self, name: str) -> Optional[Located]:
+        """Where parameter or temp ``name`` lives: its own ``mems`` entry, else ``"*"``'s, else None."""
+        return self.mems.get(name) or self.mems.get(DEFAULT)
 
     def key_loc(self, key: str) -> SourceLoc:
         return self.key_locs.get(key, self.loc)
@@ -107,13 +112,15 @@ def _dict(val: Located, what: str) -> LocatedDict:
     return val.value
 
 
-def _name_table(val: Optional[Located], what: str, values_are_names: bool = True) -> dict[str, Located]:
+def _name_table(val: Optional[Located], what: str, values_are_names: bool = True, default_key: bool = False) -> dict[str, Located]:
+    """Names to names; with ``default_key``, the key ``"*"`` too: the value for every name not listed."""
     if val is None:
         return {}
     d = _dict(val, what)
     out = {}
     for key, item in d.items():
-        _ident(Located(key, d.key_locs[key]), f"a key of {what}")
+        if not (default_key and key == DEFAULT):
+            _ident(Located(key, d.key_locs[key]), f"a key of {what}")
         if values_are_names:
             _ident(item, f"the value of {what}.{key}")
         out[key] = item
@@ -176,7 +183,7 @@ def _instance(name: str, key_loc: SourceLoc, val: Located) -> InstanceMapping:
         loc=key_loc,
         task_name=d["task_name"],
         proc=d["proc"],
-        mems=MappingProxyType(_name_table(d.get("mems"), f"{name}.mems")),
+        mems=MappingProxyType(_name_table(d.get("mems"), f"{name}.mems", default_key=True)),
         tunables=MappingProxyType(_tunables(d.get("tunables"), name)),
         calls=MappingProxyType(_name_table(d.get("calls"), f"{name}.calls")),
         pipeline=pipeline,
