@@ -102,7 +102,6 @@ class _Operand:
         where = "" if offset == Const(0) else f", offset={expr(offset)}"
         return f'{self._r.of.name}.access_ptr("rw"{where})'
 
-
     @property
     def addr(self) -> str:
         return self._placed.address.name if self._placed is not None else self.ptr
@@ -288,8 +287,7 @@ def emit(program: ir.TileProgram, version: str) -> str:
     names = ", ".join(s.name for s, _ in k.grid)
     bound = f"({names})" if len(k.grid) > 1 else names
     if program.parallel is not None:  # the builder reads it from the program, not from this comment
-        w.line(1, f"# programs run in parallel over {', '.join(s.name for s in program.parallel.syms)} "
-                  f"(schedule {program.parallel.schedule})")
+        w.line(1, f"# {program.parallel.describe()}")
     w.line(1, f"with T.Kernel({grid}{threads}) as {bound}:")
     placed = {b.sym: b for b in k.buffers if b.address is not None}
     for b in k.buffers:

@@ -48,8 +48,7 @@ def explain(program: ir.TileProgram) -> str:
     grid = ", ".join(f"{s.name} < {e}" for s, e in k.grid)
     out.append(f"grid {grid}" + (f", {k.threads} threads" if k.threads else "") + f"\n    because: {k.why}")
     if program.parallel is not None:
-        out.append(f"  programs run in parallel over {', '.join(s.name for s in program.parallel.syms)} "
-                   f"(schedule {program.parallel.schedule})")
+        out.append(f"  {program.parallel.describe()}")
     if program.read_outputs:
         out.append(f"  outputs read before written, so they start from zeros: {', '.join(sorted(program.read_outputs))}")
     for b in k.buffers:

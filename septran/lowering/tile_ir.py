@@ -156,6 +156,9 @@ class ParallelGrid:
     syms: tuple[Sym, ...]
     schedule: str
 
+    def describe(self) -> str:
+        return f"programs run in parallel over {', '.join(s.name for s in self.syms)} (schedule {self.schedule})"
+
 
 @dataclass(frozen=True)
 class TileProgram:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 
 from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
@@ -39,17 +40,14 @@ def writes(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
     values = {c.sym: c.value for c in program.consts}
     parallel = 0
     for g in grid:  # the longest run of grid indices, outermost first, that no two programs share
-        if not all(_separates(r, g, grid, values, value) for r in touched):
+        if not all(_separates(r, g, values, value) for r in touched):
             log.debug("%s: grid index %s is not parallel: two of its programs may touch one output element", program.name, g.name)
             break
         parallel += 1
-    programs = 1
-    for _, extent in program.kernel.grid[:parallel]:
-        programs *= value(extent)
-    schedule = _schedule(ctx) if programs > 1 else None  # one program: starting threads would only cost
+    extents = [(sym, value(extent)) for sym, extent in program.kernel.grid[:parallel]]
+    schedule = _schedule(ctx) if math.prod(n for _, n in extents) > 1 else None  # one program: threads only cost
     # TileLang prints no loop for an index of extent 1, so only the others are named.
-    looped = tuple(sym for sym, extent in program.kernel.grid[:parallel] if value(extent) > 1)
-    par = ir.ParallelGrid(looped, schedule) if schedule else None
+    par = ir.ParallelGrid(tuple(sym for sym, n in extents if n > 1), schedule) if schedule else None
     return dataclasses.replace(program, parallel=par, read_outputs=frozenset(t.sym.name for t in program.params if t.sym in read))
 
 
@@ -62,7 +60,7 @@ def _schedule(ctx: Context):
     return inst.schedule.value if inst.schedule is not None else proc.schedules[0]
 
 
-def _separates(r: ir.Region, g, grid, values, value) -> bool:
+def _separates(r: ir.Region, g, values, value) -> bool:
     """Whether programs that differ in grid index ``g`` touch disjoint boxes of ``r``'s tensor."""
     for off, ext in zip(r.offsets, r.extents):
         terms, _ = linear(off, values)

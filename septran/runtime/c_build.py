@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import re
 import subprocess
 
 from septran.errors import DeviceError, InternalError
@@ -73,12 +72,11 @@ def c_source(program: TileProgram, device_source: str) -> str:
     return c_parallel.parallel_grid(device_source, _function(program), program.parallel)
 
 
-def build(program: TileProgram, device_source: str, target: Target) -> CKernel:
-    source = c_source(program, device_source)
+def build(program: TileProgram, source: str, target: Target) -> CKernel:
+    """``source``: the C to build, ``c_source``'s."""
     flags = (*target.compile_flags, *vendor.link_flags(target))
-    digest = hashlib.sha256("\0".join((source, *flags, *_toolchain())).encode()).hexdigest()[:16]
-
-    cxx, _, templates = _toolchain()
+    cxx, version, templates = _toolchain()
+    digest = hashlib.sha256("\0".join((source, *flags, cxx, version, templates)).encode()).hexdigest()[:16]
     path = shared_lib.built("c", program.name, digest, lambda out, src: [cxx, *BUILDER_FLAGS, f"-I{templates}", src, *flags, "-o", out],
                             f"the C of {program.name}", source=(".cpp", source))
     return CKernel(path, _function(program), [p.sym.name for p in program.params], source)
@@ -86,7 +84,7 @@ def build(program: TileProgram, device_source: str, target: Target) -> CKernel:
 
 def _c_parameters(source: str, function: str) -> list[str]:
     """The parameter names of ``function``'s definition, in order."""
-    m = re.search(rf"^int32_t {re.escape(function)}\((.*)\) \{{$", source, re.M)
+    m = c_parallel.definition(function).search(source)
     if m is None:
         raise InternalError("C build", f"no definition of {function} in the C TileLang printed", function)
     return [p.split()[-1].lstrip("*") for p in m.group(1).split(",") if p.strip()]

@@ -25,9 +25,14 @@ log = logging.getLogger(__name__)
 _DECL = re.compile(r"^\s+[A-Za-z_][\w:]*\s+([A-Za-z_]\w*)(\[\d+\])?;$")
 
 
+def definition(function: str) -> re.Pattern:
+    """The line that opens ``function``'s definition in TileLang's C; group 1 is its parameter list."""
+    return re.compile(rf"^int32_t {re.escape(function)}\((.*)\) \{{$", re.M)
+
+
 def parallel_grid(source: str, function: str, par: ParallelGrid) -> str:
     lines = source.split("\n")
-    head = re.compile(rf"^int32_t {re.escape(function)}\(.*\) \{{$")
+    head = definition(function)
     start = next((k for k, line in enumerate(lines) if head.match(line)), None)
     if start is None:
         return _unchanged(source, function, "its definition was not found")
