@@ -24,6 +24,7 @@ class SourceLoc:
         return f"{self.file}:{self.line}:{self.col}" if self.col else f"{self.file}:{self.line}"
 
     def source_line(self) -> str:
+        linecache.checkcache(self.file)  # a file edited since it was last shown (a notebook's mapping) is read again
         return linecache.getline(self.file, self.line).rstrip("\n")
 
 

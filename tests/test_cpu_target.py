@@ -126,3 +126,15 @@ def test_a_schedule_the_processor_does_not_offer_is_refused_at_its_line(tmp_path
     with pytest.raises(septran.MappingError, match="offers static, dynamic") as info:
         septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
     assert "spiral" in path.read_text().splitlines()[info.value.loc.line - 1]
+
+
+def test_a_schedule_that_is_no_name_is_shown_as_written_and_at_the_edited_line(tmp_path):
+    """The value as the YAML said it; and the line shown is the file's now, though an earlier error showed it."""
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("schedule: static", "schedule: [static]"))
+    with pytest.raises(septran.MappingError) as first:
+        septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
+    assert "got ['static']" in str(first.value) and "schedule: [static]" in str(first.value)
+    path.write_text(path.read_text().replace("schedule: [static]", "schedule: 3"))
+    with pytest.raises(septran.MappingError) as second:
+        septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
+    assert "got 3" in str(second.value) and "schedule: 3" in str(second.value)

@@ -28,10 +28,13 @@ class Tune:
     choices: tuple
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Located:
     value: Any
     loc: SourceLoc
+
+    def __repr__(self) -> str:  # as the YAML said it: error messages show values with !r
+        return repr(self.value)
 
 
 class LocatedDict:
@@ -59,6 +62,9 @@ class LocatedDict:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in self._items.items()) + "}"
 
 
 class _Loader(yaml.SafeLoader):
