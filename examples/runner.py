@@ -36,13 +36,18 @@ def median_seconds(fn, repeats: int, device: str) -> float:
 def run(logic, title: str, make_inputs: Callable[[str, torch.dtype], dict], reference: Callable, flops: float,
         dtype: str | None = None, show_source: bool = True, repeats: int = 5, unit: str = "GFLOP/s",
         scalars: dict | None = None) -> float:
-    """Runs one operator (``logic``: a logic file or an entry task); returns max |out - reference|
+    """Runs one operator (``logic``: a logic file, an entry task, or a compiled kernel); returns max |out - reference|
     (nan where nothing could run). ``scalars``: the logic's scalar arguments (eps=...). ``flops``: the work per call, in units of ``unit`` x 1e9 per second
     (floating-point operations for GFLOP/s, bytes moved for GB/s).
 
     ``dtype`` defaults to float16 on GPUs and float32 on the CPU and the DSAs.
     """
-    kernel = septran.compile(logic) if isinstance(logic, septran.task.TaskFunction) else septran.compile(logic_file=logic)
+    if hasattr(logic, "specialize"):  # compiled already (an operator made of several kernels)
+        kernel = logic
+    elif isinstance(logic, septran.task.TaskFunction):
+        kernel = septran.compile(logic)
+    else:
+        kernel = septran.compile(logic_file=logic)
     target = kernel.target
     dtype = dtype or ("float32" if target.torch_device == "cpu" else "float16")
     print(f"target {target.name} ({target.description}); mapping {kernel.mapping.file}")
