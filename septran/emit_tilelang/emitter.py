@@ -273,7 +273,8 @@ def emit(program: ir.TileProgram, version: str) -> str:
     w.line(0)
     for c in program.consts:
         where = f" ({display_name(c.why.mapping.file)}:{c.why.mapping.line})" if c.why.mapping else ""
-        w.line(0, f"{c.sym.name} = {c.value}  # {c.why.text}{where}")
+        value = c.value if c.value is not None else f'T.dynamic("{c.sym.name}", "{c.dtype}")'  # bound at each call
+        w.line(0, f"{c.sym.name} = {value}  # {c.why.text}{where}")
     w.line(0)
     w.line(0)
     w.line(0, "@T.prim_func")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 
+from septran.lowering.dynamic import check_dynamic
 from septran.errors import LoweringError, MappingError
 from septran.frontend.ir import Launch, Loop, PrimCall, TaskDef, TaskGraph, walk
 from septran.mapping.schema import DEFAULT, InstanceMapping, Mapping
@@ -28,6 +29,7 @@ def check_mapping(graph: TaskGraph, mapping: Mapping, target: Target) -> None:
     seen: set = set()
     _check_instance(graph, mapping, target, entry, seen)
     _grid(graph, mapping, target, entry)
+    check_dynamic(graph, mapping)
 
 
 # whole-mapping rules ------------------------------------------------------------------

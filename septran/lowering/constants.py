@@ -19,6 +19,8 @@ from septran.frontend.bounds import INT32_MAX
 from septran.frontend.ir import Launch, Loop, PrimCall, TaskDef, TaskGraph, TileRef
 from septran.frontend.shapes import ShapeRelations
 from septran.lowering import tile_ir as ir
+from septran.lowering.dynamic import DynamicValue, dynamic_members
+from septran.lowering.intervals import bounds
 from septran.lowering.tile_ir import Why
 from septran.mapping.schema import InstanceMapping, Mapping as MappingFile
 from septran.target import Target
@@ -81,6 +83,8 @@ class Constants:
     entry_dims: Mapping[Expr, Expr]  # Dim(entry param, axis) -> Var(its constant)
     tunables: Mapping[str, Expr]  # tunable name -> Var(its constant)
     names: frozenset  # names the program already uses
+    # A dynamic dimension's constant -> the sizes it may take (a symbolic variable of the program, no number)
+    dynamic: Mapping[Sym, tuple[int, int]] = field(default_factory=dict)
     # Var(constant) -> value: what ``value`` evaluates with (made once; every pass evaluates many extents)
     env: Mapping[Expr, int] = field(init=False, repr=False, compare=False)
 
@@ -88,7 +92,19 @@ class Constants:
         object.__setattr__(self, "env", MappingProxyType({Var(s): v for s, v in self.values.items()}))
 
     def value(self, e: Expr) -> int:
-        return evaluate(e, self.env)
+        try:
+            return evaluate(e, self.env)
+        except KeyError as err:
+            if isinstance(err.args[0], Var) and err.args[0].sym in self.dynamic:
+                raise DynamicValue(
+                    f"the lowering needs the number {e}, which depends on the dynamic dimension {err.args[0]}",
+                    hint="drop that dimension from the mapping's `dynamic` (a compile per size), or map the logic so "
+                         "that no tile or buffer extent depends on it") from None
+            raise
+
+    def range(self, e: Expr) -> tuple[int, int]:
+        """The smallest and largest value of ``e`` over every size of the dynamic dimensions."""
+        return bounds(e, {**{s: (v, v) for s, v in self.values.items()}, **self.dynamic})
 
 
 def resolve_constants(ctx: Context) -> Constants:
@@ -98,13 +114,20 @@ def resolve_constants(ctx: Context) -> Constants:
     entry = ctx.graph.entry_task
 
     roles = {p.name: ctx.graph.privilege(entry.name, p.name).role for p in entry.params}
+    named = dynamic_members(ctx.mapping)
+    dynamic: dict[Sym, tuple[int, int]] = {}
     for cls in ctx.shapes.classes:
         inputs = [m for m in cls.members if roles[m[0]] != "output"] or list(cls.members)
         pname, axis = inputs[0]
         sym = names.new(f"{pname}_dim{axis}")
         tied = ", ".join(f"{p}.shape[{a}]" for p, a in cls.members)
-        consts.append(ir.Const(sym, ctx.spec.shapes[pname][axis],
-                               Why(f"problem size {tied}", logic=cls.reasons[0] if cls.reasons else None)))
+        if named & set(cls.members):  # a tie makes the whole class dynamic
+            dynamic[sym] = (1, _dynamic_upper(ctx, cls.members))
+            consts.append(ir.Const(sym, None, Why(f"dynamic problem size {tied}", mapping=ctx.mapping.dynamic_loc),
+                                   dtype="int64" if ctx.target.index_bits == 64 else "int32"))
+        else:
+            consts.append(ir.Const(sym, ctx.spec.shapes[pname][axis],
+                                   Why(f"problem size {tied}", logic=cls.reasons[0] if cls.reasons else None)))
         for p, a in cls.members:
             entry_dims[Dim(entry.param(p).sym, a)] = Var(sym)
 
@@ -135,8 +158,24 @@ def resolve_constants(ctx: Context) -> Constants:
                 hint=(f"did you mean {close[0]!r}? " if close else "")
                 + f"the logic uses: {', '.join(sorted(used)) or '(no tunables)'}",
             )
-    values = MappingProxyType({c.sym: c.value for c in consts})
-    return Constants(tuple(consts), values, MappingProxyType(entry_dims), MappingProxyType(tunables), frozenset(names.used))
+    values = MappingProxyType({c.sym: c.value for c in consts if c.value is not None})
+    return Constants(tuple(consts), values, MappingProxyType(entry_dims), MappingProxyType(tunables), frozenset(names.used),
+                     MappingProxyType(dynamic))
+
+
+def _dynamic_upper(ctx: Context, members) -> int:
+    """The largest size a dynamic dimension may take: every tensor holding it stays 32-bit indexable with its
+    static dimensions as they are and its other dynamic ones at 1 (the runtime checks each call's product)."""
+    named = dynamic_members(ctx.mapping)
+    classes = [c for c in ctx.shapes.classes if named & set(c.members)]
+    upper = INDEX_LIMIT
+    for pname, axis in members:
+        static = 1
+        for a, n in enumerate(ctx.spec.shapes[pname]):
+            if a != axis and not any((pname, a) in c.members for c in classes):
+                static *= max(n, 1)
+        upper = min(upper, INDEX_LIMIT // static)
+    return max(upper, 1)
 
 
 def _tunable_settings(ctx: Context) -> dict:

@@ -24,6 +24,7 @@ from septran.lowering import flat_ir as fl
 from septran.lowering import leaf_calls
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Constants, Context, Names
+from septran.lowering.dynamic import DynamicValue
 from septran.lowering.intervals import Unbounded, bounds
 from septran.lowering.linear import as_expr, difference
 from septran.lowering.tile_ir import Why
@@ -67,7 +68,7 @@ class _Stager:
         self.buffers: list[ir.Buffer] = []
         self.shapes = {t.sym: t.shape for t in flat.tensors}
         self.dtypes = {t.sym: t.dtype for t in flat.tensors}
-        self.env = {s: (v, v) for s, v in consts.values.items()}
+        self.env = {s: (v, v) for s, v in consts.values.items()} | dict(consts.dynamic)
 
     def program(self) -> ir.TileProgram:
         root = _Scope(None, [])
@@ -91,7 +92,7 @@ class _Stager:
             dtype = self.dtypes[self._view_of_param(s, t.dtype_of)] if t.dtype_of else leaf_calls.accum_dtype(inst)
             space = inst.mem(t.name)
             mem = self.target.memories[space.value]
-            why = Why(f"temp {t.name} of {s.callee.name}: {'x'.join(str(self.consts.value(e)) for e in view.extents)} {dtype} "
+            why = Why(f"temp {t.name} of {s.callee.name}: {self._size(view.extents, t.name, space.loc)} {dtype} "
                       f"in {space.value} ({inst.name}.mems)", mapping=space.loc, logic=t.loc)
             buf = self._new_buffer(view.of, view.extents, dtype, mem, why, space.loc)
             scopes[-1].residents.append(_Resident(view.of, view.offsets, view.extents, buf, space.value, view.origin, True))
@@ -152,7 +153,7 @@ class _Stager:
             dtype = leaf_calls.accum_dtype(s.caller)
         sym = self.names.new(f"{op.param}_{mem.suffix}")
         why = Why(f"{op.param} of {s.caller_task.name} lives in {op.want.value} ({s.caller.name}.mems); "
-                  f"{'accumulates' if reduce_first else 'holds'} one {'x'.join(str(self.consts.value(e)) for e in shape)} tile",
+                  f"{'accumulates' if reduce_first else 'holds'} one {self._size(shape, op.param, op.want.loc)} tile",
                   mapping=op.want.loc, logic=s.launch.loc)
         buf = self._new_buffer(sym, shape, dtype, mem, why, op.want.loc, stages=scope.stages)
         res = _Resident(view.of, view.offsets, view.extents, buf, op.want.value, view.origin)
@@ -194,7 +195,14 @@ class _Stager:
                 lo, hi = bounds(as_expr(difference(off, roff, self.consts.values)), self.env)
             except Unbounded:  # a difference with no bounds: assume the worst
                 return "overlap"
-            e, r = self.consts.value(ext), self.consts.value(rext)
+            try:
+                e, r = self.consts.value(ext), self.consts.value(rext)
+            except DynamicValue:  # extents with no number: what holds for every size they may take
+                (_, e_hi), (r_lo, r_hi) = self.consts.range(ext), self.consts.range(rext)
+                if hi + e_hi <= 0 or lo >= r_hi:
+                    return "disjoint"
+                inside = inside and lo >= 0 and (hi <= 0 if ext == rext else hi + e_hi <= r_lo)
+                continue
             if hi + e <= 0 or lo >= r:
                 return "disjoint"
             inside = inside and lo >= 0 and hi + e <= r
@@ -222,8 +230,24 @@ class _Stager:
                         for o, r in zip(view.offsets[drop:], res.offsets[drop:]))
         extents = view.extents[drop:]
         whole = all(o == Const(0) for o in offsets) and all(
-            self.consts.value(e) == self.consts.value(b) for e, b in zip(extents, shape))
+            e == b or self._same_number(e, b) for e, b in zip(extents, shape))
         return fl.View(res.buffer.sym, offsets, shape if whole else extents, res.space, whole, view.origin)
+
+    def _size(self, extents, name: str, loc) -> str:
+        """A buffer's extents as numbers ("64x128"); a buffer cannot be sized by a dynamic dimension."""
+        try:
+            return "x".join(str(self.consts.value(e)) for e in extents)
+        except DynamicValue:
+            raise LoweringError(
+                f"the buffer for {name} would be {' x '.join(map(str, extents))}: an extent depends on a dynamic "
+                "dimension, and a buffer's size is fixed when the program compiles", loc,
+                hint=f"keep {name} in global memory, tile that dimension by a tunable, or drop it from `dynamic`") from None
+
+    def _same_number(self, a, b) -> bool:
+        try:
+            return self.consts.value(a) == self.consts.value(b)
+        except DynamicValue:  # equal for every size only where it is one expression
+            return False
 
     # copies and buffers -------------------------------------------------------------
     def _copy_options(self, inst, param: str):
@@ -253,16 +277,27 @@ class _Stager:
         self.buffers.append(buf)
         return buf
 
+    def _overhangs(self, dim, ext) -> bool:
+        return _overhangs_any(self.consts, dim, ext)
+
     def region(self, view: fl.View) -> ir.Region:
         full = self.shapes[view.of]
         valid = []
         for off, ext, dim in zip(view.offsets, view.extents, full):
             # Offsets are multiples of the tile, so a tile that divides its dimension never overhangs.
-            overhangs = not view.whole and self.consts.value(dim) % max(self.consts.value(ext), 1) != 0
+            overhangs = not view.whole and self._overhangs(dim, ext)
             valid.append(simplify(BinOp("min", ext, simplify(dim - off))) if overhangs else ext)
         dtype = self.dtypes[view.of]
         return ir.Region(view.of, view.offsets, view.extents, view.whole, tuple(valid),
                          full[-1] if len(full) > 1 else Const(1), dtype, self.target.dtype_codes.get(dtype))
+
+
+def _overhangs_any(consts, dim, ext) -> bool:
+    """Whether a tile of ``ext`` may overhang ``dim``: a dynamic size may be any, so yes unless the tile is it."""
+    try:
+        return consts.value(dim) % max(consts.value(ext), 1) != 0
+    except DynamicValue:
+        return dim != ext
 
 
 def _rebased(s: fl.Invoke, regions) -> fl.Invoke:

@@ -32,8 +32,9 @@ class Const:
     """A named compile-time constant of the program (a tunable or a problem dimension)."""
 
     sym: Sym
-    value: int
+    value: Optional[int]  # None: a dynamic dimension, a symbolic variable of the program bound at each call
     why: Why
+    dtype: Optional[str] = None  # a dynamic dimension's integer type (the program's index width)
 
 
 @dataclass(frozen=True)

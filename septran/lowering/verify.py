@@ -19,16 +19,22 @@ from __future__ import annotations
 import dataclasses
 
 from septran.errors import LoweringError
-from septran.expr import BinOp, Const, Expr, Var
+from septran.expr import BinOp, Const, Expr, Var, ceildiv, leaves
 from septran.frontend.ir import Param, PrimCall, Privilege, walk
 from septran.lowering import flat_ir as fl
 from septran.lowering.constants import INDEX_LIMIT, Constants, Context
+from septran.lowering.dynamic import DynamicValue, at_most, upper_index
 from septran.lowering.intervals import Unbounded, bounds, witness
+
+TRIPS = "trips"  # env's entry of loop and grid indices' trip counts (never a Sym: bounds never looks it up)
 
 
 def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProgram:
-    env = {s: (v, v) for s, v in consts.values.items()}
+    env = {s: (v, v) for s, v in consts.values.items()} | dict(consts.dynamic)  # a dynamic size: any it may take
+    trips: dict = {}  # loop and grid index -> its trip count: what proves an index in bounds for every size
     for param, t in zip(ctx.graph.entry_task.params, flat.tensors):
+        if any(isinstance(v, Var) and v.sym in consts.dynamic for e in t.shape for v in leaves(e)):
+            continue  # its size bounds each dynamic dimension; the runtime checks every call's product
         numel = 1
         for e in t.shape:
             numel *= consts.value(e)
@@ -44,7 +50,9 @@ def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProg
             raise LoweringError(f"the grid has {hi} programs along one dimension, more than a 32-bit index counts",
                                 flat.why.logic)
         env[sym] = (0, hi - 1)
-    _indices(flat.grid_indices, env)
+        trips[sym] = extent
+    env[TRIPS] = trips
+    _indices(flat.grid_indices, env, consts)
     _outputs_covered(ctx, consts, flat, env)
     return dataclasses.replace(flat, program=_invoke(flat.program, env, consts))
 
@@ -58,7 +66,11 @@ def _outputs_covered(ctx: Context, consts: Constants, flat: fl.FlatProgram, env)
             continue
         for op in (o for o in flat.program.operands if o.param == param.name):
             for axis, (ext, dim) in enumerate(zip(op.view.extents, t.shape)):
-                n = -(-consts.value(dim) // max(consts.value(ext), 1))
+                try:
+                    n = -(-consts.value(dim) // max(consts.value(ext), 1))
+                except DynamicValue:
+                    _covered_every_size(flat, param.name, axis, ceildiv(dim, ext), env, consts)
+                    continue
                 for u in (u for u in flat.grid_indices if u.source == param.name and u.axis == axis):
                     lo, hi = _bounds(u.index, env, u.loc, f"index {u.written}")
                     if n > 1 and (lo > 0 or hi < n - 1):
@@ -69,6 +81,18 @@ def _outputs_covered(ctx: Context, consts: Constants, flat: fl.FlatProgram, env)
                                         f"({u.partition}.shape)")
 
 
+def _covered_every_size(flat, name: str, axis: int, n: Expr, env, consts: Constants) -> None:
+    """An output's tiles along a dynamic dimension: the grid index that hands them out runs over all of them."""
+    for u in (u for u in flat.grid_indices if u.source == name and u.axis == axis):
+        trips = env[TRIPS]
+        if not (isinstance(u.index, Var) and u.index.sym in trips and at_most(n, trips[u.index.sym], consts.values, env)):
+            raise LoweringError(
+                f"{u.partition}: cannot prove that the grid hands out every tile of {name} along its dynamic dimension "
+                f"{axis} ({n} tiles) for every size", u.loc,
+                hint="index the output's tiles by a grid index that runs over them (parallel_range over "
+                     f"{u.partition}.shape), or drop the dimension from `dynamic`")
+
+
 def _bounds(e: Expr, env, loc, what: str):
     try:
         return bounds(e, env)
@@ -77,13 +101,15 @@ def _bounds(e: Expr, env, loc, what: str):
                             hint="write indices as sums and products of loop variables, shapes and tunables") from None
 
 
-def _indices(uses, env) -> None:
+def _indices(uses, env, consts: Constants) -> None:
     for u in uses:
         lo, hi = _bounds(u.index, env, u.loc, f"index {u.written}")
         n = _bounds(u.grid, env, u.loc, f"the tiles of {u.source}")[0]
+        if lo >= 0 and hi > n - 1 and consts.dynamic and _below(u.index, u.grid, env, consts):
+            continue  # the grid grows with a dynamic size, and the index with it
         if lo < 0 or hi > n - 1:
             bad = lo if lo < 0 else hi
-            at = witness(u.index, {s: r for s, r in env.items() if r[0] != r[1]}, bad)
+            at = witness(u.index, {s: r for s, r in env.items() if s != TRIPS and r[0] != r[1]}, bad)
             where = f" (at {', '.join(f'{k} = {v}' for k, v in at.items())})" if at else ""
             raise LoweringError(
                 f"{u.partition}: index {u.written} reaches {bad}{where}, but {u.source} has {n} tile"
@@ -93,8 +119,16 @@ def _indices(uses, env) -> None:
             )
 
 
+def _below(index: Expr, grid: Expr, env, consts: Constants) -> bool:
+    """``index <= grid - 1`` for every size of the dynamic dimensions (and every value of the loops)."""
+    trips = env[TRIPS]
+    if isinstance(index, Var) and index.sym in trips:
+        return at_most(trips[index.sym], grid, consts.values, env)
+    return at_most(upper_index(index, trips), BinOp("-", grid, Const(1)), consts.values, env)
+
+
 def _invoke(s: fl.Invoke, env, consts: Constants) -> fl.Invoke:
-    _indices(s.indices, env)
+    _indices(s.indices, env, consts)
     if s.binding is not None:
         _letters(s, consts)
         return s
@@ -116,6 +150,7 @@ def _stmt(s, env, consts: Constants):
         return dataclasses.replace(s, extent=extent)  # never runs: nothing inside can go wrong
     inner = dict(env)
     inner[s.var] = (0, hi - 1)
+    inner[TRIPS] = {**env[TRIPS], s.var: extent}
     return dataclasses.replace(s, extent=extent, body=tuple(_stmt(b, inner, consts) for b in s.body))
 
 
@@ -153,7 +188,16 @@ def _letters(s: fl.Invoke, consts: Constants) -> None:
 
 def _tie(letter: str, a, b, sig, loc, consts: Constants, prim_loc) -> None:
     (pa, axa, ea), (pb, axb, eb) = a, b
-    va, vb = consts.value(ea), consts.value(eb)
+    try:
+        va, vb = consts.value(ea), consts.value(eb)
+    except DynamicValue:  # no number: only one expression has one extent for every size
+        if ea == eb:
+            return
+        what = f"{sig.name}'s index {letter} (logic {prim_loc})" if sig.name != "compute" else f"index {letter}"
+        raise LoweringError(
+            f"{what} runs over {ea} elements of {pa} (dimension {axa}) and {eb} of {pb} (dimension {axb}): "
+            "equal extents cannot be proven for every size of the dynamic dimensions", loc,
+            hint="tile both by one tunable, or drop the dimension from `dynamic`") from None
     what = f"{sig.name}'s index {letter} (logic {prim_loc})" if sig.name != "compute" else f"index {letter}"
     if va != vb:
         raise LoweringError(

@@ -37,18 +37,26 @@ def writes(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
                 touched.append(region)
                 if role != "written":
                     read.add(region.of)
-    values = {c.sym: c.value for c in program.consts}
+    values = {c.sym: c.value for c in program.consts if c.value is not None}
     parallel = 0
     for g in grid:  # the longest run of grid indices, outermost first, that no two programs share
         if not all(_separates(r, g, values, value) for r in touched):
             log.debug("%s: grid index %s is not parallel: two of its programs may touch one output element", program.name, g.name)
             break
         parallel += 1
-    extents = [(sym, value(extent)) for sym, extent in program.kernel.grid[:parallel]]
+    extents = [(sym, _count(extent, value)) for sym, extent in program.kernel.grid[:parallel]]
     schedule = _schedule(ctx) if math.prod(n for _, n in extents) > 1 else None  # one program: threads only cost
     # TileLang prints no loop for an index of extent 1, so only the others are named.
     par = ir.ParallelGrid(tuple(sym for sym, n in extents if n > 1), schedule) if schedule else None
     return dataclasses.replace(program, parallel=par, read_outputs=frozenset(t.sym.name for t in program.params if t.sym in read))
+
+
+def _count(extent, value) -> int:
+    """A grid extent's number; one that grows with a dynamic dimension counts as many (TileLang loops over it)."""
+    try:
+        return value(extent)
+    except KeyError:
+        return 2
 
 
 def _schedule(ctx: Context):
@@ -64,8 +72,11 @@ def _separates(r: ir.Region, g, values, value) -> bool:
     """Whether programs that differ in grid index ``g`` touch disjoint boxes of ``r``'s tensor."""
     for off, ext in zip(r.offsets, r.extents):
         terms, _ = linear(off, values)
-        if set(terms) == {g} and abs(terms[g]) >= value(ext):
-            return True
+        try:
+            if set(terms) == {g} and abs(terms[g]) >= value(ext):
+                return True
+        except KeyError:  # an extent with no number (a dynamic dimension): not proven apart
+            continue
     return False
 
 

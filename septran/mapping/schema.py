@@ -20,6 +20,7 @@ from septran.names import check_name
 from septran.paths import check_user_path
 
 TOP_KEYS = ("target", "entrypoint", "task_mappings")
+OPTIONAL_TOP_KEYS = ("dynamic",)  # entry parameter -> axes that stay symbolic
 INSTANCE_KEYS = (
     "task_name", "proc", "mems", "tunables", "calls", "pipeline",
     "leaf_task_bindings", "threads", "copy", "accum_dtype", "schedule",
@@ -75,6 +76,10 @@ class Mapping:
     instances: TMapping[str, InstanceMapping]
     space: Optional[SearchSpace] = None  # the file's !tune dimensions (None: an ordinary mapping)
     point: TMapping[str, object] = dataclasses.field(default_factory=dict)  # the value of each dimension it takes
+    # Entry parameter -> its axes that stay symbolic (one compile serves every size); checked against the
+    # logic in septran.lowering.dynamic.
+    dynamic: TMapping[str, tuple[Located, ...]] = dataclasses.field(default_factory=dict)
+    dynamic_loc: Optional[SourceLoc] = None
 
     def instance(self, name: str) -> InstanceMapping:
         return self.instances[name]
@@ -214,7 +219,7 @@ def _point(space: SearchSpace, point) -> Mapping:
 
 def _parse_located(root: Located, file: str) -> Mapping:
     top = _dict(root, "a mapping file")
-    _check_keys(top, TOP_KEYS, "the mapping file")
+    _check_keys(top, TOP_KEYS + OPTIONAL_TOP_KEYS, "the mapping file")
     for required in TOP_KEYS:
         if required not in top:
             raise MappingError(f"the mapping has no {required!r}", SourceLoc(file, 1), hint=f"add `{required}: ...` at the top level")
@@ -247,7 +252,30 @@ def _parse_located(root: Located, file: str) -> Mapping:
                 inst.loc,
                 hint="name it in some instance's `calls`, or delete it",
             )
-    return Mapping(file, top["target"], top["entrypoint"], MappingProxyType(instances))
+    dynamic = _dynamic(top.get("dynamic"))
+    return Mapping(file, top["target"], top["entrypoint"], MappingProxyType(instances), dynamic=dynamic,
+                   dynamic_loc=top.key_locs["dynamic"] if "dynamic" in top else None)
+
+
+MAX_RANK = 64  # far above any tensor's rank; the logic's ranks are checked where mapping and logic meet
+
+
+def _dynamic(val: Optional[Located]) -> TMapping[str, tuple[Located, ...]]:
+    """``dynamic: {Q: [2], K: [2]}``: entry parameter names -> lists of distinct axes (integers >= 0)."""
+    out = {}
+    for param, axes in _name_table(val, "dynamic", values_are_names=False).items():
+        items = axes.value if isinstance(axes.value, list) else None
+        if not items:
+            raise MappingError(f"dynamic.{param} must be a list of axes of {param} (integers from 0), got {axes.value!r}",
+                               axes.loc, hint=f"e.g. `dynamic: {{{param}: [0]}}`")
+        seen = set()
+        for item in items:
+            _positive_int(item, f"an axis of dynamic.{param}", minimum=0, maximum=MAX_RANK - 1)
+            if item.value in seen:
+                raise MappingError(f"dynamic.{param} names axis {item.value} twice", item.loc)
+            seen.add(item.value)
+        out[param] = tuple(items)
+    return MappingProxyType(out)
 
 
 def _reachable(entry: str, instances: dict[str, InstanceMapping]) -> list[str]:

@@ -17,7 +17,7 @@ import subprocess
 
 from septran.errors import DeviceError, InternalError
 from septran.lowering.tile_ir import TileProgram
-from septran.runtime import c_parallel, shared_lib, vendor
+from septran.runtime import c_parallel, dynamic_dims, shared_lib, vendor
 from septran.target import Target
 
 # OpenMP for the grid's pragma and for `declare simd` math; g++ links the OpenMP runtime torch has loaded
@@ -30,19 +30,25 @@ BUILDER_FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fopenmp", "-Wl,-z,defs")
 class CKernel:
     """A built kernel: call it with the tensors in the program's parameter order."""
 
-    def __init__(self, path, function: str, params: list[str], source: str):
+    def __init__(self, path, function: str, params: list[str], source: str, dims=()):
         self.path = path
         self.source = source
         self._lib = ctypes.CDLL(str(path))
         self._fn = getattr(self._lib, function)
         # TileLang's C orders the parameters by name, not as the prim_func does, and drops those never read
         # (A and B of a product over K = 0).
+        # A dynamic dimension is an integer argument after the tensors: its value read off a tensor's shape.
         order = _c_parameters(source, function)
-        if not set(order) <= set(params):
+        sizes = {name: (k, axis) for name, k, axis in dims}
+        if not set(order) <= set(params) | set(sizes):
             raise InternalError("C build", f"{function} takes ({', '.join(order)}) in the C TileLang printed, "
                                 f"the program has ({', '.join(params)})", function)
-        self._order = [params.index(name) for name in order]
-        self._fn.argtypes = [ctypes.c_void_p] * len(order)
+        self._order = [params.index(name) for name in order if name not in sizes]
+        self._sizes = [sizes[name] for name in order if name in sizes]
+        if order[:len(self._order)] != [params[k] for k in self._order]:
+            raise InternalError("C build", f"{function} takes its sizes before its tensors", function)
+        self._fn.argtypes = [ctypes.c_void_p] * len(self._order) + [ctypes.c_int64 if bits64 else ctypes.c_int32
+                                                                     for bits64 in _int64_sizes(source, function, order, sizes)]
         self._fn.restype = ctypes.c_int32
         self._name = function
 
@@ -57,7 +63,7 @@ class CKernel:
         return self._order
 
     def __call__(self, *tensors) -> None:
-        code = self._fn(*[tensors[k].data_ptr() for k in self._order])
+        code = self._fn(*[tensors[k].data_ptr() for k in self._order], *[tensors[k].shape[a] for k, a in self._sizes])
         if code:
             raise DeviceError(f"{self._name} returned {code}")
 
@@ -79,7 +85,13 @@ def build(program: TileProgram, source: str, target: Target) -> CKernel:
     digest = hashlib.sha256("\0".join((source, *flags, cxx, version, templates)).encode()).hexdigest()[:16]
     path = shared_lib.built("c", program.name, digest, lambda out, src: [cxx, *BUILDER_FLAGS, f"-I{templates}", src, *flags, "-o", out],
                             f"the C of {program.name}", source=(".cpp", source))
-    return CKernel(path, _function(program), [p.sym.name for p in program.params], source)
+    return CKernel(path, _function(program), [p.sym.name for p in program.params], source, dynamic_dims.c_arguments(program))
+
+
+def _int64_sizes(source: str, function: str, order, sizes) -> list[bool]:
+    """For each size argument, whether the C takes it as int64_t (else int32_t)."""
+    params = c_parallel.definition(function).search(source).group(1).split(",")
+    return [p.split()[0] == "int64_t" for p, name in zip(params, order) if name in sizes]
 
 
 def _c_parameters(source: str, function: str) -> list[str]:

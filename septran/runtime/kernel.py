@@ -14,7 +14,7 @@ from septran.lowering import Specialization, explain, lower
 from septran.lowering.bind import check_mapping
 from septran.emit_tilelang import emit
 from septran.mapping.schema import Mapping
-from septran.runtime import build, c_build, notebook, points, scalars as scalar_args, vendor
+from septran.runtime import build, c_build, dynamic_dims, notebook, points, scalars as scalar_args, vendor
 from septran.target import Target
 
 log = logging.getLogger(__name__)
@@ -175,6 +175,7 @@ class Kernel:
         self._warned_first_point = False
         check_mapping(graph, mapping, target)  # mapping mistakes surface at compile time, not at the first call
         self.shapes = ShapeRelations(graph)
+        self.dynamic = dynamic_dims.dynamic_axes(mapping, self.shapes)  # (param, axis) that stay symbolic
         self._specs: dict[tuple, Specialization] = {}
         self._variants: dict[tuple, Variant] = {}
         self._last: Optional[Variant] = None
@@ -239,6 +240,10 @@ class Kernel:
 
     def _variant(self, described: dict[str, tuple[tuple[int, ...], str]], scalars: Optional[dict] = None) -> Variant:
         key, spec = self._specialization(described, scalars if scalars is not None else dict(self.scalars))
+        if self.dynamic:  # one variant serves every size of the dynamic dimensions
+            dynamic_dims.check_sizes(spec.shapes, self.dynamic)
+            key = tuple(sorted(dynamic_dims.masked_described(described, self.dynamic).items())) + key[len(described):]
+            spec = dynamic_dims.any_size(spec, self.dynamic)
         variant = self._variants.get(key)
         if variant is None:
             variant = self._variants[key] = Variant(self, spec, points.choose(self, spec, described))

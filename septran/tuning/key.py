@@ -139,8 +139,9 @@ def _pairs(value: Any, what: str, convert) -> Pairs:
 
 def _shape(value: Any) -> tuple[int, ...]:
     dims = tuple(value)
-    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
-        raise ValueError(f"a shape holds non-negative ints, not {list(dims)!r}")
+    # -1: a dynamic dimension (mapping `dynamic`): one record serves every size of it, as one compile does
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= -1 for d in dims):
+        raise ValueError(f"a shape holds non-negative ints (or -1, any size), not {list(dims)!r}")
     return dims
 
 

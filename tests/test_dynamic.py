@@ -1,0 +1,93 @@
+"""Dynamic dimensions (mapping `dynamic`): one compile serves every size, each size correct, bounds proven."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import septran
+from conftest import mapping_path, needs_nvcc
+from septran.errors import LoweringError, MappingError
+from support.cuda_tools import nvcc_resource_usage
+
+ROOT = Path(__file__).resolve().parents[1]
+ATTN = str(ROOT / "examples/attention/attention.py")
+sys.path.insert(0, str(ROOT / "examples/attention"))
+from run_attention import reference  # noqa: E402
+
+
+def _attention(target: str, dynamic: str = "dynamic: {Q: [2], K: [2]}\n"):
+    return septran.compile(logic_file=ATTN, mapping=mapping_path(target, "attention").read_text() + dynamic,
+                           target=target)
+
+
+def _count_builds(monkeypatch) -> list:
+    from septran.runtime import c_build
+
+    built = []
+    real = c_build.build
+    monkeypatch.setattr(c_build, "build", lambda *a, **k: built.append(1) or real(*a, **k))
+    return built
+
+
+def test_attention_one_build_for_twenty_lengths(monkeypatch):
+    built = _count_builds(monkeypatch)
+    kernel = _attention("cpu")
+    gen = torch.Generator().manual_seed(0)
+    lengths = [1, 2, 3, 7, 17, 31, 63, 64, 65, 100, 127, 128, 129, 131, 200, 203, 255, 256, 257, 301]
+    for n, sq in enumerate(lengths):
+        sk = lengths[-1 - n]  # queries and keys of different lengths, each dynamic
+        q = torch.randn(1, 2, sq, 64, generator=gen)
+        k, v = torch.randn(1, 2, sk, 64, generator=gen), torch.randn(1, 2, sk, 64, generator=gen)
+        out = kernel(q, k, v)
+        ref = reference(q.double(), k.double(), v.double(), False)
+        assert out.shape == (1, 2, sq, 64)
+        torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=2e-5)
+    assert len(kernel._variants) == 1
+    assert len(built) == 1
+    source = kernel.tilelang_source
+    assert 'Q_dim2 = T.dynamic("Q_dim2", "int64")' in source and 'K_dim2 = T.dynamic("K_dim2", "int64")' in source
+
+
+def test_static_dims_still_make_variants():
+    kernel = _attention("cpu")
+    for heads in (1, 2):
+        kernel(*(torch.randn(1, heads, 5, 64) for _ in range(3)))
+    assert len(kernel._variants) == 2  # heads is static: a new variant per value
+
+
+def test_a_tie_makes_the_class_dynamic():
+    kernel = _attention("cpu", "dynamic: {O: [2]}\n")  # O.2 is tied to Q.2
+    v = kernel.specialize(Q=((1, 1, 9, 64), "float32"), K=((1, 1, 4, 64), "float32"), V=((1, 1, 4, 64), "float32"))
+    assert 'Q_dim2 = T.dynamic("Q_dim2"' in v.tilelang_source and "K_dim2 = 4" in v.tilelang_source
+
+
+@pytest.mark.parametrize("text, message", [
+    ("dynamic: {X: [2]}\n", "not a tensor parameter"),
+    ("dynamic: {Q: [4]}\n", "has 4 dimensions"),
+    ("dynamic: {Q: 2}\n", "must be a list of axes"),
+    ("dynamic: {Q: [-1]}\n", "integer from 0"),
+    ("dynamic: {Q: [2, 2]}\n", "twice"),
+])
+def test_mapping_errors(text, message):
+    with pytest.raises(MappingError, match=message):
+        _attention("cpu", text)
+
+
+def test_buffer_sized_by_a_dynamic_dimension_is_refused():
+    kernel = _attention("cpu", "dynamic: {Q: [3]}\n")  # the head dimension: O's LOCAL tile is BM x D
+    with pytest.raises(LoweringError, match="dynamic"):
+        kernel.specialize(Q=((1, 1, 8, 64), "float32"), K=((1, 1, 8, 64), "float32"), V=((1, 1, 8, 64), "float32"))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("target, arch", [("sm90", "sm_90a"), ("sm80", "sm_80")])
+def test_gpu_program_with_dynamic_dimension_builds(target, arch):
+    kernel = _attention(target)
+    shape = ((1, 2, 200, 64), "float16")
+    v = kernel.specialize(Q=shape, K=shape, V=shape)
+    assert 'T.dynamic("Q_dim2", "int32")' in v.tilelang_source
+    usage = nvcc_resource_usage(v.device_source, arch)
+    assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
