@@ -22,6 +22,7 @@ from septran.errors import LoweringError
 from septran.expr import BinOp, Const, Expr, Var
 from septran.frontend.ir import Param, PrimCall, Privilege, walk
 from septran.lowering import flat_ir as fl
+from septran.lowering import windows
 from septran.lowering.constants import INDEX_LIMIT, Constants, Context
 from septran.lowering.intervals import Unbounded, bounds, witness
 
@@ -44,7 +45,7 @@ def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProg
             raise LoweringError(f"the grid has {hi} programs along one dimension, more than a 32-bit index counts",
                                 flat.why.logic)
         env[sym] = (0, hi - 1)
-    _indices(flat.grid_indices, env)
+    _indices(flat.grid_indices, env, consts)
     _outputs_covered(ctx, consts, flat, env)
     return dataclasses.replace(flat, program=_invoke(flat.program, env, consts))
 
@@ -59,7 +60,7 @@ def _outputs_covered(ctx: Context, consts: Constants, flat: fl.FlatProgram, env)
         for op in (o for o in flat.program.operands if o.param == param.name):
             for axis, (ext, dim) in enumerate(zip(op.view.extents, t.shape)):
                 n = -(-consts.value(dim) // max(consts.value(ext), 1))
-                for u in (u for u in flat.grid_indices if u.source == param.name and u.axis == axis):
+                for u in (u for u in flat.grid_indices if isinstance(u, fl.IndexUse) and u.source == param.name and u.axis == axis):
                     lo, hi = _bounds(u.index, env, u.loc, f"index {u.written}")
                     if n > 1 and (lo > 0 or hi < n - 1):
                         raise LoweringError(
@@ -77,8 +78,11 @@ def _bounds(e: Expr, env, loc, what: str):
                             hint="write indices as sums and products of loop variables, shapes and tunables") from None
 
 
-def _indices(uses, env) -> None:
+def _indices(uses, env, consts: Constants = None) -> None:
     for u in uses:
+        if isinstance(u, windows.WindowUse):
+            windows.check(u, env, consts.value)
+            continue
         lo, hi = _bounds(u.index, env, u.loc, f"index {u.written}")
         n = _bounds(u.grid, env, u.loc, f"the tiles of {u.source}")[0]
         if lo < 0 or hi > n - 1:
@@ -94,7 +98,7 @@ def _indices(uses, env) -> None:
 
 
 def _invoke(s: fl.Invoke, env, consts: Constants) -> fl.Invoke:
-    _indices(s.indices, env)
+    _indices(s.indices, env, consts)
     if s.binding is not None:
         _letters(s, consts)
         return s
