@@ -199,7 +199,7 @@ class _Flattener:
 
     def _launch(self, launch: Launch, inst, task, views, scalars, loops) -> fl.Invoke:
         callee_task = self.ctx.graph.tasks[launch.callee]
-        keep = _operand_ranks(callee_task) if callee_task.leaf else {}
+        keep = _operand_ranks(callee_task) if callee_task.leaf else _reached_ranks(self.ctx.graph, callee_task)
         indices: list[fl.IndexUse] = []
         operands = []
         for k, arg in enumerate(launch.args):
@@ -227,6 +227,20 @@ def _operand_ranks(leaf: TaskDef) -> dict[str, int]:
         for k, arg in enumerate(prim.args):
             if isinstance(arg, Param):
                 out[arg.name] = max(out.get(arg.name, 0), prim.signature.ranks[k] or 0)
+    return out
+
+
+def _reached_ranks(graph, task: TaskDef) -> dict[str, int]:
+    """An inner task's parameters: the rank the primitives below read each at (a tile staged for a task
+    that hands it on to a GEMM drops leading dimensions of one, as a leaf's operand does)."""
+    out: dict[str, int] = {}
+    for launch in (s for s, _ in walk(task.body) if isinstance(s, Launch)):
+        callee = graph.tasks[launch.callee]
+        below = _operand_ranks(callee) if callee.leaf else _reached_ranks(graph, callee)
+        for k, arg in enumerate(launch.args):
+            root, name = root_param(arg), callee.params[k].name
+            if isinstance(root, Param) and name in below:
+                out[root.name] = max(out.get(root.name, 0), below[name])
     return out
 
 
