@@ -14,9 +14,9 @@ X_dim2 = 58  # problem size X.shape[2]
 X_dim3 = 64  # problem size X.shape[3], W.shape[2]
 W_dim0 = 3  # problem size W.shape[0]
 W_dim1 = 3  # problem size W.shape[1]
-BW = 64  # tunable BW = 64 (mappings/gfx942/conv2d.yaml:8)
-BCo = 128  # tunable BCo = 128 (mappings/gfx942/conv2d.yaml:8)
-BK = 64  # tunable BK = 64 (mappings/gfx942/conv2d.yaml:8)
+BW = 64  # tunable BW = 64 (mappings/gfx942/conv2d.yaml:11)
+BCo = 128  # tunable BCo = 128 (mappings/gfx942/conv2d.yaml:11)
+BK = 64  # tunable BK = 64 (mappings/gfx942/conv2d.yaml:11)
 
 
 @T.prim_func
