@@ -65,3 +65,12 @@ def test_run_operator_on_cpu(monkeypatch, capsys, script, kwargs, title):
     assert run.main(**kwargs, dtype="float32", repeats=1) < 1e-5
     out = capsys.readouterr().out
     assert title in out and "@T.prim_func" in out
+
+
+def test_run_conv2d_on_cpu(monkeypatch, capsys):
+    monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
+    monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
+    run = _load(REPO / "examples" / "conv2d" / "run_conv2d.py")
+    assert run.main(N=2, H=13, W=13, Ci=5, Co=7, dtype="float32", repeats=1) < 1e-4
+    out = capsys.readouterr().out
+    assert "Y = conv2d(X, W), NHWC 2x13x13x5 * 3x3x5x7 -> (2, 11, 11, 7), float32" in out and "@T.prim_func" in out

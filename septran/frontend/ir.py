@@ -99,12 +99,17 @@ class ScalarParam:
 
 @dataclass(frozen=True)
 class Partition:
-    """``task.partition(source, by="blocks", tile=...)``: a grid of tiles over ``source``."""
+    """``task.partition(source, by="blocks", tile=...)``: a grid of tiles over ``source``.
+
+    ``by="windows"`` (``task.window``): boxes of shape ``tile`` that start at any element; a
+    ``TileRef``'s index is then where the window starts, in elements, not a tile number.
+    """
 
     sym: Sym
     source: "Arg"
     tile: tuple[Optional[Expr], ...]  # None: the whole dimension
     loc: SourceLoc
+    by: str = "blocks"
 
     @property
     def rank(self) -> int:
@@ -112,6 +117,8 @@ class Partition:
 
     @property
     def shape(self) -> tuple[Expr, ...]:
+        if self.by == "windows":  # where a window may start: any element (it may overhang the end)
+            return tuple(Const(1) if t is None else source_dim(self.source, d) for d, t in enumerate(self.tile))
         return tuple(
             Const(1) if t is None else ceildiv(source_dim(self.source, d), t)
             for d, t in enumerate(self.tile)

@@ -40,7 +40,8 @@ def format_graph(graph: TaskGraph) -> str:
         out.append(f"\ntask {name}({params}){' leaf' if task.leaf else ''}  # {task.loc}")
         for part in task.partitions:
             tile = ", ".join("None" if t is None else str(t) for t in part.tile)
-            out.append(f"    {part.sym.name} = partition({_arg(part.source)}, tile=({tile}))  # line {part.loc.line}")
+            by = ', by="windows"' if part.by == "windows" else ""
+            out.append(f"    {part.sym.name} = partition({_arg(part.source)}{by}, tile=({tile}))  # line {part.loc.line}")
         for t in task.temps:
             dtype = f", dtype of {t.dtype_of}" if t.dtype_of else ""
             out.append(f"    {t.name} = temp({', '.join(str(e) for e in t.shape)}{dtype})  # line {t.loc.line}")

@@ -9,6 +9,8 @@ tie dimensions together, on the tree of launches from the entry task:
 3. two tiles indexed by the same loop variable with the same tile size cover
    the same iteration space, so the dimensions they split are equal
    (``Cp[i, j]`` and ``Ap[i, 0]`` with tile BM: C.shape[0] == A.shape[0]).
+   Windows (``task.window``) never tie: a convolution's output has H - KH + 1
+   rows, not its input's H; such an output's shape comes from the caller.
 
 Dimensions tied this way form classes; a call binds the classes that hold an
 input's dimension and reads the outputs' shapes off them.
@@ -122,7 +124,8 @@ class ShapeRelations:
         while isinstance(arg, TileRef):
             part = arg.partition
             for axis, (idx, tile) in enumerate(zip(arg.index, part.tile)):
-                if isinstance(idx, Var) and tile is not None:
+                # A window's index is where it starts, not which tile: two windows at one start tie no extents.
+                if isinstance(idx, Var) and tile is not None and part.by == "blocks":
                     node = self._dim(path, name, part.source, axis)
                     key = (idx, tile)
                     if key in seen:

@@ -20,8 +20,9 @@ from septran.frontend.ir import Launch, Loop, Partition, PrimCall, Privilege, Ti
 from septran.frontend.primitives import PRIMITIVES, PrimitiveSig
 from septran.frontend import tracer
 from septran.frontend.tracer import TaskFunction, caller_loc
+from septran.frontend.windows import window
 
-__all__ = ["define", "partition", "parallel_range", "range", "launch", "call_primitive", "temp", "compute",
+__all__ = ["define", "partition", "window", "parallel_range", "range", "launch", "call_primitive", "temp", "compute",
            "global_index", "global_size", "global_offset", "ceildiv", *el.FUNCTIONS, "TaskFunction"]
 
 
@@ -44,14 +45,14 @@ TileEntry = Union[int, str, None]
 def partition(tensor, by: str = "blocks", tile: tuple = ()):
     """Splits ``tensor`` into a grid of tiles of shape ``tile``.
 
-    Each entry of ``tile`` is an int, the name of a tunable the mapping sets,
-    or None for the whole dimension. Index the result (``Ap[i, k]``) for a tile.
+    Each entry of ``tile`` is an int, the name of a tunable the mapping sets, or None for the whole
+    dimension. Index the result (``Ap[i, k]``) for a tile; ``by="windows"``: see ``task.window``.
     """
     frame = tracer.current("partition")
     loc = caller_loc()
     source = tracer.unwrap(tensor, "partition", "the tensor", loc)
-    if by != "blocks":
-        raise FrontendError(f'task.partition: unknown partitioning by={by!r}', loc, hint='use by="blocks"')
+    if by not in ("blocks", "windows"):
+        raise FrontendError(f'task.partition: unknown partitioning by={by!r}', loc, hint='use by="blocks" or by="windows"')
     if not isinstance(tile, (tuple, list)) or not tile:
         raise FrontendError("task.partition: tile must be a non-empty tuple, one entry per dimension", loc)
     entries: list[Optional[Expr]] = []
@@ -80,7 +81,7 @@ def partition(tensor, by: str = "blocks", tile: tuple = ()):
                     f"with {other.rank} at {other.loc}; a tensor has one rank",
                     loc,
                 )
-    part = Partition(fresh(_partition_name(loc, source)), source, tuple(entries), loc)
+    part = Partition(fresh(_partition_name(loc, source)), source, tuple(entries), loc, by)
     frame.partitions.append(part)
     return tracer.PartitionHandle(part)
 

@@ -233,6 +233,10 @@ class PartitionHandle:
                 out.append(check_index_expr(Const(i), f"{part.sym.name}[...]", loc))
             else:
                 raise FrontendError(f"{part.sym.name}[...]: cannot index a partition with {i!r}", loc)
+        if part.by == "windows":  # starts in elements, not tile numbers
+            from septran.frontend.windows import check_starts
+
+            out = check_starts(part, tuple(out), loc)
         return TensorHandle(TileRef(part, tuple(out), loc))
 
 

@@ -67,7 +67,7 @@ class Invoke:
     caller: InstanceMapping  # the instance whose body launches (its mems, copy options, accum_dtype)
     caller_task: TaskDef
     operands: tuple[Operand, ...]
-    indices: tuple[IndexUse, ...]
+    indices: tuple[IndexUse, ...]  # and windows' starts (lowering/windows.py's WindowUse)
     scalars: tuple[tuple[str, float], ...]
     instance: Optional[InstanceMapping] = None  # the callee's instance (inner tasks)
     temps: tuple[tuple[Temp, View], ...] = ()  # the callee's own tiles (inner tasks)
@@ -121,6 +121,9 @@ def _invoke(s: Invoke, depth: int, out: list[str]) -> None:
         want = f" -> {op.want.value}" if op.want is not None else ""
         out.append(f"{pad}  {op.param}: {_view(op.view)}{want} ({op.privilege.value})")
     for u in s.indices:
+        if not isinstance(u, IndexUse):  # a window's start (septran/lowering/windows.py)
+            out.append(f"{pad}  {u.describe()}")
+            continue
         out.append(f"{pad}  index {u.written} = {u.index} in 0..{u.grid} - 1 ({u.partition} axis {u.axis})")
     for t, v in s.temps:
         out.append(f"{pad}  temp {t.name}: {_view(v)}")

@@ -15,6 +15,7 @@ from septran.errors import LoweringError
 from septran.expr import BinOp, Const, Dim, Expr, GlobalExtent, GlobalStart, Sym, Tunable, Var, leaves, simplify, substitute
 from septran.frontend.ir import FULL, Arg, Launch, Loop, Param, PrimCall, ScalarParam, TaskDef, Temp, root_param, walk
 from septran.lowering import flat_ir as fl
+from septran.lowering import windows
 from septran.lowering.constants import Constants, Context, Names
 from septran.lowering.tile_ir import TensorParam, Why
 
@@ -33,6 +34,7 @@ class _Flattener:
         self.ctx, self.consts = ctx, consts
         self.names = Names(consts.names)
         self.global_space = next(m.name for m in ctx.target.memories.values() if m.is_global)
+        self.tensor_syms: set = set()  # the entry's tensors (a window may run past a tensor's end, not a temp's)
 
     def program(self):
         ctx = self.ctx
@@ -46,6 +48,7 @@ class _Flattener:
             role = ctx.graph.privilege(entry_task.name, p.name).role
             t = TensorParam(self.names.new(p.name), shape, ctx.spec.dtypes[p.name], role)
             tensors.append(t)
+            self.tensor_syms.add(t.sym)
             views[p.name] = fl.View(t.sym, tuple(Const(0) for _ in shape), shape, self.global_space, True,
                                     tuple((Const(0), e) for e in shape))
         scalars = {sp.name: float(ctx.spec.scalars.get(sp.name, sp.default)) for sp in entry_task.scalars}
@@ -64,6 +67,7 @@ class _Flattener:
             fl.Operand(root_param(a).name, r, None, ctx.graph.privilege(callee_task.name, callee_task.params[k].name), None)
             for k, (a, r) in enumerate(zip(launch.args, regions))
         )
+        windows.refuse_written_at_grid(launch.args, operands)
         threads = callee.threads.value if ctx.target.has_threads and callee.threads is not None else None
         program = self._inner(launch, inst, entry_task, callee, callee_task, operands, tuple(indices),
                               _scalars(launch, callee_task, scalars))
@@ -97,6 +101,8 @@ class _Flattener:
         if isinstance(arg, (Param, Temp)):
             return views[arg.name]
         base = self._region(arg.partition.source, task, views, loops, indices)
+        if arg.partition.by == "windows":  # starts in elements (septran/lowering/windows.py)
+            return windows.region(self, arg, base, task, views, loops, indices)
         offsets, extents, origin = [], [], []
         part = arg.partition
         source = root_param(part.source).name
@@ -193,7 +199,7 @@ class _Flattener:
 
     def _launch(self, launch: Launch, inst, task, views, scalars, loops) -> fl.Invoke:
         callee_task = self.ctx.graph.tasks[launch.callee]
-        keep = _operand_ranks(callee_task) if callee_task.leaf else {}
+        keep = _operand_ranks(callee_task) if callee_task.leaf else _reached_ranks(self.ctx.graph, callee_task)
         indices: list[fl.IndexUse] = []
         operands = []
         for k, arg in enumerate(launch.args):
@@ -221,6 +227,20 @@ def _operand_ranks(leaf: TaskDef) -> dict[str, int]:
         for k, arg in enumerate(prim.args):
             if isinstance(arg, Param):
                 out[arg.name] = max(out.get(arg.name, 0), prim.signature.ranks[k] or 0)
+    return out
+
+
+def _reached_ranks(graph, task: TaskDef) -> dict[str, int]:
+    """An inner task's parameters: the rank the primitives below read each at (a tile staged for a task
+    that hands it on to a GEMM drops leading dimensions of one, as a leaf's operand does)."""
+    out: dict[str, int] = {}
+    for launch in (s for s, _ in walk(task.body) if isinstance(s, Launch)):
+        callee = graph.tasks[launch.callee]
+        below = _operand_ranks(callee) if callee.leaf else _reached_ranks(graph, callee)
+        for k, arg in enumerate(launch.args):
+            root, name = root_param(arg), callee.params[k].name
+            if isinstance(root, Param) and name in below:
+                out[root.name] = max(out.get(root.name, 0), below[name])
     return out
 
 

@@ -284,12 +284,20 @@ class _Stager:
         full = self.shapes[view.of]
         valid = []
         for off, ext, dim in zip(view.offsets, view.extents, full):
-            # Offsets are multiples of the tile, so a tile that divides its dimension never overhangs.
-            overhangs = not view.whole and self._overhangs(dim, ext)
+            # A tile's offset is a multiple of its size: one that divides its dimension never overhangs. A
+            # window's is any element: it overhangs where its offset's bounds let it pass the end.
+            overhangs = not view.whole and (self._overhangs(dim, ext) or self._passes_end(off, ext, dim))
             valid.append(simplify(BinOp("min", ext, simplify(dim - off))) if overhangs else ext)
         dtype = self.dtypes[view.of]
         return ir.Region(view.of, view.offsets, view.extents, view.whole, tuple(valid),
                          full[-1] if len(full) > 1 else Const(1), dtype, self.target.dtype_codes.get(dtype))
+
+
+    def _passes_end(self, off: Expr, ext: Expr, dim: Expr) -> bool:
+        try:
+            return bounds(off, self.env)[1] + self.consts.value(ext) > self.consts.value(dim)
+        except (Unbounded, KeyError):  # offsets of tiles only (windows' are proven bounded), or a dynamic size
+            return False
 
 
 def _overhangs_any(consts, dim, ext) -> bool:

@@ -22,6 +22,7 @@ from septran.errors import LoweringError
 from septran.expr import BinOp, Const, Expr, Var, ceildiv, leaves
 from septran.frontend.ir import Param, PrimCall, Privilege, walk
 from septran.lowering import flat_ir as fl
+from septran.lowering import windows
 from septran.lowering.constants import INDEX_LIMIT, Constants, Context
 from septran.lowering.dynamic import DynamicValue, at_most, upper_index
 from septran.lowering.intervals import Unbounded, bounds, witness
@@ -71,7 +72,7 @@ def _outputs_covered(ctx: Context, consts: Constants, flat: fl.FlatProgram, env)
                 except DynamicValue:
                     _covered_every_size(flat, param.name, axis, ceildiv(dim, ext), env, consts)
                     continue
-                for u in (u for u in flat.grid_indices if u.source == param.name and u.axis == axis):
+                for u in (u for u in flat.grid_indices if isinstance(u, fl.IndexUse) and u.source == param.name and u.axis == axis):
                     lo, hi = _bounds(u.index, env, u.loc, f"index {u.written}")
                     if n > 1 and (lo > 0 or hi < n - 1):
                         raise LoweringError(
@@ -83,7 +84,7 @@ def _outputs_covered(ctx: Context, consts: Constants, flat: fl.FlatProgram, env)
 
 def _covered_every_size(flat, name: str, axis: int, n: Expr, env, consts: Constants) -> None:
     """An output's tiles along a dynamic dimension: the grid index that hands them out runs over all of them."""
-    for u in (u for u in flat.grid_indices if u.source == name and u.axis == axis):
+    for u in (u for u in flat.grid_indices if isinstance(u, fl.IndexUse) and u.source == name and u.axis == axis):
         trips = env[TRIPS]
         if not (isinstance(u.index, Var) and u.index.sym in trips and at_most(n, trips[u.index.sym], consts.values, env)):
             raise LoweringError(
@@ -103,6 +104,9 @@ def _bounds(e: Expr, env, loc, what: str):
 
 def _indices(uses, env, consts: Constants) -> None:
     for u in uses:
+        if isinstance(u, windows.WindowUse):
+            windows.check(u, env, consts.value)
+            continue
         lo, hi = _bounds(u.index, env, u.loc, f"index {u.written}")
         n = _bounds(u.grid, env, u.loc, f"the tiles of {u.source}")[0]
         if lo >= 0 and hi > n - 1 and consts.dynamic and _below(u.index, u.grid, env, consts):

@@ -202,10 +202,13 @@ class Kernel:
 
         Each input is a tensor (any device, ``meta`` included) or a ``(shape, dtype)``
         pair: ``kernel.specialize(A=((1024, 512), "float16"), B=((512, 256), "float16"))``;
+        an output may be given too, the same way, where no input ties its shape;
         scalars (``eps=1e-6``) take their defaults unless given.
         """
         described = {}
-        for a in self.inputs:
+        for a in self.args:  # an output is optional: given where no input ties its shape (a convolution's)
+            if a.name not in args and a.role == "output":
+                continue
             if a.name not in args:
                 raise CallError(f"specialize() needs input {a.name}", hint=f"inputs: {', '.join(x.name for x in self.inputs)}")
             val = args.pop(a.name)

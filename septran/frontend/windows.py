@@ -1,0 +1,57 @@
+"""Windows: tiles at element offsets (``task.window``, ``task.partition(..., by="windows")``).
+
+A tile of ``task.partition(X, by="blocks", tile=(BM, BK))`` starts at a
+multiple of its size; a window starts at any element. A convolution as an
+implicit GEMM reads, for each filter tap (kh, kw), the input rows under the
+output rows shifted by the tap: ``X[n, h + kh, w0 + kw : w0 + kw + BW, :]``.
+
+A window's index is its start, in elements of what it is cut from. Where its
+shape is None (the whole dimension) the start is 0. Whether the starts keep
+the window inside its tensor (it may run past the tensor's end, read as 0
+there like a tile's, but never start before 0 or past the end) or inside the
+tile it is cut from is proven by the verification pass
+(``septran/lowering/windows.py``).
+"""
+from __future__ import annotations
+
+from septran.errors import FrontendError, SourceLoc
+from septran.expr import Const
+from septran.frontend.ir import FULL, Partition
+from septran.frontend.tracer import caller_loc
+
+
+def window(tensor, start: tuple = (), shape: tuple = ()):
+    """The box of ``tensor`` of extents ``shape`` that starts at element ``start``:
+    ``task.window(X, start=(n, h + kh, w + kw, 0), shape=(1, 1, "BW", None))``.
+
+    ``shape`` is as a partition's ``tile`` (an int, a tunable's name, None for the whole dimension,
+    whose start is 0). Windows may overlap. One may run past the end of its tensor (those elements
+    read as 0, as a tile's do), never past the end of a tile it is cut from, and never start before
+    0: the verification proves it for the shapes of each call.
+    """
+    from septran.frontend.task import partition  # task imports this module
+
+    if not isinstance(start, (tuple, list)) or not isinstance(shape, (tuple, list)) or len(start) != len(shape):
+        raise FrontendError("task.window: start and shape are tuples with one entry per dimension "
+                            f"(got {len(start) if isinstance(start, (tuple, list)) else start!r} and "
+                            f"{len(shape) if isinstance(shape, (tuple, list)) else shape!r})", caller_loc())
+    return partition(tensor, by="windows", tile=tuple(shape))[tuple(start)]
+
+
+def check_starts(part: Partition, index: tuple, loc: SourceLoc) -> tuple:
+    """A window's starts: ``:`` or 0 where the window spans the whole dimension (kept as ``:``), an
+    element offset elsewhere."""
+    out = []
+    for axis, (i, t) in enumerate(zip(index, part.tile)):
+        if t is None:
+            if i is not FULL and i != Const(0):
+                raise FrontendError(f"{part.sym.name}[...]: the window spans all of dimension {axis} (shape None), "
+                                    f"so it starts at 0 there, not at {i}", loc,
+                                    hint="give the window a size along that dimension to start it elsewhere")
+            out.append(FULL)
+        elif i is FULL:
+            raise FrontendError(f"{part.sym.name}[...]: `:` along dimension {axis}, where the window has {t} elements; "
+                                "give the element it starts at", loc)
+        else:
+            out.append(i)
+    return tuple(out)
