@@ -74,7 +74,7 @@ def check(u: WindowUse, env, value) -> None:
         raise LoweringError(f"cannot prove window {u.partition}'s start {u.written} in bounds: {err}", u.loc,
                             hint="write starts as sums and products of loop variables, shapes, offsets and tunables") from None
     extent = value(u.extent)
-    varying = {s: r for s, r in env.items() if r[0] != r[1]}
+    varying = {s: r for s, r in env.items() if isinstance(r, tuple) and r[0] != r[1]}  # (not the trip counts)
 
     def at(v: int) -> str:
         w = witness(u.start, varying, v)
