@@ -186,7 +186,7 @@ def _element(e: el.Elem, placed: dict, parent: int = 0) -> str:
         text = number(e.value)
         return f"({text})" if text.startswith("-") and parent > 0 else text
     if isinstance(e, el.Elt):
-        return f"{e.of.name}[{', '.join(expr(i) for i in e.index)}]"
+        return f"{e.of.name}[{', '.join(_element(i, placed) if isinstance(i, el.Elem) else expr(i) for i in e.index)}]"
     if isinstance(e, el.Cast):
         return f'T.Cast("{e.dtype}", {_element(e.operand, placed)})'
     if isinstance(e, el.Size):

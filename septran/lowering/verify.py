@@ -24,6 +24,7 @@ from septran.frontend.ir import Param, PrimCall, Privilege, walk
 from septran.lowering import flat_ir as fl
 from septran.lowering.constants import INDEX_LIMIT, Constants, Context
 from septran.lowering.intervals import Unbounded, bounds, witness
+from septran.lowering.verify_reads import check_program
 
 
 def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProgram:
@@ -46,7 +47,9 @@ def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProg
         env[sym] = (0, hi - 1)
     _indices(flat.grid_indices, env)
     _outputs_covered(ctx, consts, flat, env)
-    return dataclasses.replace(flat, program=_invoke(flat.program, env, consts))
+    program = _invoke(flat.program, env, consts)
+    check_program(ctx, consts, program, env)  # shifted, constant and gathered reads of computes
+    return dataclasses.replace(flat, program=program)
 
 
 def _outputs_covered(ctx: Context, consts: Constants, flat: fl.FlatProgram, env) -> None:
