@@ -27,7 +27,9 @@ def expr(e: Expr, parent: int = 0) -> str:
         if e.op in ("ceildiv", "min", "max"):
             return f"T.{e.op}({expr(e.lhs)}, {expr(e.rhs)})"
         prec = _PREC[e.op]
-        text = f"{expr(e.lhs, prec)} {e.op} {expr(e.rhs, prec + (e.op in '-//'))}"
+        # a - (b + c), a // (b * c), a * (b // c): the right operand in parentheses where order matters
+        right = e.op in ("-", "//") or (e.op == "*" and isinstance(e.rhs, BinOp) and e.rhs.op == "//")
+        text = f"{expr(e.lhs, prec)} {e.op} {expr(e.rhs, prec + right)}"
         return f"({text})" if prec < parent else text
     return str(e)
 

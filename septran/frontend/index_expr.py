@@ -29,7 +29,8 @@ class Affine:
                             "it cannot add two indices")
         if isinstance(other, bool) or not isinstance(other, (int, Expr)):
             return NotImplemented
-        return Affine(self.name, self.scale, simplify(self.offset + sign * as_expr(other)))
+        offset = self.offset + as_expr(other) if sign > 0 else self.offset - as_expr(other)
+        return Affine(self.name, self.scale, simplify(offset))
 
     def __add__(self, o): return self._shift(o, 1)
     def __radd__(self, o): return self._shift(o, 1)

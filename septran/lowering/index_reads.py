@@ -9,7 +9,7 @@ branch taken).
 """
 from __future__ import annotations
 
-from septran.expr import Const, Sym, Var, simplify
+from septran.expr import BinOp, Const, Sym, Var, simplify
 from septran.frontend import elementwise as el
 from septran.frontend.index_expr import Affine, Gather
 
@@ -32,9 +32,11 @@ def element(view, idx: tuple, integer, dtypes) -> tuple[el.Elt, list]:
             index.append(simplify(off + Var(Sym(entry))))
         elif isinstance(entry, Affine):
             at = integer(entry.offset).expr
-            if entry.name is not None:
-                at = simplify(Const(entry.scale) * Var(Sym(entry.name)) + at)
-            index.append(simplify(off + at))
+            term = simplify(Const(entry.scale) * Var(Sym(entry.name))) if entry.name is not None else Const(0)
+            if isinstance(at, BinOp) and at.op == "-" and at.lhs == Const(0):  # j - half, not j + (0 - half)
+                index.append(simplify(simplify(off + term) - at.rhs))
+            else:
+                index.append(simplify(simplify(off + term) + at))
         else:
             g = _integer_value(entry, dtypes)
             gathered.append((d, g, view.extents[d]))
