@@ -70,18 +70,20 @@ def collect(frame, value: el.Elem, names: tuple[str, ...], out_arg, loc):
         if len({len(i) for i in idxs}) > 1:
             raise FrontendError(f"task.compute: {operands[k].name} is read with {' and '.join(str(len(i)) for i in idxs)} "
                                 "indices; a tile has one rank", loc)
-    dims = tuple(names if k == 0 else _letters(operands[k], reads.get(k)) for k in range(len(operands)))
+    dims = tuple(names if k == 0 else _letters(operands[k], reads.get(k), names) for k in range(len(operands)))
     out_priv = Privilege.READ_WRITE if 0 in reads else Privilege.WRITE
     # A tile used only for where it sits (global_index / global_size) is not read: it is never staged.
     in_privs = tuple(Privilege.READ if k in reads else Privilege.NONE for k in range(1, len(operands)))
     return tuple(operands), dims, (out_priv,) + in_privs
 
 
-def _letters(arg, reads):
+def _letters(arg, reads, names):
     """One letter per dimension: the one index name the plain reads use there (``X[i, j] - X[i, j + 1]``: j,
     X as wide as the output), else a letter tied to nothing."""
     if reads is None:
         return None
+    if names in reads:  # read at the output's own indices (X[i, j] + X[j, i]): as large as the output
+        return names
     out = []
     for axis in range(len(reads[0])):
         plain = {i[axis] for i in reads if isinstance(i[axis], str)}

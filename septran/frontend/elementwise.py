@@ -169,8 +169,8 @@ def as_elem(value) -> Elem:
         return IntExpr(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return Num(value)
-    if isinstance(value, Index):
-        raise TypeError(f"index {value.name} is not a value; use task.global_index(X, axis, {value.name})")
+    if isinstance(value, Index) or type(value).__name__ == "Affine":  # an index_expr.Affine: j + 1
+        raise TypeError(f"index {value!r} is not a value; use task.global_index(X, axis, j)")
     raise TypeError(f"{value!r} ({type(value).__name__}) is not an element expression")
 
 

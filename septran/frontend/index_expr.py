@@ -43,8 +43,10 @@ class Affine:
     def __neg__(self): return Affine(self.name, -self.scale, simplify(Const(0) - self.offset))
 
     def __mul__(self, o):
+        if isinstance(o, Expr):
+            raise TypeError(f"{self.describe()} * {o}: an index is scaled by an integer only (2 * j)")
         if isinstance(o, bool) or not isinstance(o, int):
-            return NotImplemented  # an index times a shape would make the scale symbolic: not affine here
+            return NotImplemented
         return Affine(self.name, self.scale * o, simplify(self.offset * o))
 
     __rmul__ = __mul__
@@ -56,6 +58,9 @@ class Affine:
 
     def __bool__(self):
         raise TypeError("an index expression has no truth value while a task is traced")
+
+    def __repr__(self) -> str:
+        return self.describe()
 
     def plain(self) -> bool:
         return self.name is not None and self.scale == 1 and self.offset == Const(0)
