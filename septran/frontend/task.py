@@ -12,12 +12,12 @@ from typing import Callable, Optional, Union
 
 from septran.errors import FrontendError
 from septran.names import check_name, is_safe_name
-from septran.expr import Const, Dim, Expr, GlobalExtent, GlobalStart, Tunable, Var, as_expr, fresh, leaves
+from septran.expr import Const, Expr, GlobalExtent, GlobalStart, Tunable, Var, as_expr, fresh
 from septran.expr import ceildiv as ceildiv_expr, minimum as minimum_expr
 from septran.frontend import elementwise as el
 from septran.frontend.compute_operands import collect
 from septran.frontend.bounds import check_axis, check_extent, check_index_expr
-from septran.frontend.ir import Launch, Loop, Partition, PrimCall, Privilege, TileRef, Param, Temp
+from septran.frontend.ir import Launch, Loop, Partition, PrimCall, TileRef, Param, Temp
 from septran.frontend.primitives import PRIMITIVES, PrimitiveSig
 from septran.frontend import tracer
 from septran.frontend.tracer import TaskFunction, caller_loc
