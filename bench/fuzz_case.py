@@ -50,6 +50,7 @@ def references() -> dict:
     att = _module(EXAMPLES / "attention" / "run_attention.py")
     rms = _module(EXAMPLES / "rmsnorm" / "run_rmsnorm.py")
     epi = _module(EXAMPLES / "gemm_epilogue" / "run_gemm_epilogue.py")
+    rope = _module(EXAMPLES / "rope" / "run_rope.py")
 
     def rand(g, *shape):
         return torch.randn(*shape, generator=g)
@@ -63,6 +64,8 @@ def references() -> dict:
         "layernorm": (lambda g: {"X": rand(g, 19, 77) + 1, "W": rand(g, 77), "B": rand(g, 77)},
                       lambda X, W, B: F.layer_norm(X, (X.shape[-1],), W, B, 1e-5)),
         "rmsnorm": (lambda g: {"X": rand(g, 19, 77), "W": rand(g, 77)}, lambda X, W: rms.rms_norm(X, W, 1e-6)),
+        "rope": (lambda g: {"X": rand(g, 2, 19, 3, 16), "C": rand(g, 19, 16), "S": rand(g, 19, 16)},
+                 lambda X, C, S: rope.apply_rope(X, C, S)),
         "attention": (lambda g: {"Q": rand(g, 1, 2, 33, 16), "K": rand(g, 1, 2, 41, 16), "V": rand(g, 1, 2, 41, 16)},
                       lambda Q, K, V: att.reference(Q, K, V, False)),
         # The output's shape is tied to no input: the case passes Y (given outputs are named in GIVEN).

@@ -77,6 +77,7 @@ def load_target_file(path: Path) -> Target:
         memories[name] = MemorySpace(
             name, mp.get("alloc"), mp.get("suffix", name.lower()), mp.get("capacity_bytes"),
             bool(mp.get("per_stage", False)), placed, int(mp.get("align_bytes", 64)), MappingProxyType(dict(ops)),
+            own_index_only=bool(mp.get("own_index_only", False)),
         )
     for proc in procs.values():
         for mem in proc.memories:

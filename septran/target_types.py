@@ -31,6 +31,8 @@ class MemorySpace:
     placed: bool = False
     align_bytes: int = 64
     ops: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # load, store, fill_zero, sync, declare, release
+    # Spread over the threads (TileLang's fragments): T.Parallel reads an element only at the loop's own index.
+    own_index_only: bool = False
 
     @property
     def is_global(self) -> bool:

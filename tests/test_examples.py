@@ -55,6 +55,7 @@ def test_run_gemm_shows_code_where_the_device_is_absent(monkeypatch, capsys, tar
     ("rmsnorm/run_rmsnorm.py", dict(rows=5, cols=300), "Y = X / rms(X) * W, 5x300"),
     ("swiglu_mlp/run_swiglu_mlp.py", dict(tokens=37, dim=65, hidden=171),
      "Y = (silu(X @ Wg) * (X @ Wu)) @ Wd, 37 tokens, 65 -> 171 -> 65"),
+    ("rope/run_rope.py", dict(batch=2, seq=37, heads=3, head_dim=16), "Y = rope(X, cos, sin), 2x37x3x16"),
     ("attention/run_attention.py", dict(batch=1, heads=2, sq=37, sk=70, d=16, causal=True),
      "O = attention(Q, K, V, causal), 1x2 heads, Sq 37, Sk 70, D 16"),
 ])

@@ -27,7 +27,9 @@ def expr(e: Expr, parent: int = 0) -> str:
         if e.op in ("ceildiv", "min", "max"):
             return f"T.{e.op}({expr(e.lhs)}, {expr(e.rhs)})"
         prec = _PREC[e.op]
-        text = f"{expr(e.lhs, prec)} {e.op} {expr(e.rhs, prec + (e.op in '-//'))}"
+        # a - (b + c), a // (b * c), a * (b // c): the right operand in parentheses where order matters
+        right = e.op in ("-", "//") or (e.op == "*" and isinstance(e.rhs, BinOp) and e.rhs.op == "//")
+        text = f"{expr(e.lhs, prec)} {e.op} {expr(e.rhs, prec + right)}"
         return f"({text})" if prec < parent else text
     return str(e)
 
@@ -186,7 +188,7 @@ def _element(e: el.Elem, placed: dict, parent: int = 0) -> str:
         text = number(e.value)
         return f"({text})" if text.startswith("-") and parent > 0 else text
     if isinstance(e, el.Elt):
-        return f"{e.of.name}[{', '.join(expr(i) for i in e.index)}]"
+        return f"{e.of.name}[{', '.join(_element(i, placed) if isinstance(i, el.Elem) else expr(i) for i in e.index)}]"
     if isinstance(e, el.Cast):
         return f'T.Cast("{e.dtype}", {_element(e.operand, placed)})'
     if isinstance(e, el.Size):

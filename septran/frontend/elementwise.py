@@ -64,7 +64,8 @@ class Num(Elem):
 
 
 class Load(Elem):
-    """``X[i, j]``: the element of operand ``arg`` at the compute's indices ``idx``."""
+    """``X[i, j]``: the element of operand ``arg`` at ``idx``: per dimension an index name, or an
+    ``index_expr.Affine`` (``j + 1``, ``0``) or ``index_expr.Gather`` (``T[i]``)."""
 
     def __init__(self, arg, idx: tuple[str, ...]):
         self.arg, self.idx = arg, idx
@@ -131,18 +132,29 @@ class Elt(Elem):
 
 
 class Index:
-    """A loop index of ``task.compute``; use it to index tiles, not in arithmetic."""
+    """A loop index of ``task.compute``: it indexes tiles, shifted or scaled (``X[i, j + 1]``)."""
 
     def __init__(self, name: str):
         self.name = name
 
-    def _refuse(self, *_):
-        raise TypeError(
-            f"index {self.name} can only index tiles (X[{self.name}]) or go to task.global_index; "
-            "index arithmetic (stencils) is not supported"
-        )
+    def _affine(self):
+        from septran.frontend.index_expr import Affine
+        from septran.expr import Const
 
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __lt__ = __gt__ = __le__ = __ge__ = _refuse
+        return Affine(self.name, 1, Const(0))
+
+    def __add__(self, o): return self._affine() + o
+    def __radd__(self, o): return o + self._affine()
+    def __sub__(self, o): return self._affine() - o
+    def __rsub__(self, o): return o - self._affine()
+    def __mul__(self, o): return self._affine() * o
+    def __rmul__(self, o): return o * self._affine()
+    def __neg__(self): return -self._affine()
+
+    def _refuse(self, *_):
+        raise TypeError(f"index {self.name} is not a value; compare task.global_index(X, axis, {self.name}) instead")
+
+    __lt__ = __gt__ = __le__ = __ge__ = _refuse
 
     def __repr__(self) -> str:
         return self.name
@@ -157,12 +169,17 @@ def as_elem(value) -> Elem:
         return IntExpr(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return Num(value)
-    if isinstance(value, Index):
-        raise TypeError(f"index {value.name} is not a value; use task.global_index(X, axis, {value.name})")
+    if isinstance(value, Index) or type(value).__name__ == "Affine":  # an index_expr.Affine: j + 1
+        raise TypeError(f"index {value!r} is not a value; use task.global_index(X, axis, j)")
     raise TypeError(f"{value!r} ({type(value).__name__}) is not an element expression")
 
 
 def children(e: Elem) -> tuple[Elem, ...]:
+    if isinstance(e, (Load, Elt)):  # a gather's index is read too
+        from septran.frontend.index_expr import Gather
+
+        idx = e.idx if isinstance(e, Load) else e.index
+        return tuple(i.value if isinstance(i, Gather) else i for i in idx if isinstance(i, (Gather, Elem)))
     if isinstance(e, Bin):
         return (e.lhs, e.rhs)
     if isinstance(e, (Neg, AsFloat, Cast)):
@@ -184,6 +201,10 @@ def map_leaves(e: Elem, fn) -> Elem:
         return Cast(e.dtype, map_leaves(e.operand, fn))
     if isinstance(e, Call):
         return Call(e.fn, tuple(map_leaves(a, fn) for a in e.args))
+    if isinstance(e, Load) and children(e):  # a gather: its index expression first
+        from septran.frontend.index_expr import renamed
+
+        e = Load(e.arg, tuple(renamed(i, {}, lambda v: map_leaves(v, fn)) for i in e.idx))
     return fn(e)
 
 
@@ -266,7 +287,9 @@ def rename_indices(e: Elem, rename: dict) -> Elem:
 
     def leaf(x: Elem) -> Elem:
         if isinstance(x, Load):
-            return Load(x.arg, tuple(rename.get(i, i) for i in x.idx))
+            from septran.frontend.index_expr import renamed
+
+            return Load(x.arg, tuple(renamed(i, rename, lambda v: v) for i in x.idx))
         if isinstance(x, Position):
             return Position(x.start, rename.get(x.idx, x.idx))
         if isinstance(x, GlobalIndex):
@@ -281,7 +304,9 @@ def describe(e: Elem, name_of) -> str:
     if isinstance(e, Num):
         return repr(e.value)
     if isinstance(e, Load):
-        return f"{name_of(e.arg)}[{', '.join(e.idx)}]"
+        from septran.frontend import index_expr
+
+        return f"{name_of(e.arg)}[{', '.join(index_expr.describe(i, lambda v: describe(v, name_of)) for i in e.idx)}]"
     if isinstance(e, GlobalIndex):
         return f"global_index({name_of(e.arg)}, {e.axis}, {e.idx})"
     if isinstance(e, IntExpr):

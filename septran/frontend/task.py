@@ -12,11 +12,12 @@ from typing import Callable, Optional, Union
 
 from septran.errors import FrontendError
 from septran.names import check_name, is_safe_name
-from septran.expr import Const, Dim, Expr, GlobalExtent, GlobalStart, Tunable, Var, as_expr, fresh, leaves
+from septran.expr import Const, Expr, GlobalExtent, GlobalStart, Tunable, Var, as_expr, fresh
 from septran.expr import ceildiv as ceildiv_expr, minimum as minimum_expr
 from septran.frontend import elementwise as el
+from septran.frontend.compute_operands import collect
 from septran.frontend.bounds import check_axis, check_extent, check_index_expr
-from septran.frontend.ir import Launch, Loop, Partition, PrimCall, Privilege, TileRef, Param, Temp
+from septran.frontend.ir import Launch, Loop, Partition, PrimCall, TileRef, Param, Temp
 from septran.frontend.primitives import PRIMITIVES, PrimitiveSig
 from septran.frontend import tracer
 from septran.frontend.tracer import TaskFunction, caller_loc
@@ -283,56 +284,14 @@ def compute(out, fn: Callable) -> None:
         value = el.as_elem(fn(*(el.Index(n) for n in names)))
     except TypeError as err:
         raise FrontendError(f"task.compute: {err}", loc) from None
-    operands = [out_arg]
-    loads: dict[int, tuple[str, ...]] = {}
-    by_sym = {p.sym: p for p in frame.params}
-    for node in el.nodes(value):
-        if isinstance(node, el.IntExpr):  # sizes and offsets name the tiles they are about
-            for leaf in leaves(node.expr):
-                if isinstance(leaf, (Dim, GlobalExtent, GlobalStart)):
-                    if leaf.param not in by_sym:
-                        raise _foreign(leaf.param.name, frame, loc)
-                    if by_sym[leaf.param] not in operands:
-                        operands.append(by_sym[leaf.param])
-            continue
-        if isinstance(node, el.ScalarRef) and node.param not in frame.scalars:
-            raise FrontendError(f"task.compute: {node.param.name} is a scalar of another task", loc,
-                                hint=f"add {node.param.name}=<default> to {frame.task.name}'s parameters and pass it in the launch")
-        arg = getattr(node, "arg", None)
-        if arg is None:
-            continue
-        if arg not in frame.params:
-            raise _foreign(arg.name, frame, loc)
-        if arg not in operands:
-            operands.append(arg)
-        k = operands.index(arg)
-        used = node.idx if isinstance(node, el.Load) else (node.idx,) if isinstance(node, el.GlobalIndex) else ()
-        for n in used:
-            if n not in names:
-                raise FrontendError(f"task.compute: index {n} is not a parameter of this compute's function", loc)
-        if isinstance(node, el.Load):
-            if k == 0 and node.idx != names:
-                raise FrontendError(f"task.compute: the output is read at [{', '.join(node.idx)}], "
-                                    f"not at its own indices [{', '.join(names)}]", loc)
-            if loads.setdefault(k, node.idx) != node.idx:
-                raise FrontendError(f"task.compute: {arg.name} is read at [{', '.join(loads[k])}] and at "
-                                    f"[{', '.join(node.idx)}]; read each tile at one set of indices", loc)
-    dims = tuple(names if k == 0 else loads.get(k) for k, _ in enumerate(operands))
-    out_priv = Privilege.READ_WRITE if 0 in loads else Privilege.WRITE
-    # A tile used only for where it sits (global_index / global_size) is not read: it is never staged.
-    in_privs = tuple(Privilege.READ if k in loads else Privilege.NONE for k, _ in enumerate(operands) if k)
+    operands, dims, privileges = collect(frame, value, names, out_arg, loc)
     name_of = lambda a: a.name  # noqa: E731
     sig = PrimitiveSig(
         name="compute", kind="elementwise", params=tuple(a.name for a in operands),
-        privileges=(out_priv,) + in_privs, dims=dims,
+        privileges=privileges, dims=dims,
         meaning=f"{out_arg.name}[{', '.join(names)}] = {el.describe(value, name_of)}", batched=True,
     )
     frame.stmts.append(PrimCall("compute", tuple(operands), loc, sig=sig, expr=value))
-
-
-def _foreign(name: str, frame, loc) -> FrontendError:
-    return FrontendError(f"task.compute: {name} is not a parameter of {frame.task.name} (a tensor of another task, "
-                         "seen through Python's closure)", loc, hint=f"add {name} to {frame.task.name}'s parameters and launch it with it")
 
 
 def global_index(tile, axis: int, index) -> el.Elem:

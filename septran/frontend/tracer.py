@@ -184,11 +184,17 @@ class TensorHandle:
         """``X[i, j]`` inside ``task.compute``: the element at the compute's indices."""
         from septran.frontend import elementwise as el
 
+        from septran.frontend.index_expr import entry
+
         index = index if isinstance(index, tuple) else (index,)
-        if not all(isinstance(i, el.Index) for i in index):
-            raise FrontendError(f"{self._arg.name}[...] takes the indices of a task.compute (i, j, ...)", caller_loc(),
+        if not any(isinstance(i, el.Index) for i in index) and not all(isinstance(i, (int, el.Elem)) for i in index):
+            raise FrontendError(f"{self._arg.name}[...] takes the indices of a task.compute (i, j, j + 1, 0, T[i])",
+                                caller_loc(),
                                 hint="to take a tile, partition the tensor (task.partition) and index the partition")
-        return el.Load(self._arg, tuple(i.name for i in index))
+        try:
+            return el.Load(self._arg, tuple(entry(i, self._arg.name) for i in index))
+        except TypeError as err:
+            raise FrontendError(str(err), caller_loc()) from None
 
     def __repr__(self) -> str:
         return f"<tensor {self._arg}>"

@@ -14,10 +14,11 @@ from __future__ import annotations
 import dataclasses
 
 from septran.errors import LoweringError
-from septran.expr import Dim, Expr, GlobalExtent, GlobalStart, Sym, Var, leaves, simplify, substitute
+from septran.expr import Dim, Expr, GlobalExtent, GlobalStart, Var, leaves, substitute
 from septran.frontend import elementwise as el
 from septran.frontend.ir import Param, PrimCall, Privilege, walk
 from septran.lowering import flat_ir as fl
+from septran.lowering import index_reads
 from septran.lowering import tile_ir as ir
 from septran.lowering.tile_ir import Why
 from septran.mapping.schema import InstanceMapping
@@ -184,11 +185,8 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why):
             and regions[value.arg.name].whole and regions[value.arg.name].extents == out.extents):
         return ir.Copy(regions[value.arg.name], out, (), why)
 
-    def element(name: str, idx: tuple[str, ...]) -> el.Elt:
-        view = by_param[name]
-        pad = len(view.offsets) - len(idx)
-        index = tuple(simplify(off + Var(Sym(idx[d - pad]))) if d >= pad else off for d, off in enumerate(view.offsets))
-        return el.Elt(view.of, index)
+    def element(name: str, idx: tuple) -> el.Elt:
+        return index_reads.element(by_param[name], idx, integer, st.dtypes)[0]
 
     def overhangs(name: str) -> list[int]:
         """The dimensions along which a tile read in place from global memory may leave its tensor."""
@@ -199,13 +197,14 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why):
 
     def loads(e: el.Elem) -> el.Elem:
         if isinstance(e, el.Load):
-            got = element(e.arg.name, e.idx)
+            got, gathered = index_reads.element(by_param[e.arg.name], e.idx, integer, st.dtypes)
             dtype = st.dtypes[got.of]
             value = got if dtype == COMPUTE_DTYPE else el.Cast(COMPUTE_DTYPE, got)
+            value = index_reads.guarded(value, gathered, st.consts.value)
             # Past the tensor's end an in-place tile reads 0, as a staged copy of it holds (the copy pads with
             # zeros): the same program whichever memory the mapping chooses, and no read out of bounds.
             shape = st.shapes[got.of]
-            for d in overhangs(e.arg.name):
+            for d in (d for d in overhangs(e.arg.name) if isinstance(got.index[d], Expr)):  # gathers: guarded
                 inside = el.Bin("<", el.Size(got.index[d], None), el.Size(shape[d], st.consts.value(shape[d])))
                 value = el.Call("where", (inside, value, el.Num(0.0)))
             return value

@@ -26,6 +26,7 @@ from septran.lowering import windows
 from septran.lowering.constants import INDEX_LIMIT, Constants, Context
 from septran.lowering.dynamic import DynamicValue, at_most, upper_index
 from septran.lowering.intervals import Unbounded, bounds, witness
+from septran.lowering.verify_reads import check_program
 
 TRIPS = "trips"  # env's entry of loop and grid indices' trip counts (never a Sym: bounds never looks it up)
 
@@ -55,7 +56,9 @@ def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProg
     env[TRIPS] = trips
     _indices(flat.grid_indices, env, consts)
     _outputs_covered(ctx, consts, flat, env)
-    return dataclasses.replace(flat, program=_invoke(flat.program, env, consts))
+    program = _invoke(flat.program, env, consts)
+    check_program(ctx, consts, program, env)  # shifted, constant and gathered reads of computes
+    return dataclasses.replace(flat, program=program)
 
 
 def _outputs_covered(ctx: Context, consts: Constants, flat: fl.FlatProgram, env) -> None:

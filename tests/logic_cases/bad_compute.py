@@ -24,7 +24,7 @@ def temp_unnamed(Y, X):
 
 @task.define(leaf=True)
 def stencil(Y, X):
-    task.compute(Y, lambda i, j: X[i + 1, j])  # <- stencil
+    task.compute(Y, lambda i, j: X[i + j, j])  # <- stencil
 
 
 @task.define(leaf=True)
@@ -34,7 +34,7 @@ def index_as_value(Y, X):
 
 @task.define(leaf=True)
 def two_orders(Y, X):
-    task.compute(Y, lambda i, j: X[i, j] + X[j, i])  # <- two orders
+    task.compute(Y, lambda i, j: X[i, j] + X[i])  # <- two orders
 
 
 @task.define(leaf=True)

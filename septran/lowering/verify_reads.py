@@ -1,0 +1,214 @@
+"""Part of the verify pass: every element a ``task.compute`` reads lies in its operand's tile.
+
+Plain reads (``X[i, j]``) are proved by the index ties (``verify._letters``).
+Here the others: a shifted or constant read (``X[i, j + 1]``, ``X[i, half + j]``,
+``s[0]``) ranges over the compute's loop extents, its offset over what the
+block may be; the range must lie in ``0 .. extent - 1`` of the tile. A read
+inside ``task.where(task.global_index(X, 1, j) < n, a, b)`` is proved with
+``j`` narrowed by the condition (in ``a``: only the ``j`` where it holds), so a
+stencil can guard its edges. A gathered read (``X[i, T[i]]``) proves nothing
+about its index: its dimension must be a whole dimension of the tensor, and
+the lowering guards it (``index_reads``). A tile a memory spreads over threads
+(``own_index_only`` in target.yaml: TileLang's fragments) is read only at the
+compute's own indices.
+
+What would go further (not done): halos, i.e. a tile staged with ``r`` more
+elements on each side than the partition cuts, so that a stencil across tile
+boundaries reads its neighbours' elements; the mapping would ask for them and
+the staging would copy the larger box (clamped at the tensor's edges).
+"""
+from __future__ import annotations
+
+import math
+
+from septran.errors import LoweringError
+from septran.expr import BinOp, Const, Dim, GlobalExtent, GlobalStart, substitute
+from septran.frontend import elementwise as el
+from septran.frontend.index_expr import Affine, Gather, describe
+from septran.frontend.ir import PrimCall, walk
+from septran.lowering import flat_ir as fl
+from septran.lowering.intervals import Unbounded, bounds
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def check_program(ctx, consts, s: fl.Invoke, env) -> None:
+    """Walks the flat program (loop variables ranging as the verify pass found) to each leaf's computes."""
+    if s.binding is not None:
+        _leaf(ctx, consts, s, env)
+        return
+    for b in s.body:
+        _stmt(ctx, consts, b, env)
+
+
+def _stmt(ctx, consts, b, env) -> None:
+    if isinstance(b, fl.Invoke):
+        check_program(ctx, consts, b, env)
+        return
+    try:
+        hi = bounds(b.extent, env)[1]
+    except Unbounded:
+        return  # the verify pass reports it
+    if hi > 0:
+        inner = dict(env)
+        inner[b.var] = (0, hi - 1)
+        for c in b.body:
+            _stmt(ctx, consts, c, inner)
+
+
+def _leaf(ctx, consts, s: fl.Invoke, env) -> None:
+    leaf = s.callee
+    views = {p.sym: (p, s.operands[k]) for k, p in enumerate(leaf.params)}
+    for prim in (p for p, _ in walk(leaf.body) if isinstance(p, PrimCall) and p.expr is not None):
+        names = prim.signature.dims[0]
+        out_extents = views[prim.args[0].sym][1].view.extents
+        if len(out_extents) < len(names):
+            continue  # the leaf binding reports the rank
+        ranges = {}
+        for n, e in zip(names, out_extents[len(out_extents) - len(names):]):
+            ranges[n] = (0, consts.value(e) - 1)
+        if any(hi < lo for lo, hi in ranges.values()):
+            continue  # an empty loop reads nothing
+        _Reads(ctx, consts, env, views, prim).walk(prim.expr, ranges)
+
+
+class _Reads:
+    def __init__(self, ctx, consts, env, views, prim):
+        self.ctx, self.consts, self.env, self.views, self.prim = ctx, consts, env, views, prim
+
+    def program_expr(self, e):
+        """A shape expression of the logic in the program's terms (tile extents, tile starts)."""
+        sub = {}
+        for leaf in _leaves(e):
+            if isinstance(leaf, (Dim, GlobalExtent, GlobalStart)) and leaf.param in self.views:
+                view = self.views[leaf.param][1].view
+                if leaf.axis < len(view.extents):
+                    sub[leaf] = (view.extents[leaf.axis] if isinstance(leaf, Dim)
+                                 else view.origin[leaf.axis][1 if isinstance(leaf, GlobalExtent) else 0])
+        return substitute(e, sub)
+
+    def interval(self, e, what: str):
+        try:
+            return bounds(self.program_expr(e), self.env)
+        except Unbounded as err:
+            raise LoweringError(f"cannot prove {what} in its tile: {err}", self.prim.loc,
+                                hint="offset reads by numbers and shapes (X.shape[1] // 2)") from None
+
+    def walk(self, e: el.Elem, ranges) -> None:
+        if isinstance(e, el.Call) and e.fn == "where":
+            self.walk(e.args[0], ranges)
+            yes, no = self.narrow(e.args[0], ranges)
+            if yes is not None:
+                self.walk(e.args[1], yes)
+            if no is not None:
+                self.walk(e.args[2], no)
+            return
+        if isinstance(e, el.Load):
+            self.load(e, ranges)
+        for c in el.children(e):
+            self.walk(c, ranges)
+
+    def narrow(self, cond, ranges):
+        """(ranges where ``cond`` holds, where it does not); None: never. Only ``global_index(X, a, j) <op> n``."""
+        if not (isinstance(cond, el.Bin) and cond.op in _FLIP):
+            return ranges, ranges
+        op, pos, other = cond.op, cond.lhs, cond.rhs
+        if isinstance(other, el.GlobalIndex):
+            op, pos, other = _FLIP[op], other, pos
+        if not isinstance(pos, el.GlobalIndex) or pos.idx not in ranges:
+            return ranges, ranges
+        if isinstance(other, el.IntExpr):
+            bound = other.expr
+        elif isinstance(other, el.Num) and math.isfinite(other.value) and other.value == int(other.value):
+            bound = Const(int(other.value))
+        else:
+            return ranges, ranges
+        view = self.views[pos.arg.sym][1].view
+        if pos.axis >= len(view.origin):
+            return ranges, ranges
+        # start + j <op> bound  <=>  j <op> bound - start
+        lo, hi = self.interval(BinOp("-", self.program_expr(bound), view.origin[pos.axis][0]), "a condition")
+        yes_lo, yes_hi, no_lo, no_hi = {
+            "<": (None, hi - 1, lo, None), "<=": (None, hi, lo + 1, None),
+            ">": (lo + 1, None, None, hi), ">=": (lo, None, None, hi - 1)}[op]
+        return _cut(ranges, pos.idx, yes_lo, yes_hi), _cut(ranges, pos.idx, no_lo, no_hi)
+
+    def load(self, load: el.Load, ranges) -> None:
+        param, op = self.views[load.arg.sym]
+        view, prim = op.view, self.prim
+        letters = prim.signature.dims[prim.args.index(load.arg)]
+        shifted = any(isinstance(i, (Affine, Gather)) for i in load.idx)
+        if load.arg == prim.args[0] or not (shifted or any(isinstance(i, str) and i != x for i, x in zip(load.idx, letters))):
+            return  # reads at one set of plain indices: the index ties prove them
+        extents = view.extents
+        pad = len(extents) - len(load.idx)
+        if pad < 0:
+            raise LoweringError(f"{_shown(load)} reads {param.name} with {len(load.idx)} indices, but its tile has "
+                                f"{len(extents)} dimensions", prim.loc)
+        space = op.want.value if op.want is not None else view.space
+        if getattr(self.ctx.target.memories.get(space), "own_index_only", False):
+            raise LoweringError(
+                f"{_shown(load)} reads {param.name} away from the compute's own indices, but the mapping holds "
+                f"{op.param} in {space}, which {self.ctx.target.name} spreads over the threads: a thread can read only "
+                f"the elements it holds (logic {prim.loc})",
+                op.want.loc if op.want is not None else prim.loc,
+                hint=f"hold {op.param} in a memory every thread reads (mems: {{{op.param}: SHARED}}, or GLOBAL)")
+        for axis, entry in enumerate(load.idx):
+            ext = self.consts.value(extents[pad + axis])
+            if isinstance(entry, Gather):
+                self.whole(load, param, op, pad + axis, ext)
+                continue
+            if isinstance(entry, str):
+                lo, hi = ranges[entry]
+            else:
+                olo, ohi = self.interval(entry.offset, f"{_shown(load)}")
+                if entry.name is None:
+                    lo, hi = olo, ohi
+                else:
+                    rlo, rhi = ranges[entry.name]
+                    ends = (entry.scale * rlo, entry.scale * rhi)
+                    lo, hi = min(ends) + olo, max(ends) + ohi
+            if lo < 0 or hi > ext - 1:
+                name = entry if isinstance(entry, str) else entry.name
+                runs = f" ({name} runs over {ranges[name][0]}..{ranges[name][1]})" if name else ""
+                raise LoweringError(
+                    f"{_shown(load)} reads {param.name} at {lo}..{hi} along dimension {pad + axis}{runs}, but the tile of "
+                    f"{op.param} holds {ext} element{'s' if ext != 1 else ''} there (0..{ext - 1})", prim.loc,
+                    hint="make the tile cover every element the compute reads (the whole dimension: None in the "
+                         "partition, or a larger tile in the mapping), keep the offset inside the tile, or guard the "
+                         "read with task.where(task.global_index(X, axis, j) < ..., ...)")
+
+    def whole(self, load, param, op, axis: int, ext: int) -> None:
+        view = op.view
+        start, total = view.origin[axis] if axis < len(view.origin) else (None, None)
+        lo, hi = bounds(start, self.env) if start is not None else (None, None)
+        n = self.consts.value(total) if total is not None else None
+        if not (lo == hi == 0 and n == ext):
+            raise LoweringError(
+                f"{_shown(load)} gathers {param.name} along dimension {axis}: a gathered index may name any element "
+                f"there, but the tile of {op.param} holds {ext} of its {n if n is not None else '?'} elements",
+                self.prim.loc,
+                hint="make the tile cover the whole dimension (None in the partition that cuts it); an index "
+                     "outside the dimension reads 0")
+
+
+def _cut(ranges, name, lo, hi):
+    a, b = ranges[name]
+    a, b = max(a, lo) if lo is not None else a, min(b, hi) if hi is not None else b
+    if a > b:
+        return None
+    out = dict(ranges)
+    out[name] = (a, b)
+    return out
+
+
+def _leaves(e):
+    if isinstance(e, BinOp):
+        yield from _leaves(e.lhs)
+        yield from _leaves(e.rhs)
+    else:
+        yield e
+
+
+def _shown(load: el.Load) -> str:
+    return f"{load.arg.name}[{', '.join(describe(i, lambda v: el.describe(v, lambda a: a.name)) for i in load.idx)}]"
