@@ -63,3 +63,13 @@ def test_run_operator_on_cpu(monkeypatch, capsys, script, kwargs, title):
     assert run.main(**kwargs, dtype="float32", repeats=1) < 1e-5
     out = capsys.readouterr().out
     assert title in out and "@T.prim_func" in out
+
+
+def test_run_cross_entropy_on_cpu(monkeypatch, capsys):
+    """50,000 classes, float16 logits, int64 class ids: every loss against torch's, in float64."""
+    monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
+    monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
+    run = _load(REPO / "examples" / "cross_entropy" / "run_cross_entropy.py")
+    assert run.main(rows=5, classes=50000, dtype="float16", repeats=1) < 1e-4
+    out = capsys.readouterr().out
+    assert "L = cross_entropy(X, Y, reduction='none'), 5x50000, float16" in out and "@T.prim_func" in out
