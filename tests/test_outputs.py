@@ -97,3 +97,21 @@ def test_an_untied_output_takes_its_shape_from_the_passed_tensor():
         y = torch.empty(10, cols, dtype=torch.float16)
         assert k(x, Y=y) is y
         torch.testing.assert_close(y, (x[:, None] * torch.arange(cols)).half())
+
+
+def test_specialize_takes_outputs_too():
+    k = septran.compile(untied_logic(), UNTIED)
+    v = k.specialize(X=((10,), "float32"), Y=((10, 6), "float16"))
+    assert v.spec.shapes["Y"] == (10, 6) and v.spec.dtypes["Y"] == "float16"
+
+
+def test_a_passed_accumulator_starts_from_zeros(tmp_path):
+    """C += A @ B straight into a passed C (kept in global memory): its old contents never count."""
+    from conftest import edited_mapping
+
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("{C: LOCAL, A: GLOBAL, B: GLOBAL}", "{C: GLOBAL, A: GLOBAL, B: GLOBAL}"))
+    k = septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
+    a, b = torch.randn(30, 70), torch.randn(70, 26)
+    c = torch.full((30, 26), 5.0)
+    assert k(a, b, C=c) is c
+    torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-3)

@@ -201,12 +201,12 @@ class Kernel:
     def specialize(self, **args) -> Variant:
         """The variant for given input shapes and dtypes, without running it.
 
-        Each input is a tensor (any device, ``meta`` included) or a ``(shape, dtype)``
+        Each input (and each output given) is a tensor (any device, ``meta`` included) or a ``(shape, dtype)``
         pair: ``kernel.specialize(A=((1024, 512), "float16"), B=((512, 256), "float16"))``;
         scalars (``eps=1e-6``) take their defaults unless given.
         """
         described = {}
-        for a in self.inputs:
+        for a in self.inputs + tuple(o for o in self.outputs if o.name in args):  # outputs: optional, as in a call
             if a.name not in args:
                 raise CallError(f"specialize() needs input {a.name}", hint=f"inputs: {', '.join(x.name for x in self.inputs)}")
             val = args.pop(a.name)
@@ -298,6 +298,9 @@ class Kernel:
         # write is there nothing to run, and nothing to compile.
         variant = self._variant(described, scalars) if not written or any(math.prod(s) for s in written) else None
         outputs = {}
+        for a in (a for a in self.outputs if a.name in tensors and variant is not None):
+            if a.name in variant.program.read_outputs:  # a passed accumulator starts from zero, as an allocated one
+                tensors[a.name].zero_()
         for a in (a for a in self.outputs if a.name not in tensors):
             # Only an output the program reads before writing it (an accumulator kept in global memory) needs a
             # first value: zeros, a sum's identity. Filling the others would cost a pass over memory per call.
