@@ -250,3 +250,12 @@ def test_define_dtype_must_name_a_type_or_parameter():
         @task.define(dtype={"Z": "float32"})
         def host2(Y, X):
             pass
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.integers(-2**40, 2**40), st.integers(-2**40, 2**40).filter(bool), st.sampled_from(["+", "-", "*", "//", "%", "/"]))
+def test_constants_fold_exactly(a, b, op):
+    """Integer constants fold in integers (no float rounding past 2**24); '/' folds as a float division."""
+    got = el.fold(el.Bin(op, el.Num(a), el.Size("n", b)))
+    want = {"+": a + b, "-": a - b, "*": a * b, "//": a // b, "%": a % b, "/": a / b}[op]
+    assert isinstance(got, el.Num) and got.value == want and isinstance(got.value, int) == (op != "/")

@@ -253,7 +253,7 @@ def fold(e: Elem) -> Elem:
         known = all(isinstance(x, Num) or (isinstance(x, Size) and x.value is not None) for x in (a, b))
         if e.op in _INT_ARITH and _integer(a) and _integer(b) and known and (e.op in "+-*" or b.value):
             return Num(_INT_ARITH[e.op](int(a.value), int(b.value)))  # integer arithmetic on constants stays exact
-        if e.op in _ARITH and not (_integer(a) and _integer(b)):
+        if e.op in _ARITH and (e.op == "/" or not (_integer(a) and _integer(b))):  # '/' is float division
             # float arithmetic: a constant size meeting a number folds with it; meeting a tile's
             # element it stays named, as a float (mean[i] / T.float32(X_dim1))
             numbers = all(isinstance(x, Num) or (isinstance(x, Size) and x.value is not None) for x in (a, b))
