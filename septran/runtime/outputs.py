@@ -2,7 +2,7 @@
 
 An output the caller does not pass takes the type ``septran.dtypes.output_dtype``
 says; one the caller passes (``kernel(q, k, v, O=o)``) keeps its own, and the
-kernel writes into it. A target that converts a type (cpu: bfloat16 computed in
+kernel writes into it. A target that converts a type (bfloat16 computed in
 float32) sees float32 copies; the outputs are converted back.
 """
 from __future__ import annotations
