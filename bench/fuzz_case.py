@@ -71,6 +71,8 @@ def references() -> dict:
         # The output's shape is tied to no input: the case passes Y (given outputs are named in GIVEN).
         "conv2d": (lambda g: {"X": rand(g, 2, 9, 11, 5), "W": rand(g, 3, 3, 5, 7), "Y": torch.empty(2, 7, 9, 7)},
                    lambda X, W, Y: F.conv2d(X.permute(0, 3, 1, 2), W.permute(3, 2, 0, 1)).permute(0, 2, 3, 1)),
+        "cross_entropy": (lambda g: {"X": 3 * rand(g, 19, 77), "Y": torch.randint(0, 77, (19,), generator=g)},
+                          lambda X, Y: F.cross_entropy(X, Y.long(), reduction="none")),
     })
     return _refs
 

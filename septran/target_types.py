@@ -145,6 +145,9 @@ class Target:
     memories: Mapping[str, MemorySpace]
     leaves: Mapping[str, LeafImpl]
     dtype_codes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # how vendor calls name dtypes
+    # dtypes the target takes by converting them: the runtime hands the program copies in the second type
+    # (bfloat16 tensors computed in float32) and converts outputs back
+    converts: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # The most pipeline stages TileLang can give a loop whose trip count is not a constant (None: no limit).
     dynamic_pipeline_stages: Optional[int] = None
     vendor: Optional[Vendor] = None

@@ -75,7 +75,7 @@ def test_wrong_number_of_inputs(kernel):
 def test_unknown_keyword(kernel):
     with pytest.raises(septran.CallError) as info:
         kernel(torch.randn(4, 4), X=torch.randn(4, 4))
-    check_no_loc(info.value, "gemm_host_logic has no input 'X'", "inputs: A, B")
+    check_no_loc(info.value, "gemm_host_logic has no input or output 'X'", "inputs: A, B")
 
 
 def test_input_that_is_not_a_tensor(kernel):
@@ -85,16 +85,25 @@ def test_input_that_is_not_a_tensor(kernel):
 
 
 def test_unsupported_dtype(kernel):
-    a = torch.ones(4, 4, dtype=torch.int32)
+    a = torch.ones(4, 4, dtype=torch.float64)
     with pytest.raises(septran.CallError) as info:
         kernel(a, a)
-    check_no_loc(info.value, "A has dtype int32; target cpu supports float16, float32", "x.to(torch.float16)")
+    check_no_loc(info.value, "A has dtype float64; target cpu supports float16, bfloat16, float32, int32, int64, bool",
+                 "x.to(torch.float16)")
 
 
-def test_mixed_dtypes(kernel):
-    with pytest.raises(septran.CallError) as info:
+def test_integer_operands_of_a_matrix_unit(kernel):
+    """Each input has its own dtype now; a gemm refuses integer tiles at the logic's call, before a build."""
+    with pytest.raises(septran.LoweringError) as info:
+        kernel(torch.ones(4, 4, dtype=torch.int32), torch.randn(4, 4))
+    assert "gemm takes floating-point tiles, but A" in str(info.value) and "int32" in str(info.value)
+    assert info.value.loc is not None and info.value.loc.file == str(GEMM_LOGIC)
+
+
+def test_mixed_float_operands_of_a_matrix_unit(kernel):
+    with pytest.raises(septran.LoweringError) as info:
         kernel(torch.randn(4, 4), torch.randn(4, 4).half())
-    check_no_loc(info.value, "all inputs must share one dtype", "A: float32, B: float16")
+    assert "gemm reads its operands in one element type, but A is float32, B is float16" in str(info.value)
 
 
 def test_wrong_rank_points_at_the_partition(kernel):

@@ -75,3 +75,13 @@ def test_run_conv2d_on_cpu(monkeypatch, capsys):
     assert run.main(N=2, H=13, W=13, Ci=5, Co=7, dtype="float32", repeats=1) < 1e-4
     out = capsys.readouterr().out
     assert "Y = conv2d(X, W), NHWC 2x13x13x5 * 3x3x5x7 -> (2, 11, 11, 7), float32" in out and "@T.prim_func" in out
+
+
+def test_run_cross_entropy_on_cpu(monkeypatch, capsys):
+    """50,000 classes, float16 logits, int64 class ids: every loss against torch's, in float64."""
+    monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
+    monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
+    run = _load(REPO / "examples" / "cross_entropy" / "run_cross_entropy.py")
+    assert run.main(rows=5, classes=50000, dtype="float16", repeats=1) < 1e-4
+    out = capsys.readouterr().out
+    assert "L = cross_entropy(X, Y, reduction='none'), 5x50000, float16" in out and "@T.prim_func" in out

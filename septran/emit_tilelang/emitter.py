@@ -168,7 +168,16 @@ def _template(template: str, args, prog: _Program, flags=(), **fields) -> str:
 
 _FUNCTIONS = {"exp": "T.exp", "exp2": "T.exp2", "log": "T.log", "log2": "T.log2", "sqrt": "T.sqrt", "rsqrt": "T.rsqrt",
               "erf": "T.erf", "tanh": "T.tanh", "maximum": "T.max", "minimum": "T.min", "where": "T.if_then_else"}
-_ELEM_PREC = {"<": 0, "<=": 0, ">": 0, ">=": 0, "+": 1, "-": 1, "*": 2, "/": 2}
+_ELEM_PREC = {"<": 0, "<=": 0, ">": 0, ">=": 0, "==": 0, "!=": 0, "+": 1, "-": 1, "*": 2, "/": 2, "//": 2, "%": 2}
+
+
+def _constant(e: el.Num) -> str:
+    """A constant as the lowering typed it: an integer of a type, one that takes its neighbour's, or a float32."""
+    if e.dtype == "bool":
+        return f"T.bool({bool(e.value)})"
+    if e.dtype is not None:
+        return f"T.{e.dtype}({int(e.value)})"
+    return str(e.value) if isinstance(e.value, int) else number(e.value)
 
 
 def number(v: float) -> str:
@@ -185,7 +194,7 @@ def number(v: float) -> str:
 def _element(e: el.Elem, placed: dict, parent: int = 0) -> str:
     """An element expression as TileLang: buffer elements, T.exp, T.if_then_else, casts the lowering chose."""
     if isinstance(e, el.Num):
-        text = number(e.value)
+        text = _constant(e)
         return f"({text})" if text.startswith("-") and parent > 0 else text
     if isinstance(e, el.Elt):
         return f"{e.of.name}[{', '.join(_element(i, placed) if isinstance(i, el.Elem) else expr(i) for i in e.index)}]"
@@ -235,7 +244,8 @@ def _stmt(w: _Writer, s, depth: int, prog: _Program) -> None:
         elif abs(s.value) == float("inf"):
             w.line(depth, f'T.fill({s.dst.name}, {"-" if s.value < 0 else ""}T.infinity("{dtypes[s.dst]}"))')
         elif s.value != s.value:
-            w.line(depth, f'T.fill({s.dst.name}, T.Cast("{dtypes[s.dst]}", {number(s.value)}))')
+            value = number(s.value) if isinstance(s.value, float) else str(s.value)
+            w.line(depth, f'T.fill({s.dst.name}, T.Cast("{dtypes[s.dst]}", {value}))')
         else:
             w.line(depth, f"T.fill({s.dst.name}, {s.value!r})")
     elif isinstance(s, ir.Copy):

@@ -51,6 +51,13 @@ class Elem:
     def __le__(self, o): return self._bin("<=", o)
     def __gt__(self, o): return self._bin(">", o)
     def __ge__(self, o): return self._bin(">=", o)
+    def __floordiv__(self, o): return self._bin("//", o)
+    def __rfloordiv__(self, o): return self._bin("//", o, True)
+    def __mod__(self, o): return self._bin("%", o)
+    def __rmod__(self, o): return self._bin("%", o, True)
+
+    def __eq__(self, o): return _equality("==", self, o)
+    def __ne__(self, o): return _equality("!=", self, o)
 
     def __bool__(self):
         raise TypeError("an element expression has no truth value while a task is traced; use task.where(cond, a, b)")
@@ -59,8 +66,12 @@ class Elem:
 
 
 class Num(Elem):
-    def __init__(self, value: float):
-        self.value = float(value)
+    """A constant: a Python int stays an integer (it takes the type of the integers it meets), a float is float32;
+    ``dtype``, where the lowering set it, is the type it is printed as."""
+
+    def __init__(self, value, dtype: Optional[str] = None):
+        self.value = value if isinstance(value, int) and not isinstance(value, bool) else float(value)
+        self.dtype = dtype
 
 
 class Load(Elem):
@@ -106,6 +117,25 @@ class Bin(Elem):
     def __init__(self, op: str, lhs: Elem, rhs: Elem):
         self.op, self.lhs, self.rhs = op, lhs, rhs
 
+    def __bool__(self):
+        # `a == b` between two nodes: Python's containers (in, .index, a dataclass's ==) ask whether they are the
+        # same node, as they did before == built comparisons; anything else has no truth value while tracing.
+        same = getattr(self, "_same", None)
+        if same is None:
+            return Elem.__bool__(self)
+        return same if self.op == "==" else not same
+
+
+def _equality(op: str, a: Elem, b):
+    from septran.expr import Expr
+
+    if isinstance(b, bool) or not isinstance(b, (Elem, Expr, int, float)):
+        return NotImplemented  # Python falls back to identity (None, strings...)
+    out = Bin(op, a, as_elem(b))
+    if isinstance(b, Elem):
+        out._same = a is b
+    return out
+
 
 class Neg(Elem):
     def __init__(self, operand: Elem):
@@ -120,8 +150,10 @@ class Call(Elem):
 class Cast(Elem):
     """``operand`` converted to ``dtype``: the lowering decides every conversion, the emitter prints it."""
 
-    def __init__(self, dtype: str, operand: Elem):
+    def __init__(self, dtype, operand: Elem):
         self.dtype, self.operand = dtype, operand
+        if not isinstance(dtype, str):
+            self.arg = dtype  # task.cast(x, X): X's element type, which the lowering knows
 
 
 class Elt(Elem):
@@ -239,7 +271,10 @@ def fold(e: Elem) -> Elem:
         a, b = fold(e.lhs), fold(e.rhs)
         if e.op in _COMPARE and isinstance(a, Num) and isinstance(b, Num):
             return Num(float(_COMPARE[e.op](a.value, b.value)))
-        if e.op in _ARITH and not (_integer(a) and _integer(b)):
+        known = all(isinstance(x, Num) or (isinstance(x, Size) and x.value is not None) for x in (a, b))
+        if e.op in _INT_ARITH and _integer(a) and _integer(b) and known and (e.op in "+-*" or b.value):
+            return Num(_INT_ARITH[e.op](int(a.value), int(b.value)))  # integer arithmetic on constants stays exact
+        if e.op in _ARITH and (e.op == "/" or not (_integer(a) and _integer(b))):  # '/' is float division
             # float arithmetic: a constant size meeting a number folds with it; meeting a tile's
             # element it stays named, as a float (mean[i] / T.float32(X_dim1))
             numbers = all(isinstance(x, Num) or (isinstance(x, Size) and x.value is not None) for x in (a, b))
@@ -265,17 +300,20 @@ def fold(e: Elem) -> Elem:
 
 def _integer(e: Elem) -> bool:
     """Integer-valued: sizes, positions, and + - * of them (index arithmetic for masks)."""
-    if isinstance(e, (Size, Position)):
+    if isinstance(e, (Size, Position)) or (isinstance(e, Num) and isinstance(e.value, int)):
         return True
-    return isinstance(e, Bin) and e.op in ("+", "-", "*") and _integer(e.lhs) and _integer(e.rhs)
+    return isinstance(e, Bin) and e.op in _INT_ARITH and _integer(e.lhs) and _integer(e.rhs)
 
 
 def _div(a: float, b: float) -> float:
     return a / b if b else math.copysign(math.inf, a) if a else math.nan
 
 
-_COMPARE = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+_COMPARE = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+            "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
 _ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _div}
+_INT_ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+              "//": lambda a, b: a // b, "%": lambda a, b: a % b}
 _MATH = {
     "exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2, "sqrt": math.sqrt,
     "rsqrt": lambda x: 1.0 / math.sqrt(x), "erf": math.erf, "tanh": math.tanh, "abs": abs, "maximum": max, "minimum": min,
@@ -319,6 +357,9 @@ def describe(e: Elem, name_of) -> str:
         return f"-{describe(e.operand, name_of)}"
     if isinstance(e, Call):
         return f"{e.fn}({', '.join(describe(a, name_of) for a in e.args)})"
+    if isinstance(e, Cast):
+        to = e.dtype if isinstance(e.dtype, str) else name_of(e.dtype)
+        return f"cast({describe(e.operand, name_of)}, {to})"
     return "?"
 
 

@@ -155,6 +155,7 @@ class Temp:
     shape: tuple[Expr, ...]
     dtype_of: Optional[str]
     loc: SourceLoc
+    dtype: Optional[str] = None  # task.temp(..., dtype="int32"): a type by name
 
     @property
     def name(self) -> str:
@@ -232,6 +233,7 @@ class TaskDef:
     loc: SourceLoc
     temps: tuple[Temp, ...] = ()
     scalars: tuple[ScalarParam, ...] = ()
+    dtypes: tuple[tuple[str, str], ...] = ()  # @task.define(dtype={"loss": "float32"}): outputs' types
 
     def param(self, name: str) -> Optional[Param]:
         return next((p for p in self.params if p.name == name), None)

@@ -43,7 +43,7 @@ def format_graph(graph: TaskGraph) -> str:
             by = ', by="windows"' if part.by == "windows" else ""
             out.append(f"    {part.sym.name} = partition({_arg(part.source)}{by}, tile=({tile}))  # line {part.loc.line}")
         for t in task.temps:
-            dtype = f", dtype of {t.dtype_of}" if t.dtype_of else ""
+            dtype = f", dtype of {t.dtype_of}" if t.dtype_of else f", {t.dtype}" if t.dtype else ""
             out.append(f"    {t.name} = temp({', '.join(str(e) for e in t.shape)}{dtype})  # line {t.loc.line}")
         _body(task.body, 1, out)
     return "\n".join(out) + "\n"

@@ -168,7 +168,8 @@ class ShapeRelations:
                     raise CallError(
                         f"cannot tell the shape of output {p.name}: its dimension {axis} is tied to no input",
                         entry.loc,
-                        hint="pass the output tensor yourself, or index it with the same loop variable as an input",
+                        hint=f"pass it by name ({p.name}=...), and the kernel writes into it; or, in the logic, "
+                             "index it with the same loop variable and tile as an input",
                     )
                 dims.append(value[ci][0])
             out[p.name] = tuple(dims)

@@ -19,22 +19,25 @@ from septran.frontend.compute_operands import collect
 from septran.frontend.bounds import check_axis, check_extent, check_index_expr
 from septran.frontend.ir import Launch, Loop, Partition, PrimCall, TileRef, Param, Temp
 from septran.frontend.primitives import PRIMITIVES, PrimitiveSig
+from septran.frontend.types_api import cast, temp_dtype, with_dtypes as _with_dtypes
 from septran.frontend import tracer
 from septran.frontend.tracer import TaskFunction, caller_loc
 from septran.frontend.windows import window
 
 __all__ = ["define", "partition", "window", "parallel_range", "range", "launch", "call_primitive", "temp", "compute",
-           "global_index", "global_size", "global_offset", "ceildiv", *el.FUNCTIONS, "TaskFunction"]
+           "global_index", "global_size", "global_offset", "ceildiv", "cast", *el.FUNCTIONS, "TaskFunction"]
 
 
-def define(fn: Optional[Callable] = None, *, leaf: bool = False):
+def define(fn: Optional[Callable] = None, *, leaf: bool = False, dtype: Optional[dict] = None):
     """Declares a task: ``@task.define`` or ``@task.define(leaf=True)``.
 
     A leaf task calls primitives (``task.call_primitive``); an inner task
     partitions its parameters and launches other tasks over the tiles.
+    ``dtype={"loss": "float32"}`` (on the entry task) gives outputs their
+    element type: a type's name, or the name of an input whose type they take.
     """
     if fn is None:
-        return lambda f: TaskFunction(f, leaf)
+        return lambda f: _with_dtypes(TaskFunction(f, leaf), dtype, caller_loc())
     if not callable(fn):
         raise FrontendError("@task.define takes a function", caller_loc())
     return TaskFunction(fn, leaf)
@@ -241,12 +244,7 @@ def temp(*shape, dtype=None):
             extents.append(check_extent(as_expr(t), "task.temp", loc))
         else:
             raise FrontendError(f"task.temp: extent {t!r} must be a positive int, a tunable name or a parameter's extent", loc)
-    dtype_of = None
-    if dtype is not None:
-        arg = tracer.unwrap(dtype, "temp", "dtype", loc)
-        if not isinstance(arg, Param):
-            raise FrontendError("task.temp: dtype= takes a parameter of this task (its element type is used)", loc)
-        dtype_of = arg.name
+    dtype_of, named = temp_dtype(dtype, loc)
     name = _partition_name(loc, None)
     target = loc.source_line().split("=", 1)[0].strip()
     if name is None and target.isidentifier():
@@ -254,7 +252,7 @@ def temp(*shape, dtype=None):
     if name is None or name in frame.task.param_names or any(t.name == name for t in frame.temps):
         raise FrontendError("task.temp: assign the temp to a new name (S = task.temp(...)); the mapping's mems use it",
                             loc)
-    t = Temp(fresh(name), tuple(extents), dtype_of, loc)
+    t = Temp(fresh(name), tuple(extents), dtype_of, loc, named)
     frame.temps.append(t)
     return tracer.TensorHandle(t)
 

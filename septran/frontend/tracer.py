@@ -141,7 +141,8 @@ def trace(tf: TaskFunction) -> tuple[TaskDef, dict[str, TaskFunction]]:
             tf.loc,
             hint="write results into a parameter (a tile the caller passes)",
         )
-    return TaskDef(tf.name, params, tf.leaf, tuple(frame.stmts), tuple(frame.partitions), tf.loc, tuple(frame.temps), scalars), frame.callees
+    return TaskDef(tf.name, params, tf.leaf, tuple(frame.stmts), tuple(frame.partitions), tf.loc, tuple(frame.temps), scalars,
+                   tuple(getattr(tf, "dtypes", {}).items())), frame.callees
 
 
 class _ParamShape:

@@ -47,15 +47,16 @@ def element(view, idx: tuple, integer, dtypes) -> tuple[el.Elt, list]:
 def _integer_value(entry: Gather, dtypes) -> el.Elem:
     """The gathered value as an int32 index: an integer buffer's element as it is, anything else truncated."""
     v = entry.value
+    if isinstance(v, el.Elt) and dtypes[v.of] in INDEX_DTYPES:
+        return v
     if isinstance(v, el.Cast) and isinstance(v.operand, el.Elt) and dtypes[v.operand.of] in INDEX_DTYPES:
         return v.operand
     return el.Cast("int32", el.fold(v))
 
 
-def guarded(value: el.Elem, gathered: list, extent_value) -> el.Elem:
-    """``value`` where every gathered index lies in its dimension, else 0."""
+def guarded(value: el.Elem, gathered: list, extent_value, zero: el.Elem) -> el.Elem:
+    """``value`` where every gathered index lies in its dimension, else ``zero`` (0 of the buffer's type)."""
     for _, g, extent in gathered:
         inside = el.Bin("<", g, el.Size(extent, extent_value(extent)))
-        value = el.Call("where", (el.Bin(">=", g, el.Size(Const(0), 0)), el.Call("where", (inside, value, el.Num(0.0))),
-                                  el.Num(0.0)))
+        value = el.Call("where", (el.Bin(">=", g, el.Size(Const(0), 0)), el.Call("where", (inside, value, zero)), zero))
     return value

@@ -17,6 +17,7 @@ from septran.errors import LoweringError
 from septran.expr import Dim, Expr, GlobalExtent, GlobalStart, Var, leaves, substitute
 from septran.frontend import elementwise as el
 from septran.frontend.ir import Param, PrimCall, Privilege, walk
+from septran.lowering import elem_types
 from septran.lowering import flat_ir as fl
 from septran.lowering import index_reads
 from septran.lowering import tile_ir as ir
@@ -72,6 +73,18 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
     why = Why(f"{s.callee.name} -> {impl.name}: {sig.meaning}", mapping=s.binding.loc, logic=prim.loc)
     if prim.expr is not None or sig.element is not None:
         return _elementwise(st, prim, args, by_param, scalars, impl, why)
+    for (pname, region), arg in zip(args, prim.args):  # matrix units and reductions: floating point only
+        if st.dtypes[region.of] in elem_types.INTS + ("bool",):
+            raise LoweringError(f"{prim.name} takes floating-point tiles, but {pname} ({arg.name}) is "
+                                f"{st.dtypes[region.of]}", prim.loc,
+                                hint="call the kernel on float tensors, or convert in a task.compute into a float temp "
+                                     "(task.cast)")
+    read = {st.dtypes[r.of]: pname for k, (pname, r) in enumerate(args) if sig.privileges[k] is Privilege.READ}
+    if len(read) > 1:
+        raise LoweringError(f"{prim.name} reads its operands in one element type, but "
+                            + ", ".join(f"{p} is {d}" for d, p in read.items()), prim.loc,
+                            hint="call the kernel on tensors of one dtype, or convert one in a task.compute into a temp "
+                                 "(task.temp(..., dtype=X))")
     flags = tuple((f, bool(on)) for f, on in sig.flags.items())
     return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, attrs=tuple(sig.attrs.items()))
 
@@ -174,13 +187,14 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why):
         if isinstance(e, el.IntExpr):
             return integer(e.expr)
         if isinstance(e, el.ScalarRef):
-            return el.Num(scalars[e.param.name])
+            return el.Num(float(scalars[e.param.name]))
         return e
 
     value = el.rename_indices(el.fold(el.map_leaves(expr, resolve)), rename)
     out = regions[out_name]
     if out.whole and isinstance(value, el.Num):
-        return ir.Fill(out.of, value.value, why)
+        integer = st.dtypes[out.of] in elem_types.INTS and isinstance(value.value, int)
+        return ir.Fill(out.of, value.value if integer else float(value.value), why)
     if (out.whole and isinstance(value, el.Load) and value.idx == names
             and regions[value.arg.name].whole and regions[value.arg.name].extents == out.extents):
         return ir.Copy(regions[value.arg.name], out, (), why)
@@ -199,14 +213,14 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why):
         if isinstance(e, el.Load):
             got, gathered = index_reads.element(by_param[e.arg.name], e.idx, integer, st.dtypes)
             dtype = st.dtypes[got.of]
-            value = got if dtype == COMPUTE_DTYPE else el.Cast(COMPUTE_DTYPE, got)
-            value = index_reads.guarded(value, gathered, st.consts.value)
+            zero = el.Num(0) if dtype in elem_types.INTS else el.Num(0, "bool") if dtype == "bool" else el.Num(0.0)
+            value = index_reads.guarded(got, gathered, st.consts.value, zero)
             # Past the tensor's end an in-place tile reads 0, as a staged copy of it holds (the copy pads with
             # zeros): the same program whichever memory the mapping chooses, and no read out of bounds.
             shape = st.shapes[got.of]
             for d in (d for d in overhangs(e.arg.name) if isinstance(got.index[d], Expr)):  # gathers: guarded
                 inside = el.Bin("<", el.Size(got.index[d], None), el.Size(shape[d], st.consts.value(shape[d])))
-                value = el.Call("where", (inside, value, el.Num(0.0)))
+                value = el.Call("where", (inside, value, zero))
             return value
         return e
 
@@ -218,8 +232,10 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why):
 
     value = el.map_leaves(value, loads)
     store = element(out_name, names)
-    dtype = st.dtypes[store.of]
-    if dtype != COMPUTE_DTYPE:
-        value = el.Cast(dtype, value)
+
+    def dtype_of(x) -> str:  # a buffer, or a parameter of the leaf (task.cast(x, X))
+        return st.dtypes[by_param[x.name].of] if hasattr(x, "position") else st.dtypes[x]
+
+    value = elem_types.typed(value, dtype_of, st.dtypes[store.of], prim.loc)
     return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, store=store, expr=value, loop=names)
 

@@ -89,7 +89,7 @@ class _Stager:
     def _inner(self, s: fl.Invoke, scopes: list[_Scope]) -> None:
         inst = s.instance
         for t, view in s.temps:
-            dtype = self.dtypes[self._view_of_param(s, t.dtype_of)] if t.dtype_of else leaf_calls.accum_dtype(inst)
+            dtype = t.dtype or (self.dtypes[self._view_of_param(s, t.dtype_of)] if t.dtype_of else leaf_calls.accum_dtype(inst))
             space = inst.mem(t.name)
             mem = self.target.memories[space.value]
             why = Why(f"temp {t.name} of {s.callee.name}: {self._size(view.extents, t.name, space.loc)} {dtype} "

@@ -14,7 +14,8 @@ from septran.lowering import Specialization, explain, lower
 from septran.lowering.bind import check_mapping
 from septran.emit_tilelang import emit
 from septran.mapping.schema import Mapping
-from septran.runtime import build, c_build, dynamic_dims, notebook, points, scalars as scalar_args, vendor
+from septran.runtime import build, c_build, dynamic_dims, notebook, outputs as passed_outputs, points
+from septran.runtime import scalars as scalar_args, vendor
 from septran.target import Target
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,8 @@ class Variant:
         entry = self.kernel.graph.entry_task
         name = entry.name.removesuffix("_logic") or entry.name
         shapes = "_".join("x".join(map(str, self.spec.shapes[p.name])) for p in self.kernel.graph.entry_task.params)
-        dtype = "_".join(sorted(set(self.spec.dtypes.values())))
+        dtypes = [self.spec.dtypes[p.name] for p in self.kernel.graph.entry_task.params]
+        dtype = dtypes[0] if len(set(dtypes)) == 1 else "_".join(dtypes)  # per parameter where they differ
         scalars = "".join(f".{k}{scalar_args.text(v)}" for k, v in sorted(self.spec.scalars.items()))
         return f"{name}.{self.kernel.target.name}.{shapes}.{dtype}{scalars}"
 
@@ -187,6 +189,7 @@ class Kernel:
         self.inputs = tuple(a for a in self.args if a.role != "output")
         self.outputs = tuple(a for a in self.args if a.role == "output")
         self.scalars = {sp.name: sp.default for sp in entry.scalars}  # name -> default, after the inputs
+        passed_outputs.check_declared(self)
 
     def __repr__(self) -> str:
         ins = ", ".join([a.name for a in self.inputs] + [f"{k}={v:g}" for k, v in self.scalars.items()])
@@ -200,15 +203,12 @@ class Kernel:
     def specialize(self, **args) -> Variant:
         """The variant for given input shapes and dtypes, without running it.
 
-        Each input is a tensor (any device, ``meta`` included) or a ``(shape, dtype)``
+        Each input (and each output given) is a tensor (any device, ``meta`` included) or a ``(shape, dtype)``
         pair: ``kernel.specialize(A=((1024, 512), "float16"), B=((512, 256), "float16"))``;
-        an output may be given too, the same way, where no input ties its shape;
         scalars (``eps=1e-6``) take their defaults unless given.
         """
         described = {}
-        for a in self.args:  # an output is optional: given where no input ties its shape (a convolution's)
-            if a.name not in args and a.role == "output":
-                continue
+        for a in self.inputs + tuple(o for o in self.outputs if o.name in args):  # outputs: optional, as in a call
             if a.name not in args:
                 raise CallError(f"specialize() needs input {a.name}", hint=f"inputs: {', '.join(x.name for x in self.inputs)}")
             val = args.pop(a.name)
@@ -236,9 +236,7 @@ class Kernel:
         if spec is None:
             self._check_described(described)
             shapes = self.shapes.solve({n: s for n, (s, _) in described.items()})
-            dtype = next(iter(described.values()))[1] if described else "float32"
-            dtypes = {a.name: described[a.name][1] if a.name in described else dtype for a in self.args}
-            spec = self._specs[key] = Specialization(shapes, dtypes, scalars)
+            spec = self._specs[key] = Specialization(shapes, passed_outputs.program_dtypes(self, described), scalars)
         return key, spec
 
     def _variant(self, described: dict[str, tuple[tuple[int, ...], str]], scalars: Optional[dict] = None) -> Variant:
@@ -255,7 +253,6 @@ class Kernel:
         return variant
 
     def _check_described(self, described) -> None:
-        dtypes = {}
         for name, (shape, dtype) in described.items():
             rank = self.graph.ranks.get((self.graph.entry, name))
             if rank is not None and len(shape) != rank:
@@ -266,10 +263,6 @@ class Kernel:
                     f"{name} has dtype {dtype}; target {self.target.name} supports {', '.join(self.target.dtypes)}",
                     hint="convert the tensor, e.g. x.to(torch.float16)",
                 )
-            dtypes[name] = dtype
-        if len(set(dtypes.values())) > 1:
-            detail = ", ".join(f"{n}: {d}" for n, d in dtypes.items())
-            raise CallError(f"all inputs must share one dtype for now ({detail})", hint="convert them to one dtype")
 
     # calling -------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -301,6 +294,9 @@ class Kernel:
                 raise CallError(f"{name} is not contiguous", hint=f"pass {name}.contiguous()")
         described = {n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}
         _, spec = self._specialization(described, scalars)  # shapes without lowering: empty outputs need no program
+        passed_outputs.check_passed(self, tensors)
+        given, user = tensors, passed_outputs.user_dtypes(self, described)
+        tensors, write_back = passed_outputs.to_program(self, tensors, spec.dtypes)
         device = next(iter(tensors.values())).device if tensors else torch.device(self.target.torch_device)
         written = [spec.shapes[a.name] for a in self.outputs] + [tensors[a.name].shape for a in self.inputs if a.role == "inout"]
         # Empty inputs do not stop the program: a nonempty output still needs it (a sum over K = 0 is its
@@ -308,20 +304,26 @@ class Kernel:
         # write is there nothing to run, and nothing to compile.
         variant = self._variant(described, scalars) if not written or any(math.prod(s) for s in written) else None
         outputs = {}
-        for a in self.outputs:
+        for a in (a for a in self.outputs if a.name in tensors and variant is not None):
+            if a.name in variant.program.read_outputs:  # a passed accumulator starts from zero, as an allocated one
+                tensors[a.name].zero_()
+        for a in (a for a in self.outputs if a.name not in tensors):
             # Only an output the program reads before writing it (an accumulator kept in global memory) needs a
             # first value: zeros, a sum's identity. Filling the others would cost a pass over memory per call.
             zero = variant is not None and a.name in variant.program.read_outputs
             make = torch.zeros if zero else torch.empty
             outputs[a.name] = make(spec.shapes[a.name], dtype=getattr(torch, spec.dtypes[a.name]), device=device)
-        result = tuple(outputs[a.name] for a in self.outputs)
         if variant is not None:
             every = [tensors[a.name] if a.name in tensors else outputs[a.name] for a in self.inputs + self.outputs]
             every = [t.reshape(1) if t.dim() == 0 else t for t in every]  # the program holds a rank-0 tensor as (1,)
             variant.build()(*map(_row_major, every))
             vendor.check_errors(self.target, variant.program.name)
-            if positional and all(t.numel() and t.dim() for t in every):
+            if positional and not write_back and given is tensors and all(t.numel() and t.dim() for t in every):
                 self._plans[_call_key(args)] = _Plan(self, variant, outputs)
+        for name, t in write_back.items():
+            t.copy_(tensors[name])
+        result = tuple(given[a.name] if a.name in given else outputs[a.name].to(getattr(torch, user[a.name]))
+                       for a in self.outputs)
         return result[0] if len(result) == 1 else result
 
     def _bind(self, args, kwargs) -> tuple[dict, dict]:
@@ -331,7 +333,8 @@ class Kernel:
             raise CallError(
                 f"{self.graph.entry} takes {len(names)} inputs ({', '.join(names)})"
                 + (f" and the scalars {', '.join(scalar_names)}" if scalar_names else "") + f", got {len(args)} arguments",
-                hint="outputs (" + ", ".join(a.name for a in self.outputs) + ") are allocated and returned by the kernel",
+                hint="outputs (" + ", ".join(a.name for a in self.outputs) + ") are allocated and returned by the kernel, "
+                     "or passed by name (" + ", ".join(f"{a.name}=..." for a in self.outputs) + ")",
             )
         bound = dict(zip(names, args))
         given = dict(zip(scalar_names, args[len(names):]))
@@ -339,9 +342,14 @@ class Kernel:
             if k in given:
                 raise CallError(f"scalar {k} given twice")
             given[k] = kwargs.pop(k)
+        out_names = [a.name for a in self.outputs]
         for k, v in kwargs.items():
+            if k in out_names:  # an output the caller passes: the kernel writes into it
+                bound[k] = v
+                continue
             if k not in names:
-                raise CallError(f"{self.graph.entry} has no input {k!r}", hint=f"inputs: {', '.join(names)}")
+                raise CallError(f"{self.graph.entry} has no input or output {k!r}",
+                                hint=f"inputs: {', '.join(names)}; outputs: {', '.join(out_names)}")
             if k in bound:
                 raise CallError(f"input {k} given twice")
             bound[k] = v

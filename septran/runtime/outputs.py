@@ -1,0 +1,70 @@
+"""Element types of a call's parameters, outputs the caller passes, and the types a target takes by converting.
+
+An output the caller does not pass takes the type ``septran.dtypes.output_dtype``
+says; one the caller passes (``kernel(q, k, v, O=o)``) keeps its own, and the
+kernel writes into it. A target that converts a type (bfloat16 computed in
+float32) sees float32 copies; the outputs are converted back.
+"""
+from __future__ import annotations
+
+from septran.dtypes import output_dtype
+from septran.errors import CallError
+
+
+def user_dtypes(kernel, described: dict) -> dict[str, str]:
+    """Every parameter's type as the caller sees it: given (inputs, passed outputs) or by the output rule."""
+    inputs = {a.name: described[a.name][1] for a in kernel.inputs if a.name in described}
+    declared = dict(kernel.graph.entry_task.dtypes)
+    return {a.name: described[a.name][1] if a.name in described else output_dtype(a.name, declared, inputs)
+            for a in kernel.args}
+
+
+def program_dtypes(kernel, described: dict) -> dict[str, str]:
+    """Every parameter's type as the program sees it: the caller's, with the target's conversions."""
+    converts = kernel.target.converts
+    return {n: converts.get(d, d) for n, d in user_dtypes(kernel, described).items()}
+
+
+def check_declared(kernel) -> None:
+    """``@task.define(dtype=...)`` on the entry names a type or an input (an output has no type of its own yet)."""
+    inputs = {a.name for a in kernel.inputs}
+    for out, want in kernel.graph.entry_task.dtypes:
+        if want not in inputs and want in {a.name for a in kernel.outputs}:
+            raise CallError(f"the dtype of {out} is that of {want}, an output; name a type or an input",
+                            kernel.graph.entry_task.loc)
+
+
+def check_passed(kernel, tensors: dict) -> None:
+    """A passed output shares no memory with another tensor of the call: the kernel reads its inputs while it
+    writes the outputs, in an order no caller can rely on."""
+    outs = [a.name for a in kernel.outputs if a.name in tensors]
+    for name in outs:
+        t = tensors[name]
+        lo, hi = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+        for other, u in tensors.items():
+            if other == name or not u.numel() or not t.numel():
+                continue
+            ulo = u.data_ptr()
+            if ulo < hi and lo < ulo + u.numel() * u.element_size():
+                raise CallError(f"output {name} shares memory with {other}",
+                                hint=f"pass a separate tensor as {name}, or let the kernel allocate it")
+
+
+def to_program(kernel, tensors: dict, dtypes: dict) -> tuple[dict, dict]:
+    """The tensors as the program takes them, and the passed outputs to copy the results back into."""
+    import torch
+
+    roles = {a.name: a.role for a in kernel.args}
+    converted, write_back = dict(tensors), {}
+    for name, t in tensors.items():
+        want = getattr(torch, dtypes[name])
+        if t.dtype == want:
+            continue
+        if roles[name] == "output":
+            converted[name] = torch.empty(t.shape, dtype=want, device=t.device)
+        else:
+            converted[name] = t.to(want)
+        if roles[name] != "input":  # written: the caller's tensor gets the result
+            write_back[name] = t
+    same = all(converted[n] is t for n, t in tensors.items())
+    return (tensors if same else converted), write_back
