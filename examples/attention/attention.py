@@ -8,6 +8,12 @@ row maximum m and sum l are updated, the accumulator O is rescaled by
 exp(m_old - m_new) and P V is added. O is divided by l at the end. The causal
 mask is aligned bottom-right: query i sees keys j <= i + Sk - Sq, and a block of
 queries stops at the last key tile it can see.
+
+An optional additive mask M (float, shape (Bm, Hm, Sq, Sk) with Bm 1 or batch and
+Hm 1 or heads: M[None, None] for one (Sq, Sk) mask) is added to the scores before
+the softmax (-inf hides a key); without it the program is the plain one. With
+gqa=True, K and V may have fewer heads than Q (grouped-query attention): query
+head h reads key/value head h // (Hq // Hkv); Hq must be a multiple of Hkv.
 """
 from septran import task
 
@@ -15,8 +21,8 @@ NEG_INF = float("-inf")
 LOG2E = 1.44269504  # exp(x) = exp2(x * log2(e)): the scale folds it in, as FlashAttention does
 
 
-def attention(causal: bool = False):
-    """The entry task; it takes the scalar ``sm_scale`` (0, the default, means 1 / sqrt(D))."""
+def attention(causal: bool = False, gqa: bool = False):
+    """The entry task; it takes the optional mask ``M`` and the scalar ``sm_scale`` (0, the default, means 1 / sqrt(D))."""
 
     @task.define(leaf=True)
     def attn_start(O, m, l):
@@ -25,10 +31,16 @@ def attention(causal: bool = False):
         task.compute(m, lambda i: NEG_INF)
 
     @task.define(leaf=True)
-    def attn_mask(S, Q, K):  # Q and K: only where they sit is used
+    def attn_mask(S, Q, K, M=None, sm_scale=0.0):  # Q and K: only where they sit is used; M: a tile of the caller's mask
         q = lambda i: task.global_index(Q, 2, i)  # noqa: E731
         k = lambda j: task.global_index(K, 2, j)  # noqa: E731
-        if causal:
+        if M is not None:  # the mask where a key may be seen (keys past the end are hidden whatever M says), divided
+            # by the scale attn_softmax multiplies the scores by: softmax(Q K^T * scale + M)
+            scale = task.where(sm_scale > 0.0, sm_scale, 1.0 / task.sqrt(task.maximum(task.global_size(Q, 3), 1.0)))
+            past = task.global_size(K, 2) - task.global_size(Q, 2)
+            seen = (lambda i, j: q(i) + past >= k(j)) if causal else (lambda i, j: k(j) < task.global_size(K, 2))
+            task.compute(S, lambda i, j: task.where(seen(i, j), M[i, j] / scale, NEG_INF))
+        elif causal:
             past = task.global_size(K, 2) - task.global_size(Q, 2)
             task.compute(S, lambda i, j: task.where(q(i) + past >= k(j), 0.0, NEG_INF))
         else:  # keys past the end (the last tile may overhang) get no weight
@@ -72,9 +84,10 @@ def attention(causal: bool = False):
         task.compute(O, lambda i, j: task.where(sees(i), O[i, j] / l[i], 0.0))
 
     @task.define
-    def attention_block(O, Q, K, V, sm_scale=0.0):  # one block of query rows of one head; all its keys
+    def attention_block(O, Q, K, V, M=None, sm_scale=0.0):  # one block of query rows of one head; all its keys
         Kp = task.partition(K, by="blocks", tile=(1, 1, "BN", None))
         Vp = task.partition(V, by="blocks", tile=(1, 1, "BN", None))
+        Mp = task.partition(M, by="blocks", tile=(1, 1, None, "BN")) if M is not None else None
         S = task.temp(Q.shape[2], "BN")  # scores, then probabilities
         P = task.temp(Q.shape[2], "BN", dtype=V)
         m = task.temp(Q.shape[2])  # running row maximum of the scores
@@ -88,7 +101,10 @@ def attention(causal: bool = False):
             tiles = task.minimum(tiles, task.ceildiv(last, "BN"))
         task.launch(attn_start, O, m, l)
         for k in task.range(tiles):  # sequential: may be pipelined
-            task.launch(attn_mask, S, Q, Kp[0, 0, k, 0])
+            if M is not None:
+                task.launch(attn_mask, S, Q, Kp[0, 0, k, 0], Mp[0, 0, 0, k], sm_scale)
+            else:
+                task.launch(attn_mask, S, Q, Kp[0, 0, k, 0])
             task.launch(attn_scores, S, Q, Kp[0, 0, k, 0])
             task.launch(attn_softmax, S, P, m, m_prev, alpha, l, rowsum, Q, sm_scale)
             task.launch(attn_rescale, O, alpha)
@@ -96,13 +112,19 @@ def attention(causal: bool = False):
         task.launch(attn_finish, O, l, Q, K)
 
     @task.define
-    def attention_logic(O, Q, K, V, sm_scale=0.0):
+    def attention_logic(O, Q, K, V, M=None, sm_scale=0.0):
         Op = task.partition(O, by="blocks", tile=(1, 1, "BM", None))
         Qp = task.partition(Q, by="blocks", tile=(1, 1, "BM", None))
         Kp = task.partition(K, by="blocks", tile=(1, 1, None, None))
         Vp = task.partition(V, by="blocks", tile=(1, 1, None, None))
+        Mp = task.partition(M, by="blocks", tile=(1, 1, "BM", None)) if M is not None else None
         for b, h, i in task.parallel_range(Op.shape[:3]):  # parallel: may become the grid
-            task.launch(attention_block, Op[b, h, i, 0], Qp[b, h, i, 0], Kp[b, h, 0, 0], Vp[b, h, 0, 0], sm_scale)
+            # GQA: a group of Hq // Hkv query heads shares a key/value head (the verify pass refuses a head
+            # count that does not divide: the last query heads would read past K's heads).
+            kv = h // (Q.shape[1] // K.shape[1]) if gqa else h
+            # M's batch and head extents are 1 (shared) or the full extent: b // (B // 1) is 0, b // (B // B) is b.
+            tile = Mp[b // (Q.shape[0] // M.shape[0]), h // (Q.shape[1] // M.shape[1]), i, 0] if M is not None else None
+            task.launch(attention_block, Op[b, h, i, 0], Qp[b, h, i, 0], Kp[b, kv, 0, 0], Vp[b, kv, 0, 0], tile, sm_scale)
 
     return attention_logic
 

@@ -225,6 +225,7 @@ class TaskDef:
     loc: SourceLoc
     temps: tuple[Temp, ...] = ()
     scalars: tuple[ScalarParam, ...] = ()
+    absent: tuple[str, ...] = ()  # optional tensors (M=None) this trace was not passed
 
     def param(self, name: str) -> Optional[Param]:
         return next((p for p in self.params if p.name == name), None)

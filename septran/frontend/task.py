@@ -18,7 +18,7 @@ from septran.frontend import elementwise as el
 from septran.frontend.bounds import check_axis, check_extent, check_index_expr
 from septran.frontend.ir import Launch, Loop, Partition, PrimCall, Privilege, TileRef, Param, Temp
 from septran.frontend.primitives import PRIMITIVES, PrimitiveSig
-from septran.frontend import tracer
+from septran.frontend import launch_args, tracer
 from septran.frontend.tracer import TaskFunction, caller_loc
 
 __all__ = ["define", "partition", "parallel_range", "range", "launch", "call_primitive", "temp", "compute",
@@ -142,8 +142,9 @@ def range(n):  # noqa: A001 - Task Lang's spelling, as in the seeds
     return _loop("range", n, False, "k")
 
 
-def launch(callee, *args) -> None:
-    """Runs task ``callee`` on ``args`` (parameters or tiles of the caller)."""
+def launch(callee, *args, **kwargs) -> None:
+    """Runs task ``callee`` on ``args`` (parameters or tiles of the caller); optional tensors and scalars may be
+    named (``M=Mp[i, 0]``), and an optional tensor passed None is absent in the callee."""
     frame = tracer.current("launch")
     loc = caller_loc()
     if not isinstance(callee, TaskFunction):
@@ -156,15 +157,7 @@ def launch(callee, *args) -> None:
         raise FrontendError(
             f"leaf task {frame.task.name} cannot launch other tasks", loc, hint="remove leaf=True or call a primitive"
         )
-    n, scalar_names = len(callee.param_names), list(callee.scalar_defaults)
-    if not n <= len(args) <= n + len(scalar_names):
-        takes = ", ".join(list(callee.param_names) + [f"{s}={d}" for s, d in callee.scalar_defaults.items()])
-        scalars = f" and up to {len(scalar_names)} scalars" if scalar_names else ""
-        raise FrontendError(f"task.launch: {callee.name} takes {n} arguments{scalars} ({takes}), got {len(args)}", loc)
-    unwrapped = tuple(
-        tracer.unwrap(a, "launch", f"argument {callee.param_names[k]} of {callee.name}", loc) for k, a in enumerate(args[:n])
-    )
-    scalars = tuple(_scalar_arg(frame, a, f"{scalar_names[k]} of {callee.name}", loc) for k, a in enumerate(args[n:]))
+    unwrapped, scalars, _ = launch_args.bind(frame, callee, args, kwargs, loc, _scalar_arg)
     known = frame.callees.setdefault(callee.name, callee)
     if known is not callee:
         raise FrontendError(
