@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from septran.errors import LoweringError
-from septran.expr import BinOp, Const, Expr, Var
+from septran.expr import BinOp, Const, Expr, Var, leaves
 from septran.frontend.ir import Param, PrimCall, Privilege, walk
 from septran.lowering import flat_ir as fl
 from septran.lowering.constants import INDEX_LIMIT, Constants, Context
@@ -44,7 +44,7 @@ def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProg
             raise LoweringError(f"the grid has {hi} programs along one dimension, more than a 32-bit index counts",
                                 flat.why.logic)
         env[sym] = (0, hi - 1)
-    _indices(flat.grid_indices, env)
+    _indices(flat.grid_indices, env, consts)
     _outputs_covered(ctx, consts, flat, env)
     return dataclasses.replace(flat, program=_invoke(flat.program, env, consts))
 
@@ -77,9 +77,23 @@ def _bounds(e: Expr, env, loc, what: str):
                             hint="write indices as sums and products of loop variables, shapes and tunables") from None
 
 
-def _indices(uses, env) -> None:
+def _shapes_in(e: Expr, consts: Constants, written: str) -> str:
+    """The shapes an index is computed from, with their values: " (with Q.shape[1] = 6, K.shape[1] = 4)"."""
+    named: dict = {}
+    for dim, var in consts.entry_dims.items():  # equal dimensions share a constant: the name the logic wrote
+        if var not in named or (str(dim) in written and str(named[var]) not in written):
+            named[var] = dim
+    used = [leaf for leaf in dict.fromkeys(leaves(e)) if leaf in named]
+    return f" (with {', '.join(f'{named[v]} = {consts.value(v)}' for v in used)})" if used else ""
+
+
+def _indices(uses, env, consts: Constants) -> None:
     for u in uses:
-        lo, hi = _bounds(u.index, env, u.loc, f"index {u.written}")
+        try:
+            lo, hi = bounds(u.index, env)
+        except Unbounded as err:  # a divisor made of shapes that is 0 (GQA with fewer query heads than key heads)
+            raise LoweringError(f"cannot prove index {u.written} in bounds: {err}{_shapes_in(u.index, consts, u.written)}", u.loc,
+                                hint="check the shapes the index divides by") from None
         n = _bounds(u.grid, env, u.loc, f"the tiles of {u.source}")[0]
         if lo < 0 or hi > n - 1:
             bad = lo if lo < 0 else hi
@@ -87,14 +101,15 @@ def _indices(uses, env) -> None:
             where = f" (at {', '.join(f'{k} = {v}' for k, v in at.items())})" if at else ""
             raise LoweringError(
                 f"{u.partition}: index {u.written} reaches {bad}{where}, but {u.source} has {n} tile"
-                f"{'' if n == 1 else 's'} along dimension {u.axis} ({'0..' + str(n - 1) if n else 'none'})",
+                f"{'' if n == 1 else 's'} along dimension {u.axis} ({'0..' + str(n - 1) if n else 'none'})"
+                f"{_shapes_in(u.index, consts, u.written)}",
                 u.loc,
                 hint="keep every tile index inside its partition's grid (0 .. shape - 1)",
             )
 
 
 def _invoke(s: fl.Invoke, env, consts: Constants) -> fl.Invoke:
-    _indices(s.indices, env)
+    _indices(s.indices, env, consts)
     if s.binding is not None:
         _letters(s, consts)
         return s
