@@ -50,19 +50,41 @@ def attention(causal: bool = False, gqa: bool = False):
     def attn_scores(S, Q, K):
         task.call_primitive("gemm_bt", S, Q, K)  # S += Q K^T
 
-    @task.define(leaf=True)
-    def attn_softmax(S, P, m, m_prev, alpha, l, rowsum, Q, sm_scale=0.0):  # Q: only its head dim is used
-        # A head dim of 0 makes every score 0 whatever the scale (torch then averages V): 1, not 1 / sqrt(0).
-        scale = task.where(sm_scale > 0.0, sm_scale, 1.0 / task.sqrt(task.maximum(task.global_size(Q, 3), 1.0))) * LOG2E
-        task.compute(m_prev, lambda i: m[i])
-        task.compute(m, lambda i: NEG_INF)
-        task.call_primitive("row_max", m, S)
-        task.compute(m, lambda i: task.maximum(m[i], m_prev[i]))
-        task.compute(alpha, lambda i: task.exp2(m_prev[i] * scale - m[i] * scale))
-        task.compute(S, lambda i, j: task.exp2(S[i, j] * scale - m[i] * scale))
-        task.call_primitive("row_sum", rowsum, S)
-        task.compute(l, lambda i: l[i] * alpha[i] + rowsum[i])
-        task.compute(P, lambda i, j: S[i, j])  # in V's type, for the second product
+    def softmax_leaves(masked: bool):
+        """attn_softmax and attn_finish; ``masked``: for a call with a mask M, which may hide every key of a row."""
+
+        @task.define(leaf=True)
+        def attn_softmax(S, P, m, m_prev, alpha, l, rowsum, Q, sm_scale=0.0):  # Q: only its head dim is used
+            # A head dim of 0 makes every score 0 whatever the scale (torch then averages V): 1, not 1 / sqrt(0).
+            scale = task.where(sm_scale > 0.0, sm_scale, 1.0 / task.sqrt(task.maximum(task.global_size(Q, 3), 1.0))) * LOG2E
+            task.compute(m_prev, lambda i: m[i])
+            task.compute(m, lambda i: NEG_INF)
+            task.call_primitive("row_max", m, S)
+            task.compute(m, lambda i: task.maximum(m[i], m_prev[i]))
+            # With a mask a row may see no key of a whole tile: its maximum is still -inf, and 0 stands in for it.
+            top = (lambda i: task.where(m[i] > NEG_INF, m[i], 0.0)) if masked else (lambda i: m[i])  # noqa: E731
+            task.compute(alpha, lambda i: task.exp2(m_prev[i] * scale - top(i) * scale))
+            task.compute(S, lambda i, j: task.exp2(S[i, j] * scale - top(i) * scale))
+            task.call_primitive("row_sum", rowsum, S)
+            task.compute(l, lambda i: l[i] * alpha[i] + rowsum[i])
+            task.compute(P, lambda i, j: S[i, j])  # in V's type, for the second product
+
+        @task.define(leaf=True)
+        def attn_finish(O, l, Q, K):  # Q and K: only where they sit is used
+            # A query that sees no key (there are none, or the causal mask hides them all) gets zeros, as
+            # torch's scaled_dot_product_attention gives, not 0 / 0 or NaN. Shapes are constants of the
+            # program, so where every query sees a key the check folds away and the division is all that is left.
+            if masked:  # a row the mask hides entirely has l = 0 (with a key it sees, l >= 1)
+                sees = lambda i: l[i] > 0.0  # noqa: E731
+            elif causal:
+                sees = lambda i: task.global_index(Q, 2, i) + task.global_size(K, 2) >= task.global_size(Q, 2)  # noqa: E731
+            else:
+                sees = lambda i: task.minimum(task.global_size(K, 2), 1.0) > 0.0  # there is a key  # noqa: E731
+            task.compute(O, lambda i, j: task.where(sees(i), O[i, j] / l[i], 0.0))
+
+        return attn_softmax, attn_finish
+
+    plain_leaves, masked_leaves = softmax_leaves(False), softmax_leaves(True)  # one name each: the mapping binds it
 
     @task.define(leaf=True)
     def attn_rescale(O, alpha):
@@ -72,22 +94,12 @@ def attention(causal: bool = False, gqa: bool = False):
     def attn_values(O, P, V):
         task.call_primitive("gemm", O, P, V)  # O += P V
 
-    @task.define(leaf=True)
-    def attn_finish(O, l, Q, K):  # Q and K: only where they sit is used
-        # A query that sees no key (there are none, or the causal mask hides them all) gets zeros, as
-        # torch's scaled_dot_product_attention gives, not 0 / 0 or NaN. Shapes are constants of the
-        # program, so where every query sees a key the check folds away and the division is all that is left.
-        if causal:
-            sees = lambda i: task.global_index(Q, 2, i) + task.global_size(K, 2) >= task.global_size(Q, 2)  # noqa: E731
-        else:
-            sees = lambda i: task.minimum(task.global_size(K, 2), 1.0) > 0.0  # there is a key  # noqa: E731
-        task.compute(O, lambda i, j: task.where(sees(i), O[i, j] / l[i], 0.0))
-
     @task.define
     def attention_block(O, Q, K, V, M=None, sm_scale=0.0):  # one block of query rows of one head; all its keys
         Kp = task.partition(K, by="blocks", tile=(1, 1, "BN", None))
         Vp = task.partition(V, by="blocks", tile=(1, 1, "BN", None))
         Mp = task.partition(M, by="blocks", tile=(1, 1, None, "BN")) if M is not None else None
+        attn_softmax, attn_finish = masked_leaves if M is not None else plain_leaves
         S = task.temp(Q.shape[2], "BN")  # scores, then probabilities
         P = task.temp(Q.shape[2], "BN", dtype=V)
         m = task.temp(Q.shape[2])  # running row maximum of the scores
