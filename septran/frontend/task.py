@@ -20,9 +20,10 @@ from septran.frontend.ir import Launch, Loop, Partition, PrimCall, Privilege, Ti
 from septran.frontend.primitives import PRIMITIVES, PrimitiveSig
 from septran.frontend import launch_args, tracer
 from septran.frontend.tracer import TaskFunction, caller_loc
+from septran.frontend.scalar_index import as_index
 
 __all__ = ["define", "partition", "parallel_range", "range", "launch", "call_primitive", "temp", "compute",
-           "global_index", "global_size", "global_offset", "ceildiv", *el.FUNCTIONS, "TaskFunction"]
+           "global_index", "global_size", "global_offset", "ceildiv", "as_index", *el.FUNCTIONS, "TaskFunction"]
 
 
 def define(fn: Optional[Callable] = None, *, leaf: bool = False):

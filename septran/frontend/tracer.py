@@ -254,8 +254,9 @@ def check_live(e: Expr, what: str, loc: SourceLoc) -> None:
     from septran.expr import Var, leaves
 
     live = _stack[-1].live if _stack else []
+    scalars = {s.sym for s in _stack[-1].scalars} if _stack else set()  # task.as_index(pos)
     for leaf in leaves(e):
-        if isinstance(leaf, Var) and leaf.sym not in live:
+        if isinstance(leaf, Var) and leaf.sym not in live and leaf.sym not in scalars:
             raise FrontendError(f"{what}: loop index {leaf.sym.name} is used outside its loop", loc,
                                 hint="use it only inside the body of the task.range / task.parallel_range that defines it")
 
