@@ -5,7 +5,7 @@ Hq a multiple of Hkv (query head h reads key/value head h // (Hq // Hkv)). The S
 pos .. pos + S - 1 (S = 1: one decoding step; pos = 0: the prompt). Two kernels, so that no program reads a
 cache row another one is writing:
 
-* ``cache_append_logic(Kc, Vc, Knew, Vnew, pos)`` writes Knew and Vnew into the caches at rows pos .. pos + S - 1,
+* ``gqa_kv_cache_append_logic(Kc, Vc, Knew, Vnew, pos)`` writes Knew and Vnew into the caches at rows pos .. pos + S - 1,
   in place (the caches are read-write parameters: the caller's tensors); the other rows keep their values;
 * ``gqa_kv_cache_logic(O, Q, Kc, Vc, pos, sm_scale)`` is attention of Q over the caches' first pos + S rows,
   causal: new token i (position pos + i) sees the keys at positions <= pos + i. Online softmax as in
@@ -34,7 +34,7 @@ def append_row(Kc, Vc, Knew, Vnew):
 
 
 @task.define
-def cache_append_logic(Kc, Vc, Knew, Vnew, pos=0.0):
+def gqa_kv_cache_append_logic(Kc, Vc, Knew, Vnew, pos=0.0):
     Kcp = task.partition(Kc, by="blocks", tile=(1, 1, 1, None))  # one row of the cache per tile
     Vcp = task.partition(Vc, by="blocks", tile=(1, 1, 1, None))
     Knp = task.partition(Knew, by="blocks", tile=(1, 1, 1, None))
