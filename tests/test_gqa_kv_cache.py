@@ -52,13 +52,6 @@ def test_attend_ignores_what_the_cache_holds_past_pos():
     assert (out.double() - ref).abs().max().item() < 1e-5
 
 
-def test_run_script_prompt_then_steps(capsys, monkeypatch):
-    monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
-    monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
-    assert RUN.main(batch=1, hq=6, hkv=3, prompt=21, steps=2, smax=40, d=16, show_source=False) < 1e-5
-    assert "pos   22, 1 new" in capsys.readouterr().out
-
-
 def test_a_position_past_the_cache_is_refused():
     append, attend = kernels()
     kc = torch.zeros(1, 2, 10, 8)
