@@ -50,6 +50,7 @@ def references() -> dict:
     att = _module(EXAMPLES / "attention" / "run_attention.py")
     rms = _module(EXAMPLES / "rmsnorm" / "run_rmsnorm.py")
     epi = _module(EXAMPLES / "gemm_epilogue" / "run_gemm_epilogue.py")
+    gqa = _module(EXAMPLES / "gqa_kv_cache" / "run_gqa_kv_cache.py")
 
     def rand(g, *shape):
         return torch.randn(*shape, generator=g)
@@ -65,6 +66,9 @@ def references() -> dict:
         "rmsnorm": (lambda g: {"X": rand(g, 19, 77), "W": rand(g, 77)}, lambda X, W: rms.rms_norm(X, W, 1e-6)),
         "attention": (lambda g: {"Q": rand(g, 1, 2, 33, 16), "K": rand(g, 1, 2, 41, 16), "V": rand(g, 1, 2, 41, 16)},
                       lambda Q, K, V: att.reference(Q, K, V, False)),
+        # the attend kernel at pos 0: the new tokens over the caches' first rows (the others finite, unread)
+        "gqa_kv_cache": (lambda g: {"Q": rand(g, 1, 4, 5, 16), "Kc": rand(g, 1, 2, 23, 16), "Vc": rand(g, 1, 2, 23, 16)},
+                         lambda Q, Kc, Vc: gqa.reference(Q, Kc[:, :, :5], Vc[:, :, :5], 0)),
     })
     return _refs
 

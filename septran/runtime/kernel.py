@@ -191,7 +191,8 @@ class Kernel:
         self.scalars = {sp.name: sp.default for sp in entry.scalars}  # name -> default, after the inputs
 
     def __repr__(self) -> str:
-        ins = ", ".join([a.name for a in self.inputs] + [f"{k}={v:g}" for k, v in self.scalars.items()])
+        ins = ", ".join([a.name for a in self.inputs] + [f"{n}=None" for n in self.optional]
+                        + [f"{k}={v:g}" for k, v in self.scalars.items()])
         outs = ", ".join(a.name for a in self.outputs)
         return f"<septran.Kernel {self.graph.entry}({ins}) -> ({outs}) on {self.target.name}, mapping {self.mapping.file}>"
 
