@@ -74,3 +74,17 @@ def test_generated_programs_match_golden(target, golden):
     kv, new = ((2, 2, 4096, 128), dtype), ((2, 2, 1, 128), dtype)
     golden(f"gqa_kv_cache_append.{target}.py", append.specialize(Kc=kv, Vc=kv, Knew=new, Vnew=new, pos=100).tilelang_source)
     golden(f"gqa_kv_cache.{target}.py", attend.specialize(Q=((2, 8, 1, 128), dtype), Kc=kv, Vc=kv, pos=100).tilelang_source)
+
+
+def test_as_index_takes_a_scalar_of_its_task():
+    from septran import task
+    from septran.frontend.graph import build_graph
+
+    @task.define
+    def bad(Y, X, pos=0.0):
+        Yp = task.partition(Y, by="blocks", tile=(1, None))
+        for i in task.parallel_range(task.as_index(3)):
+            task.launch(LOGIC.dec_finish, Yp[i, 0], X)
+
+    with pytest.raises(septran.FrontendError, match="task.as_index takes a scalar parameter of this task"):
+        build_graph(bad)
