@@ -51,6 +51,7 @@ def references() -> dict:
     rms = _module(EXAMPLES / "rmsnorm" / "run_rmsnorm.py")
     epi = _module(EXAMPLES / "gemm_epilogue" / "run_gemm_epilogue.py")
     rope = _module(EXAMPLES / "rope" / "run_rope.py")
+    gqa = _module(EXAMPLES / "gqa_kv_cache" / "run_gqa_kv_cache.py")
 
     def rand(g, *shape):
         return torch.randn(*shape, generator=g)
@@ -73,6 +74,9 @@ def references() -> dict:
                    lambda X, W, Y: F.conv2d(X.permute(0, 3, 1, 2), W.permute(3, 2, 0, 1)).permute(0, 2, 3, 1)),
         "cross_entropy": (lambda g: {"X": 3 * rand(g, 19, 77), "Y": torch.randint(0, 77, (19,), generator=g)},
                           lambda X, Y: F.cross_entropy(X, Y.long(), reduction="none")),
+        # the attend kernel at pos 0: the new tokens over the caches' first rows (the others finite, unread)
+        "gqa_kv_cache": (lambda g: {"Q": rand(g, 1, 4, 5, 16), "Kc": rand(g, 1, 2, 23, 16), "Vc": rand(g, 1, 2, 23, 16)},
+                         lambda Q, Kc, Vc: gqa.reference(Q, Kc[:, :, :5], Vc[:, :, :5], 0)),
     })
     return _refs
 

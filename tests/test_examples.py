@@ -85,3 +85,13 @@ def test_run_cross_entropy_on_cpu(monkeypatch, capsys):
     assert run.main(rows=5, classes=50000, dtype="float16", repeats=1) < 1e-4
     out = capsys.readouterr().out
     assert "L = cross_entropy(X, Y, reduction='none'), 5x50000, float16" in out and "@T.prim_func" in out
+
+
+def test_run_gqa_kv_cache_on_cpu(monkeypatch, capsys):
+    """A prompt, then decoding steps: the caches (the caller's tensors) and each step's output checked."""
+    monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
+    monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
+    run = _load(REPO / "examples" / "gqa_kv_cache" / "run_gqa_kv_cache.py")
+    assert run.main(batch=1, hq=6, hkv=3, prompt=21, steps=2, smax=40, d=16, dtype="float32") < 1e-5
+    out = capsys.readouterr().out
+    assert "pos   22, 1 new" in out and "@T.prim_func" in out and "GQA with a KV cache" in out

@@ -56,8 +56,8 @@ def test_mems_default_says_only_what_differs(tmp_path):
     """Issue 12, item 6 (in part): `mems: {"*": LOCAL, ...}` gives every parameter and temp not named LOCAL."""
     shipped = mapping_path("cpu", "attention")
     short = edited_mapping(tmp_path, "cpu", "attention", (
-        "mems: {O: LOCAL, Q: GLOBAL, K: GLOBAL, V: GLOBAL, S: LOCAL, P: LOCAL, m: LOCAL, m_prev: LOCAL, alpha: LOCAL, l: LOCAL, rowsum: LOCAL}",
-        'mems: {"*": LOCAL, Q: GLOBAL, K: GLOBAL, V: GLOBAL}'))
+        'mems: {O: LOCAL, Q: GLOBAL, K: GLOBAL, V: GLOBAL, S: LOCAL, P: LOCAL, m: LOCAL, m_prev: LOCAL, alpha: LOCAL, l: LOCAL, rowsum: LOCAL, "*": GLOBAL}',
+        'mems: {"*": LOCAL, Q: GLOBAL, K: GLOBAL, V: GLOBAL, M: GLOBAL}'))  # (M: the optional mask)
     logic = load_module(REPO / "examples" / "attention" / "attention.py").attention(True)
     shape = ((1, 2, 70, 32), "float32")
     sources = [septran.compile(logic, path).specialize(Q=shape, K=shape, V=shape).tilelang_source for path in (shipped, short)]

@@ -8,21 +8,28 @@ from septran.frontend.ir import Launch, Param, PrimCall, Privilege, TaskDef, Tas
 from septran.frontend.tracer import TaskFunction, trace
 
 
-def build_graph(entry: TaskFunction) -> TaskGraph:
-    """Traces every task reachable from ``entry`` and infers what the logic implies."""
+def build_graph(entry: TaskFunction, absent=None) -> TaskGraph:
+    """Traces every task reachable from ``entry`` and infers what the logic implies.
+
+    ``absent``: the entry's optional tensors not passed (default: all of them)."""
     tasks: dict[str, TaskDef] = {}
     functions: dict[str, TaskFunction] = {}
-    pending = [entry]
+    pending = [(entry, frozenset(entry.optional if absent is None else absent))]
     while pending:
-        tf = pending.pop()
+        tf, without = pending.pop()
         if tf.name in tasks:
             if functions[tf.name] is not tf:
                 raise FrontendError(f"two different tasks are named {tf.name}", tf.loc, hint=f"the other is at {functions[tf.name].loc}")
+            if set(tasks[tf.name].absent) != without:
+                raise FrontendError(f"task {tf.name} is launched with different optional tensors passed "
+                                    f"(without {', '.join(sorted(without)) or 'none'} and without "
+                                    f"{', '.join(tasks[tf.name].absent) or 'none'})", tf.loc,
+                                    hint="pass the same optional tensors at every launch, or define two tasks")
             continue
-        tdef, callees = trace(tf)
+        tdef, callees, callee_absent = trace(tf, without)
         tasks[tf.name] = tdef
         functions[tf.name] = tf
-        pending.extend(callees.values())
+        pending.extend((c, callee_absent.get(name, frozenset())) for name, c in callees.items())
     privileges = _infer_privileges(entry.name, tasks)
     ranks, rank_locs = _infer_ranks(entry.name, tasks)
     ordered = {name: tasks[name] for name in _reachable_order(entry.name, tasks)}

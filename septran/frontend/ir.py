@@ -234,6 +234,7 @@ class TaskDef:
     temps: tuple[Temp, ...] = ()
     scalars: tuple[ScalarParam, ...] = ()
     dtypes: tuple[tuple[str, str], ...] = ()  # @task.define(dtype={"loss": "float32"}): outputs' types
+    absent: tuple[str, ...] = ()  # optional tensors (M=None) this trace was not passed
 
     def param(self, name: str) -> Optional[Param]:
         return next((p for p in self.params if p.name == name), None)

@@ -121,11 +121,12 @@ class ShapeRelations:
                     self._co_index(path, name, arg, co_indexed, stmt.loc)
 
     def _co_index(self, path, name, arg: Arg, seen: dict, loc: SourceLoc) -> None:
+        scalars = {s.sym for s in self.graph.tasks[name].scalars}  # task.as_index(pos): a position, not a loop
         while isinstance(arg, TileRef):
             part = arg.partition
             for axis, (idx, tile) in enumerate(zip(arg.index, part.tile)):
                 # A window's index is where it starts, not which tile: two windows at one start tie no extents.
-                if isinstance(idx, Var) and tile is not None and part.by == "blocks":
+                if isinstance(idx, Var) and tile is not None and part.by == "blocks" and idx.sym not in scalars:
                     node = self._dim(path, name, part.source, axis)
                     key = (idx, tile)
                     if key in seen:

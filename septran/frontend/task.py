@@ -20,12 +20,13 @@ from septran.frontend.bounds import check_axis, check_extent, check_index_expr
 from septran.frontend.ir import Launch, Loop, Partition, PrimCall, TileRef, Param, Temp
 from septran.frontend.primitives import PRIMITIVES, PrimitiveSig
 from septran.frontend.types_api import cast, temp_dtype, with_dtypes as _with_dtypes
-from septran.frontend import tracer
+from septran.frontend import launch_args, tracer
 from septran.frontend.tracer import TaskFunction, caller_loc
+from septran.frontend.scalar_index import as_index
 from septran.frontend.windows import window
 
 __all__ = ["define", "partition", "window", "parallel_range", "range", "launch", "call_primitive", "temp", "compute",
-           "global_index", "global_size", "global_offset", "ceildiv", "cast", *el.FUNCTIONS, "TaskFunction"]
+           "global_index", "global_size", "global_offset", "ceildiv", "cast", "as_index", *el.FUNCTIONS, "TaskFunction"]
 
 
 def define(fn: Optional[Callable] = None, *, leaf: bool = False, dtype: Optional[dict] = None):
@@ -147,8 +148,9 @@ def range(n):  # noqa: A001 - Task Lang's spelling, as in the seeds
     return _loop("range", n, False, "k")
 
 
-def launch(callee, *args) -> None:
-    """Runs task ``callee`` on ``args`` (parameters or tiles of the caller)."""
+def launch(callee, *args, **kwargs) -> None:
+    """Runs task ``callee`` on ``args`` (parameters or tiles of the caller); optional tensors and scalars may be
+    named (``M=Mp[i, 0]``), and an optional tensor passed None is absent in the callee."""
     frame = tracer.current("launch")
     loc = caller_loc()
     if not isinstance(callee, TaskFunction):
@@ -161,15 +163,7 @@ def launch(callee, *args) -> None:
         raise FrontendError(
             f"leaf task {frame.task.name} cannot launch other tasks", loc, hint="remove leaf=True or call a primitive"
         )
-    n, scalar_names = len(callee.param_names), list(callee.scalar_defaults)
-    if not n <= len(args) <= n + len(scalar_names):
-        takes = ", ".join(list(callee.param_names) + [f"{s}={d}" for s, d in callee.scalar_defaults.items()])
-        scalars = f" and up to {len(scalar_names)} scalars" if scalar_names else ""
-        raise FrontendError(f"task.launch: {callee.name} takes {n} arguments{scalars} ({takes}), got {len(args)}", loc)
-    unwrapped = tuple(
-        tracer.unwrap(a, "launch", f"argument {callee.param_names[k]} of {callee.name}", loc) for k, a in enumerate(args[:n])
-    )
-    scalars = tuple(_scalar_arg(frame, a, f"{scalar_names[k]} of {callee.name}", loc) for k, a in enumerate(args[n:]))
+    unwrapped, scalars, _ = launch_args.bind(frame, callee, args, kwargs, loc, _scalar_arg)
     known = frame.callees.setdefault(callee.name, callee)
     if known is not callee:
         raise FrontendError(

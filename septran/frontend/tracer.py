@@ -57,26 +57,31 @@ class TaskFunction:
             raise FrontendError(f"the file of task {fn.__name__!r} has an unusable name: it {path_problem(code.co_filename)}")
         check_name(self.name, "a task's name", self.loc, FrontendError)
         sig = inspect.signature(fn)
-        tensors, scalars = [], {}
+        tensors, scalars, optional = [], {}, []
         for p in sig.parameters.values():
             number = isinstance(p.default, (int, float)) and not isinstance(p.default, bool)
-            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or (p.default is not p.empty and not number):
+            if p.default is None and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                optional.append(p.name)  # an optional tensor (M=None): one trace per set of those passed
+            elif p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or (p.default is not p.empty and not number):
                 raise FrontendError(
-                    f"task {self.name}: parameter {p.name!r} must be a plain positional parameter (a tensor) "
+                    f"task {self.name}: parameter {p.name!r} must be a plain positional parameter (a tensor), "
+                    "have None as its default (an optional tensor, M=None) "
                     "or have a number as its default (a scalar, such as eps=1e-5)",
                     self.loc,
                     hint="tile sizes belong in the mapping's tunables",
                 )
             check_name(p.name, f"task {self.name}: a parameter's name", self.loc, FrontendError)
-            if p.default is p.empty:
+            if p.default is p.empty or p.default is None:
                 tensors.append(p.name)
             else:
                 try:
                     scalars[p.name] = float(p.default)
                 except OverflowError:
                     raise FrontendError(f"task {self.name}: the default of {p.name} is too large for a float", self.loc) from None
-        self.param_names = tuple(tensors)
+        self.param_names = tuple(tensors)  # the tensors, optional ones included
         self.scalar_defaults = scalars  # name -> default, after the tensors (Python puts defaults last)
+        self.optional = tuple(optional)  # the optional tensors, in the signature's order
+        self.signature = tuple(sig.parameters)  # every parameter, in order: how a launch binds positions
 
     def __call__(self, *args, **kwargs):
         raise FrontendError(
@@ -100,6 +105,7 @@ class _Frame:
     live: list = None  # the loop indices (Syms) of the loops open now
     temps: list = None
     scalars: tuple = ()
+    absent: dict = None  # callee name -> (its optional tensors not passed, the launch's line)
 
 
 _stack: list[_Frame] = []
@@ -115,16 +121,21 @@ def current(api: str) -> _Frame:
     return _stack[-1]
 
 
-def trace(tf: TaskFunction) -> tuple[TaskDef, dict[str, TaskFunction]]:
-    """Runs ``tf`` on symbolic parameters: its task definition and the tasks it launches."""
+def trace(tf: TaskFunction, absent: frozenset = frozenset()) -> tuple[TaskDef, dict[str, TaskFunction], dict]:
+    """Runs ``tf`` on symbolic parameters: its task definition, the tasks it launches and, for each, the optional
+    tensors it was not passed.
+
+    ``absent``: the optional tensors not passed (the function sees None); the task has no such parameter."""
     from septran.frontend.elementwise import ScalarRef
 
-    params = tuple(Param(fresh(n), i, tf.loc) for i, n in enumerate(tf.param_names))
+    present = [n for n in tf.param_names if n not in absent]
+    params = tuple(Param(fresh(n), i, tf.loc) for i, n in enumerate(present))
     scalars = tuple(ScalarParam(fresh(n), d, tf.loc) for n, d in tf.scalar_defaults.items())
-    frame = _Frame(tf, params, [], [], {}, temps=[], scalars=scalars, live=[])
+    frame = _Frame(tf, params, [], [], {}, temps=[], scalars=scalars, live=[], absent={})
+    handles = {p.name: TensorHandle(p) for p in params} | {s.name: ScalarRef(s) for s in scalars}
     _stack.append(frame)
     try:
-        result = tf.fn(*(TensorHandle(p) for p in params), *(ScalarRef(s) for s in scalars))
+        result = tf.fn(*(handles.get(n) for n in tf.signature))
     except Exception as err:  # the user's code ran: whatever it raised is reported at the user's line
         raise as_frontend_error(err, tf.loc.file, tf.loc, f"while tracing task {tf.name}") from None
     finally:
@@ -141,8 +152,9 @@ def trace(tf: TaskFunction) -> tuple[TaskDef, dict[str, TaskFunction]]:
             tf.loc,
             hint="write results into a parameter (a tile the caller passes)",
         )
-    return TaskDef(tf.name, params, tf.leaf, tuple(frame.stmts), tuple(frame.partitions), tf.loc, tuple(frame.temps), scalars,
-                   tuple(getattr(tf, "dtypes", {}).items())), frame.callees
+    tdef = TaskDef(tf.name, params, tf.leaf, tuple(frame.stmts), tuple(frame.partitions), tf.loc, tuple(frame.temps), scalars,
+                   tuple(getattr(tf, "dtypes", {}).items()), tuple(n for n in tf.optional if n in absent))
+    return tdef, frame.callees, {name: a for name, (a, _) in frame.absent.items()}
 
 
 class _ParamShape:
@@ -252,8 +264,9 @@ def check_live(e: Expr, what: str, loc: SourceLoc) -> None:
     from septran.expr import Var, leaves
 
     live = _stack[-1].live if _stack else []
+    scalars = {s.sym for s in _stack[-1].scalars} if _stack else set()  # task.as_index(pos)
     for leaf in leaves(e):
-        if isinstance(leaf, Var) and leaf.sym not in live:
+        if isinstance(leaf, Var) and leaf.sym not in live and leaf.sym not in scalars:
             raise FrontendError(f"{what}: loop index {leaf.sym.name} is used outside its loop", loc,
                                 hint="use it only inside the body of the task.range / task.parallel_range that defines it")
 

@@ -115,7 +115,7 @@ def _params(task: TaskDef) -> list[str]:
 
 def _mems(graph, target, inst, task, proc, launched) -> None:
     for param, space in inst.mems.items():
-        if param != DEFAULT and param not in _params(task):
+        if param != DEFAULT and param not in _params(task) + list(task.absent):  # (an optional tensor not passed)
             raise MappingError(f"{inst.name}.mems names {param!r}, which is not a parameter of {task.name}",
                                inst.mems[param].loc, hint=_suggest(param, _params(task)))
         if space.value not in proc.memories:
@@ -136,7 +136,7 @@ def _temps_placed(graph, target, inst, task, proc, launched) -> None:
 
 def _copy(graph, target, inst, task, proc, launched) -> None:
     for param, options in inst.copy.items():
-        if param not in _params(task):
+        if param not in _params(task) + list(task.absent):
             raise MappingError(f"{inst.name}.copy names {param!r}, which is not a parameter of {task.name}",
                                inst.key_loc("copy"), hint=_suggest(param, _params(task)))
         for key, val in options.items():
@@ -194,7 +194,7 @@ def _pipeline(graph, target, inst, task, proc, launched) -> None:
 
 def _calls(graph, target, inst, task, proc, launched) -> None:
     for callee_task in inst.calls:
-        if callee_task not in launched:
+        if callee_task not in launched and not _elsewhere(graph, callee_task):
             raise MappingError(
                 f"{inst.name}.calls maps {callee_task!r}, which {task.name} never launches",
                 inst.calls[callee_task].loc,
@@ -204,6 +204,8 @@ def _calls(graph, target, inst, task, proc, launched) -> None:
 
 def _leaf_bindings(graph, target, inst, task, proc, launched) -> None:
     for leaf_task, impl in inst.leaf_task_bindings.items():
+        if _elsewhere(graph, leaf_task):
+            continue
         if leaf_task not in launched or not graph.tasks[leaf_task].leaf:
             raise MappingError(
                 f"{inst.name}.leaf_task_bindings binds {leaf_task!r}, which is not a leaf task {task.name} launches",
@@ -232,6 +234,12 @@ def _leaf_bindings(graph, target, inst, task, proc, launched) -> None:
                     impl.loc,
                     hint=f"{prim.signature.name}: {prim.signature.meaning}; transpose the data, or bind another implementation",
                 )
+
+
+def _elsewhere(graph, task_name: str) -> bool:
+    """A task this trace does not reach, where some optional tensor was not passed: another set of optional
+    tensors may launch it (that trace checks it)."""
+    return task_name not in graph.tasks and any(t.absent for t in graph.tasks.values())
 
 
 def _accum_dtype(graph, target, inst, task, proc, launched) -> None:

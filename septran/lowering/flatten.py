@@ -35,6 +35,7 @@ class _Flattener:
         self.names = Names(consts.names)
         self.global_space = next(m.name for m in ctx.target.memories.values() if m.is_global)
         self.tensor_syms: set = set()  # the entry's tensors (a window may run past a tensor's end, not a temp's)
+        self.scalar_values: dict[Sym, float] = {}  # the value of each scalar of the task being flattened (task.as_index)
 
     def program(self):
         ctx = self.ctx
@@ -52,6 +53,7 @@ class _Flattener:
             views[p.name] = fl.View(t.sym, tuple(Const(0) for _ in shape), shape, self.global_space, True,
                                     tuple((Const(0), e) for e in shape))
         scalars = {sp.name: float(ctx.spec.scalars.get(sp.name, sp.default)) for sp in entry_task.scalars}
+        self.scalar_values.update({sp.sym: scalars[sp.name] for sp in entry_task.scalars})
         loop = entry_task.body[0]
         launch = loop.body[0]
         extents = [self._subst(e, entry_task, views, {}, loop.loc) for e in loop.extents]
@@ -95,6 +97,12 @@ class _Flattener:
                 env[leaf] = origin[leaf.axis][0 if isinstance(leaf, GlobalStart) else 1]
             elif isinstance(leaf, Var) and leaf.sym in loops:
                 env[leaf] = loops[leaf.sym]
+            elif isinstance(leaf, Var) and leaf.sym in self.scalar_values:  # task.as_index(pos)
+                value = self.scalar_values[leaf.sym]
+                if not value.is_integer() or abs(value) > 2**31 - 1:
+                    raise LoweringError(f"scalar {leaf.sym.name} is {value:g}, but the logic uses it as an index "
+                                        "(task.as_index): it must be an integer", use)
+                env[leaf] = Const(int(value))
         return _fold_same_ceildiv(substitute(e, env))
 
     def _region(self, arg: Arg, task: TaskDef, views, loops, indices: list) -> fl.View:
@@ -139,6 +147,7 @@ class _Flattener:
     def _inner(self, launch: Launch, caller, caller_task, inst, task: TaskDef, operands, indices, scalars) -> fl.Invoke:
         """An inner task's invocation: its temps, then its body with the operands as its parameters' views."""
         views = {task.params[k].name: op.view for k, op in enumerate(operands)}
+        self.scalar_values.update({sp.sym: scalars[sp.name] for sp in task.scalars})
         temps = []
         for t in task.temps:
             view = self._temp(t, inst, task, views)

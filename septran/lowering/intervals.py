@@ -41,7 +41,7 @@ def bounds(e: Expr, env: Mapping[Sym, Interval]) -> Interval:
         return min(xs), max(xs)
     if e.op in ("//", "ceildiv"):
         if c <= 0 <= d:
-            raise Unbounded(f"{e.rhs} may be 0 in {e}")
+            raise Unbounded(f"{e.rhs} {'is' if c == d else 'may be'} 0 in {e}")
         div = (lambda x, y: x // y) if e.op == "//" else (lambda x, y: -(-x // y))
         xs = (div(a, c), div(a, d), div(b, c), div(b, d))
         return min(xs), max(xs)

@@ -105,12 +105,33 @@ def _bounds(e: Expr, env, loc, what: str):
                             hint="write indices as sums and products of loop variables, shapes and tunables") from None
 
 
+def _shapes_in(e: Expr, consts: Constants, written: str) -> str:
+    """The shapes an index is computed from, with their values: " (with Q.shape[1] = 6, K.shape[1] = 4)"."""
+    named: dict = {}
+    for dim, var in consts.entry_dims.items():  # equal dimensions share a constant: the name the logic wrote
+        if var not in named or (str(dim) in written and str(named[var]) not in written):
+            named[var] = dim
+    used = [leaf for leaf in dict.fromkeys(leaves(e)) if leaf in named]
+
+    def value(v) -> str:
+        try:
+            return str(consts.value(v))
+        except DynamicValue:
+            return "any size"
+
+    return f" (with {', '.join(f'{named[v]} = {value(v)}' for v in used)})" if used else ""
+
+
 def _indices(uses, env, consts: Constants) -> None:
     for u in uses:
         if isinstance(u, windows.WindowUse):
             windows.check(u, env, consts.value)
             continue
-        lo, hi = _bounds(u.index, env, u.loc, f"index {u.written}")
+        try:
+            lo, hi = bounds(u.index, env)
+        except Unbounded as err:  # a divisor made of shapes that is 0 (GQA with fewer query heads than key heads)
+            raise LoweringError(f"cannot prove index {u.written} in bounds: {err}{_shapes_in(u.index, consts, u.written)}", u.loc,
+                                hint="check the shapes the index divides by") from None
         n = _bounds(u.grid, env, u.loc, f"the tiles of {u.source}")[0]
         if lo >= 0 and hi > n - 1 and consts.dynamic and _below(u.index, u.grid, env, consts):
             continue  # the grid grows with a dynamic size, and the index with it
@@ -120,7 +141,8 @@ def _indices(uses, env, consts: Constants) -> None:
             where = f" (at {', '.join(f'{k} = {v}' for k, v in at.items())})" if at else ""
             raise LoweringError(
                 f"{u.partition}: index {u.written} reaches {bad}{where}, but {u.source} has {n} tile"
-                f"{'' if n == 1 else 's'} along dimension {u.axis} ({'0..' + str(n - 1) if n else 'none'})",
+                f"{'' if n == 1 else 's'} along dimension {u.axis} ({'0..' + str(n - 1) if n else 'none'})"
+                f"{_shapes_in(u.index, consts, u.written)}",
                 u.loc,
                 hint="keep every tile index inside its partition's grid (0 .. shape - 1)",
             )

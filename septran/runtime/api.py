@@ -53,7 +53,7 @@ def compile(  # noqa: A001 - the name users expect, as tilelang.compile
     tgt = load_target(m.target.value, m.target.loc)
     entry = m.instance(m.entrypoint.value)
     entry_fn = find_task(names, file, logic, entry.task_name.value, entry.task_name.loc)
-    return Kernel(build_graph(entry_fn), m, tgt, autotune=autotune)
+    return Kernel(build_graph(entry_fn), m, tgt, autotune=autotune, logic=entry_fn)
 
 
 class JITKernel:

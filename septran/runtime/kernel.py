@@ -14,7 +14,7 @@ from septran.lowering import Specialization, explain, lower
 from septran.lowering.bind import check_mapping
 from septran.emit_tilelang import emit
 from septran.mapping.schema import Mapping
-from septran.runtime import build, c_build, dynamic_dims, notebook, outputs as passed_outputs, points
+from septran.runtime import build, c_build, dynamic_dims, notebook, optional, outputs as passed_outputs, points
 from septran.runtime import scalars as scalar_args, vendor
 from septran.target import Target
 
@@ -169,8 +169,11 @@ class _Plan:
 class Kernel:
     """``septran.compile``'s result: call it on torch tensors."""
 
-    def __init__(self, graph: TaskGraph, mapping: Mapping, target: Target, autotune: Optional[bool] = None):
+    def __init__(self, graph: TaskGraph, mapping: Mapping, target: Target, autotune: Optional[bool] = None, logic=None):
         self.graph = graph
+        self.logic = logic  # the entry task function: traced again for a call that passes optional tensors
+        self.optional = graph.entry_task.absent  # the optional tensors (M=None); `graph` is the trace without them
+        self._with_optional: dict[tuple, "Kernel"] = {}
         self.mapping = mapping  # for a search space (!tune): its first point, with .space
         self.target = target
         self.autotune = env.autotune() if autotune is None else autotune
@@ -192,7 +195,8 @@ class Kernel:
         passed_outputs.check_declared(self)
 
     def __repr__(self) -> str:
-        ins = ", ".join([a.name for a in self.inputs] + [f"{k}={v:g}" for k, v in self.scalars.items()])
+        ins = ", ".join([a.name for a in self.inputs] + [f"{n}=None" for n in self.optional]
+                        + [f"{k}={v:g}" for k, v in self.scalars.items()])
         outs = ", ".join(a.name for a in self.outputs)
         return f"<septran.Kernel {self.graph.entry}({ins}) -> ({outs}) on {self.target.name}, mapping {self.mapping.file}>"
 
@@ -207,6 +211,11 @@ class Kernel:
         pair: ``kernel.specialize(A=((1024, 512), "float16"), B=((512, 256), "float16"))``;
         scalars (``eps=1e-6``) take their defaults unless given.
         """
+        if self.optional:
+            kernel, args = optional.specialize_args(self, args)
+            if kernel is not self:
+                self._last = kernel.specialize(**args)
+                return self._last
         described = {}
         for a in self.inputs + tuple(o for o in self.outputs if o.name in args):  # outputs: optional, as in a call
             if a.name not in args:
@@ -266,6 +275,12 @@ class Kernel:
 
     # calling -------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if self.optional:  # one trace per set of optional tensors passed
+            kernel, args, kwargs = optional.route(self, args, kwargs)
+            if kernel is not self:
+                out = kernel(*args, **kwargs)
+                self._last = kernel._last
+                return out
         if not kwargs:  # a call like an earlier one: no binding, no shape solving, no lookup of the variant
             try:
                 plan = self._plans.get(_call_key(args))
