@@ -40,7 +40,7 @@ def gqa_kv_cache(
             T.call_extern("int32", "septran_cpu_fill_zero_f32", S.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN))
             T.call_extern("int32", "septran_cpu_gemm_f32_f32", S.access_ptr("rw"), Q.access_ptr("rw", offset=bx * BM * Q_dim3 + by * Q_dim3 * Q_dim2 + bz * Q_dim3 * Q_dim2 * Q_dim1), Kc.access_ptr("rw", offset=k * BN * Q_dim3 + by // (Q_dim1 // Kc_dim1) * Q_dim3 * Kc_dim2 + bz * Q_dim3 * Kc_dim2 * Kc_dim1), 0, 1, T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", T.min(BM, Q_dim2 - bx * BM)), T.Cast("int64", Q_dim3), T.Cast("int64", BN), T.Cast("int64", Q_dim3), T.Cast("int64", BN), T.Cast("int64", Q_dim3), T.Cast("int64", Q_dim3))
             for i, j in T.grid(BM, BN):
-                S[i, j] = T.if_then_else(k * BN + j <= bx * BM + i + T.float32(100.0), S[i, j], -T.infinity("float32"))
+                S[i, j] = T.if_then_else(T.Cast("float32", k * BN + j) <= T.Cast("float32", bx * BM + i) + T.float32(100.0), S[i, j], -T.infinity("float32"))
             T.call_extern("int32", "septran_cpu_load_f32_f32", m_prev.access_ptr("rw"), m.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1), T.int64(1), T.int64(1), T.Cast("int64", BM))
             T.fill(m, -T.infinity("float32"))
             T.call_extern("int32", "septran_cpu_reduce_max_f32", m.access_ptr("rw"), S.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN), 0)

@@ -44,7 +44,7 @@ def gqa_kv_cache(
             T.copy(Kc[bz, by // (Q_dim1 // Kc_dim1), k * BN, 0], K_shared)
             T.gemm(Q_shared, K_shared, S, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(BM, BN):
-                S[i, j] = T.if_then_else(k * BN + j <= bx * BM + i + T.float32(100.0), S[i, j], -T.infinity("float32"))
+                S[i, j] = T.if_then_else(T.Cast("float32", k * BN + j) <= T.Cast("float32", bx * BM + i) + T.float32(100.0), S[i, j], -T.infinity("float32"))
             T.copy(m, m_prev)
             T.fill(m, -T.infinity("float32"))
             T.reduce_max(S, m, dim=1, clear=False)

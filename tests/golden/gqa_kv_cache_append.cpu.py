@@ -23,6 +23,6 @@ def gqa_kv_cache_append(
     # programs run in parallel over by, bz (schedule static)
     with T.Kernel(Knew_dim2, Kc_dim1, Kc_dim0) as (bx, by, bz):
         for b, g, i, j in T.grid(1, 1, 1, Kc_dim3):
-            Kc[bz + b, by + g, 100 + bx + i, j] = T.if_then_else(100 + bx + i >= T.float32(0.0), Knew[bz + b, by + g, bx + i, j], Kc[bz + b, by + g, 100 + bx + i, j])
+            Kc[bz + b, by + g, 100 + bx + i, j] = T.if_then_else(100 + bx + i >= 0, Knew[bz + b, by + g, bx + i, j], Kc[bz + b, by + g, 100 + bx + i, j])
         for b, g, i, j in T.grid(1, 1, 1, Vc_dim3):
-            Vc[bz + b, by + g, 100 + bx + i, j] = T.if_then_else(100 + bx + i >= T.float32(0.0), Vnew[bz + b, by + g, bx + i, j], Vc[bz + b, by + g, 100 + bx + i, j])
+            Vc[bz + b, by + g, 100 + bx + i, j] = T.if_then_else(100 + bx + i >= 0, Vnew[bz + b, by + g, bx + i, j], Vc[bz + b, by + g, 100 + bx + i, j])

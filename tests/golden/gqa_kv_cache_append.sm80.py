@@ -28,10 +28,10 @@ def gqa_kv_cache_append(
         T.copy(Kc[bz, by, 100 + bx, 0], Kc_local)
         T.copy(Knew[bz, by, bx, 0], Knew_local)
         for b, g, i, j in T.Parallel(1, 1, 1, Kc_dim3):
-            Kc_local[b, g, i, j] = T.Cast("float16", T.if_then_else(100 + bx + i >= T.float32(0.0), T.Cast("float32", Knew_local[b, g, i, j]), T.Cast("float32", Kc_local[b, g, i, j])))
+            Kc_local[b, g, i, j] = T.Cast("float16", T.if_then_else(100 + bx + i >= 0, T.Cast("float32", Knew_local[b, g, i, j]), T.Cast("float32", Kc_local[b, g, i, j])))
         T.copy(Vc[bz, by, 100 + bx, 0], Vc_local)
         T.copy(Vnew[bz, by, bx, 0], Vnew_local)
         for b, g, i, j in T.Parallel(1, 1, 1, Vc_dim3):
-            Vc_local[b, g, i, j] = T.Cast("float16", T.if_then_else(100 + bx + i >= T.float32(0.0), T.Cast("float32", Vnew_local[b, g, i, j]), T.Cast("float32", Vc_local[b, g, i, j])))
+            Vc_local[b, g, i, j] = T.Cast("float16", T.if_then_else(100 + bx + i >= 0, T.Cast("float32", Vnew_local[b, g, i, j]), T.Cast("float32", Vc_local[b, g, i, j])))
         T.copy(Kc_local, Kc[bz, by, 100 + bx, 0])
         T.copy(Vc_local, Vc[bz, by, 100 + bx, 0])
