@@ -18,6 +18,7 @@ from septran.expr import Dim, Expr, GlobalExtent, GlobalStart, Sym, Var, leaves,
 from septran.frontend import elementwise as el
 from septran.frontend.ir import Param, PrimCall, Privilege, walk
 from septran.lowering import flat_ir as fl
+from septran.lowering import reduce_loop
 from septran.lowering import tile_ir as ir
 from septran.lowering.tile_ir import Why
 from septran.mapping.schema import InstanceMapping
@@ -71,6 +72,8 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
     why = Why(f"{s.callee.name} -> {impl.name}: {sig.meaning}", mapping=s.binding.loc, logic=prim.loc)
     if prim.expr is not None or sig.element is not None:
         return _elementwise(st, prim, args, by_param, scalars, impl, why)
+    if sig.kind == "reduce_axis" and "{body}" in impl.template(sig):
+        return reduce_loop.lower(st, prim, args, by_param, impl, why, _safe_index_names)
     flags = tuple((f, bool(on)) for f, on in sig.flags.items())
     return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, attrs=tuple(sig.attrs.items()))
 
