@@ -53,6 +53,7 @@ def test_run_gemm_shows_code_where_the_device_is_absent(monkeypatch, capsys, tar
     ("softmax/run_softmax.py", dict(rows=9, cols=700, log=True), "Y = log_softmax(X, dim=-1), 9x700"),
     ("layernorm/run_layernorm.py", dict(rows=5, cols=300), "Y = layer_norm(X) * W + B, 5x300"),
     ("rmsnorm/run_rmsnorm.py", dict(rows=5, cols=300), "Y = X / rms(X) * W, 5x300"),
+    ("reduce/run_reduce.py", dict(size=(9, 3, 70), op="max", axis=1), "Y = X.max(dim=1), 9x3x70"),
     ("attention/run_attention.py", dict(batch=1, heads=2, sq=37, sk=70, d=16, causal=True),
      "O = attention(Q, K, V, causal), 1x2 heads, Sq 37, Sk 70, D 16"),
 ])
