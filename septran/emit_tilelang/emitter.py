@@ -15,7 +15,7 @@ from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 
 INDENT = "    "
-_PREC = {"+": 1, "-": 1, "*": 2, "//": 2}
+_PREC = {"+": 1, "-": 1, "*": 2, "//": 2, "%": 2}
 
 
 def expr(e: Expr, parent: int = 0) -> str:
@@ -27,7 +27,7 @@ def expr(e: Expr, parent: int = 0) -> str:
         if e.op in ("ceildiv", "min", "max"):
             return f"T.{e.op}({expr(e.lhs)}, {expr(e.rhs)})"
         prec = _PREC[e.op]
-        text = f"{expr(e.lhs, prec)} {e.op} {expr(e.rhs, prec + (e.op in '-//'))}"
+        text = f"{expr(e.lhs, prec)} {e.op} {expr(e.rhs, prec + (e.op in ('-', '//', '%')))}"
         return f"({text})" if prec < parent else text
     return str(e)
 

@@ -15,6 +15,7 @@ from septran.errors import LoweringError
 from septran.expr import BinOp, Const, Dim, Expr, GlobalExtent, GlobalStart, Sym, Tunable, Var, leaves, simplify, substitute
 from septran.frontend.ir import FULL, Arg, Launch, Loop, Param, PrimCall, ScalarParam, TaskDef, Temp, root_param, walk
 from septran.lowering import flat_ir as fl
+from septran.lowering import grid_fold
 from septran.lowering.constants import Constants, Context, Names
 from septran.lowering.tile_ir import TensorParam, Why
 
@@ -52,10 +53,9 @@ class _Flattener:
         loop = entry_task.body[0]
         launch = loop.body[0]
         extents = [self._subst(e, entry_task, views, {}, loop.loc) for e in loop.extents]
-        # The last (fastest-varying) dimension becomes blockIdx.x, as hand-written TileLang does.
-        grid_syms = {v: self.names.new(GRID_NAMES[len(loop.vars) - 1 - k]) for k, v in enumerate(loop.vars)}
-        grid = tuple((grid_syms[v], e) for v, e in reversed(list(zip(loop.vars, extents))))
-        loops = {v: Var(s) for v, s in grid_syms.items()}
+        # The last (fastest-varying) dimension becomes blockIdx.x, as hand-written TileLang does; beyond three,
+        # the outer dimensions share blockIdx.z (grid_fold.py).
+        grid, loops, folded = grid_fold.fold(list(loop.vars), extents, lambda k: self.names.new(GRID_NAMES[k]))
         callee = ctx.instance(inst.calls[launch.callee].value)
         callee_task = ctx.graph.tasks[launch.callee]
         indices: list[fl.IndexUse] = []
@@ -70,7 +70,7 @@ class _Flattener:
         why = Why(f"grid of {entry_task.name}'s parallel_range, one program per tile; {callee.name} is each program",
                   mapping=inst.key_loc("proc"), logic=loop.loc)
         name = entry_task.name.removesuffix("_logic") or entry_task.name
-        flat = fl.FlatProgram(name, tuple(tensors), grid, tuple(indices), threads, program, why)
+        flat = fl.FlatProgram(name, tuple(tensors), grid, tuple(indices), threads, program, why, folded)
         return flat, frozenset(self.names.used)
 
     # expressions -------------------------------------------------------------

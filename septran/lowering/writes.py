@@ -39,8 +39,10 @@ def writes(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
                     read.add(region.of)
     values = {c.sym: c.value for c in program.consts}
     parallel = 0
+    folded = dict(program.kernel.folded)
     for g in grid:  # the longest run of grid indices, outermost first, that no two programs share
-        if not all(_separates(r, g, values, value) for r in touched):
+        # A grid index that stands for several dimensions (grid_fold.py) is shared by none when each of them is not.
+        if not all(_separates(r, part, values, value) for r in touched for part in folded.get(g, (g,))):
             log.debug("%s: grid index %s is not parallel: two of its programs may touch one output element", program.name, g.name)
             break
         parallel += 1
@@ -64,7 +66,7 @@ def _separates(r: ir.Region, g, values, value) -> bool:
     """Whether programs that differ in grid index ``g`` touch disjoint boxes of ``r``'s tensor."""
     for off, ext in zip(r.offsets, r.extents):
         terms, _ = linear(off, values)
-        if set(terms) == {g} and abs(terms[g]) >= value(ext):
+        if set(terms) == {g} and abs(terms[g]) >= value(ext):  # g: a grid index, or a dimension folded into one
             return True
     return False
 
