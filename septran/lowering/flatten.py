@@ -163,12 +163,8 @@ class _Flattener:
         return out
 
     def _loop(self, loop: Loop, inst, task, views, scalars, loops, top: bool) -> fl.Loop:
-        if loop.parallel:
-            raise LoweringError(
-                f"task.parallel_range inside {task.name} ({inst.proc.value}) is not supported yet; "
-                "only the grid's parallel range is",
-                loop.loc,
-            )
+        if loop.parallel:  # inside a program: its iterations, in any order, are one order of them
+            return self._parallel_in_program(loop, inst, task, views, scalars, loops)
         extent = self._subst(loop.extents[0], task, views, loops, loop.loc)
         var = self.names.new(loop.vars[0].name)
         stages = inst.pipeline.value if top and inst.pipeline is not None else None
@@ -190,6 +186,19 @@ class _Flattener:
         else:
             why = Why(f"sequential range of {task.name}", logic=loop.loc)
         return fl.Loop(var, extent, stages, tuple(body), why)
+
+    def _parallel_in_program(self, loop: Loop, inst, task, views, scalars, loops) -> fl.Loop:
+        """A parallel_range inside a program: one loop per dimension, outermost first. Iterations that need no
+        order run in one (TileLang's T.Parallel takes element statements, not the copies and calls of a launch)."""
+        inner, made = dict(loops), []
+        for v, e in zip(loop.vars, loop.extents):
+            made.append((self.names.new(v.name), self._subst(e, task, views, inner, loop.loc)))
+            inner[v] = Var(made[-1][0])
+        body = tuple(self._stmts(loop.body, inst, task, views, scalars, inner, top=False))
+        why = Why(f"parallel range of {task.name} inside a program, in order", logic=loop.loc)
+        for var, extent in reversed(made):
+            body = (fl.Loop(var, extent, None, body, why),)
+        return body[0]
 
     def _launch(self, launch: Launch, inst, task, views, scalars, loops) -> fl.Invoke:
         callee_task = self.ctx.graph.tasks[launch.callee]
