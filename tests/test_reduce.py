@@ -90,3 +90,13 @@ def test_cubin_has_no_spills(target, arch, op, axis, rank):
     shape = {2: (1000, 4097), 3: (6, 100, 300)}[rank]
     usage = nvcc_resource_usage(kernel(op, axis, rank, target).specialize(X=(shape, "float16")).device_source, arch)
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
+
+
+@pytest.mark.parametrize("shape,parts", [((1000, 4097), 256), ((7, 13, 5), 8), ((3,), 16), ((1,), 1)])
+def test_total_sum_split_across_programs(shape, parts):
+    """run_reduce.total: partial sums spread over the programs (row sums), then one program sums them."""
+    run = load_module(REPO / "examples" / "reduce" / "run_reduce.py")
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(5))
+    out = run.total(x, parts)
+    assert out.shape == (1,)
+    assert abs(out.double().item() - x.double().sum().item()) <= 1e-6 * x.numel() ** 0.5 * 10 + 1e-5
