@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-OPERATORS = ["gemm", "bmm", "gemm_epilogue", "softmax", "layernorm", "rmsnorm", "attention"]
+OPERATORS = ["gemm", "bmm", "gemm_epilogue", "softmax", "layernorm", "rmsnorm", "attention", "reduce"]
 TARGETS = ["cpu", "sm80", "sm90", "gfx942", "dsa_ref", "dsa_acme"]
 
 
