@@ -3,7 +3,7 @@
 The loop runs over X's tile (its in-bounds part, when X is read in place and
 overhangs its tensor) and folds each element into ``out`` at X's indices less
 the reduced one: ``out[i, k] = T.max(out[i, k], X[i, j, k])``. The loop is
-sequential, so it suits a target whose programs are single threads (the cpu's
+sequential, so it suits a target whose programs are single threads (a C target's
 ``T.grid``); a target with threads per program reduces with its own unit
 (``T.reduce_sum(X, out, dim=...)``) instead.
 """

@@ -38,7 +38,7 @@ def writes(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
                 if role != "written":
                     read.add(region.of)
     values = {c.sym: c.value for c in program.consts}
-    spans = {s.var: value(s.extent) - 1 for s in _loops(program.kernel.body)}  # a loop variable's largest value
+    spans = _spans(program.kernel.body, value)
     parallel = 0
     folded = dict(program.kernel.folded)
     for g in grid:  # the longest run of grid indices, outermost first, that no two programs share
@@ -76,11 +76,17 @@ def _separates(r: ir.Region, g, values, value, spans) -> bool:
     return False
 
 
-def _loops(stmts):
+def _spans(stmts, value, out=None) -> dict:
+    """Each loop variable's largest value, where the loop's extent is a number (not one that varies by block)."""
+    out = {} if out is None else out
     for s in stmts:
         if isinstance(s, ir.For):
-            yield s
-            yield from _loops(s.body)
+            try:
+                out[s.var] = value(s.extent) - 1
+            except KeyError:
+                pass
+            _spans(s.body, value, out)
+    return out
 
 
 def _statements(stmts):
