@@ -65,6 +65,7 @@ def references() -> dict:
         "rmsnorm": (lambda g: {"X": rand(g, 19, 77), "W": rand(g, 77)}, lambda X, W: rms.rms_norm(X, W, 1e-6)),
         "attention": (lambda g: {"Q": rand(g, 1, 2, 33, 16), "K": rand(g, 1, 2, 41, 16), "V": rand(g, 1, 2, 41, 16)},
                       lambda Q, K, V: att.reference(Q, K, V, False)),
+        "reduce": (lambda g: {"X": rand(g, 19, 77)}, lambda X: X.sum(dim=0)),  # the logic file's default: column sums
     })
     return _refs
 
