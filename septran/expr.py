@@ -47,6 +47,7 @@ class Expr:
     def __rmul__(self, o): return self._bin("*", o, True)
     def __floordiv__(self, o): return self._bin("//", o)
     def __rfloordiv__(self, o): return self._bin("//", o, True)
+    def __mod__(self, o): return self._bin("%", o)  # floor modulo: a folded grid index (lowering only)
 
     def __truediv__(self, o):
         if not isinstance(o, (int, float, Expr)):
@@ -125,7 +126,7 @@ class Var(Expr):
 
 @dataclass(frozen=True)
 class BinOp(Expr):
-    op: str  # one of + - * // ceildiv min max
+    op: str  # one of + - * // % ceildiv min max
     lhs: Expr
     rhs: Expr
 
@@ -159,6 +160,7 @@ _FOLD: dict[str, Callable[[int, int], int]] = {
     "-": lambda a, b: a - b,
     "*": lambda a, b: a * b,
     "//": lambda a, b: a // b,
+    "%": lambda a, b: a % b,
     "ceildiv": lambda a, b: -(-a // b),
     "min": min,
     "max": max,
@@ -170,7 +172,7 @@ def simplify(e: Expr) -> Expr:
     if not isinstance(e, BinOp):
         return e
     a, b = simplify(e.lhs), simplify(e.rhs)
-    if e.op in ("//", "ceildiv") and b == Const(0):
+    if e.op in ("//", "%", "ceildiv") and b == Const(0):
         raise ZeroDivisionError(f"{e}: division of a shape by zero")
     if isinstance(a, Const) and isinstance(b, Const):
         return Const(_FOLD[e.op](a.value, b.value))
@@ -184,6 +186,8 @@ def simplify(e: Expr) -> Expr:
         return b
     if e.op in ("*", "//", "ceildiv") and b == Const(1):
         return a
+    if e.op == "%" and b == Const(1):
+        return Const(0)
     return BinOp(e.op, a, b)
 
 

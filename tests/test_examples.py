@@ -56,6 +56,7 @@ def test_run_gemm_shows_code_where_the_device_is_absent(monkeypatch, capsys, tar
     ("swiglu_mlp/run_swiglu_mlp.py", dict(tokens=37, dim=65, hidden=171),
      "Y = (silu(X @ Wg) * (X @ Wu)) @ Wd, 37 tokens, 65 -> 171 -> 65"),
     ("rope/run_rope.py", dict(batch=2, seq=37, heads=3, head_dim=16), "Y = rope(X, cos, sin), 2x37x3x16"),
+    ("reduce/run_reduce.py", dict(size=(9, 3, 70), op="max", axis=1), "Y = X.max(dim=1), 9x3x70"),
     ("attention/run_attention.py", dict(batch=1, heads=2, sq=37, sk=70, d=16, causal=True),
      "O = attention(Q, K, V, causal), 1x2 heads, Sq 37, Sk 70, D 16"),
 ])

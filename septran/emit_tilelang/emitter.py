@@ -15,7 +15,7 @@ from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 
 INDENT = "    "
-_PREC = {"+": 1, "-": 1, "*": 2, "//": 2}
+_PREC = {"+": 1, "-": 1, "*": 2, "//": 2, "%": 2}
 
 
 def expr(e: Expr, parent: int = 0) -> str:
@@ -27,8 +27,8 @@ def expr(e: Expr, parent: int = 0) -> str:
         if e.op in ("ceildiv", "min", "max"):
             return f"T.{e.op}({expr(e.lhs)}, {expr(e.rhs)})"
         prec = _PREC[e.op]
-        # a - (b + c), a // (b * c), a * (b // c): the right operand in parentheses where order matters
-        right = e.op in ("-", "//") or (e.op == "*" and isinstance(e.rhs, BinOp) and e.rhs.op == "//")
+        # a - (b + c), a // (b * c), a % (b * c), a * (b // c): the right operand in parentheses where order matters
+        right = e.op in ("-", "//", "%") or (e.op == "*" and isinstance(e.rhs, BinOp) and e.rhs.op in ("//", "%"))
         text = f"{expr(e.lhs, prec)} {e.op} {expr(e.rhs, prec + right)}"
         return f"({text})" if prec < parent else text
     return str(e)

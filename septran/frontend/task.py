@@ -18,6 +18,7 @@ from septran.frontend import elementwise as el
 from septran.frontend.compute_operands import collect
 from septran.frontend.bounds import check_axis, check_extent, check_index_expr
 from septran.frontend.ir import Launch, Loop, Partition, PrimCall, TileRef, Param, Temp
+from septran.frontend import reduce_axis  # noqa: I001 - primitives with axis=
 from septran.frontend.primitives import PRIMITIVES, PrimitiveSig
 from septran.frontend.types_api import cast, temp_dtype, with_dtypes as _with_dtypes
 from septran.frontend import launch_args, tracer
@@ -186,17 +187,17 @@ def _scalar_arg(frame, value, what: str, loc):
     raise FrontendError(f"task.launch: {what} must be a number or a scalar parameter, got {type(value).__name__}", loc)
 
 
-def call_primitive(name: str, *args) -> None:
+def call_primitive(name: str, *args, **options) -> None:
     """Calls a primitive (``"gemm"``: C += A @ B) on tiles; only in a leaf task."""
     frame = tracer.current("call_primitive")
     loc = caller_loc()
-    sig = PRIMITIVES.get(name)
+    sig = reduce_axis.lookup(name, options, loc, PRIMITIVES)
     if sig is None:
         close = difflib.get_close_matches(str(name), PRIMITIVES, n=1)
         raise FrontendError(
             f"unknown primitive {name!r}",
             loc,
-            hint=(f"did you mean {close[0]!r}? " if close else "") + f"known primitives: {', '.join(sorted(PRIMITIVES))}",
+            hint=(f"did you mean {close[0]!r}? " if close else "") + f"known primitives: {', '.join(sorted([*PRIMITIVES, *reduce_axis.OPS]))}",
         )
     if not frame.task.leaf:
         raise FrontendError(

@@ -15,7 +15,6 @@ from septran.frontend.ir import Launch, Loop, PrimCall, TaskDef, TaskGraph, walk
 from septran.mapping.schema import DEFAULT, InstanceMapping, Mapping
 from septran.target import Target
 
-GRID_DIMS = 3  # blockIdx.x, y, z
 
 
 def _suggest(word, choices) -> str:
@@ -53,7 +52,7 @@ def _entry(graph: TaskGraph, mapping: Mapping) -> InstanceMapping:
 
 
 def _grid(graph: TaskGraph, mapping: Mapping, target: Target, inst: InstanceMapping) -> None:
-    """The entrypoint launches the grid: one parallel_range of at most three dimensions, one launch of an inner task."""
+    """The entrypoint launches the grid: one parallel_range (of any rank: grid_fold.py), one launch of an inner task."""
     task = graph.tasks[inst.task_name.value]
     proc = target.procs[inst.proc.value]
     if not proc.grid:
@@ -72,8 +71,6 @@ def _grid(graph: TaskGraph, mapping: Mapping, target: Target, inst: InstanceMapp
     loop = body[0]
     if len(loop.body) != 1 or not isinstance(loop.body[0], Launch):
         raise LoweringError("a grid loop must contain exactly one task.launch (one program per grid point)", loop.loc)
-    if len(loop.vars) > GRID_DIMS:
-        raise LoweringError(f"a grid has at most {GRID_DIMS} dimensions, this one has {len(loop.vars)}", loop.loc)
     launch = loop.body[0]
     if graph.tasks[launch.callee].leaf:
         raise LoweringError(

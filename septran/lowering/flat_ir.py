@@ -96,6 +96,9 @@ class FlatProgram:
     threads: Optional[int]
     program: Invoke  # one program of the grid: the entry's launch, inlined
     why: Why
+    # grid indices that stand for several dimensions of the parallel_range: (index, each dimension's index
+    # as an expression of it, outermost first); see grid_fold.py
+    folded: tuple[tuple[Sym, tuple[Expr, ...]], ...] = ()
 
 
 def format_flat(p: FlatProgram) -> str:

@@ -16,6 +16,7 @@ from septran.expr import BinOp, Const, Dim, Expr, GlobalExtent, GlobalStart, Sym
 from septran.frontend.ir import FULL, Arg, Launch, Loop, Param, PrimCall, ScalarParam, TaskDef, Temp, root_param, walk
 from septran.lowering import flat_ir as fl
 from septran.lowering import windows
+from septran.lowering import grid_fold
 from septran.lowering.constants import Constants, Context, Names
 from septran.lowering.tile_ir import TensorParam, Why
 
@@ -57,10 +58,9 @@ class _Flattener:
         loop = entry_task.body[0]
         launch = loop.body[0]
         extents = [self._subst(e, entry_task, views, {}, loop.loc) for e in loop.extents]
-        # The last (fastest-varying) dimension becomes blockIdx.x, as hand-written TileLang does.
-        grid_syms = {v: self.names.new(GRID_NAMES[len(loop.vars) - 1 - k]) for k, v in enumerate(loop.vars)}
-        grid = tuple((grid_syms[v], e) for v, e in reversed(list(zip(loop.vars, extents))))
-        loops = {v: Var(s) for v, s in grid_syms.items()}
+        # The last (fastest-varying) dimension becomes blockIdx.x, as hand-written TileLang does; beyond three,
+        # the outer dimensions share blockIdx.z (grid_fold.py).
+        grid, loops, folded = grid_fold.fold(list(loop.vars), extents, lambda k: self.names.new(GRID_NAMES[k]))
         callee = ctx.instance(inst.calls[launch.callee].value)
         callee_task = ctx.graph.tasks[launch.callee]
         indices: list[fl.IndexUse] = []
@@ -76,7 +76,7 @@ class _Flattener:
         why = Why(f"grid of {entry_task.name}'s parallel_range, one program per tile; {callee.name} is each program",
                   mapping=inst.key_loc("proc"), logic=loop.loc)
         name = entry_task.name.removesuffix("_logic") or entry_task.name
-        flat = fl.FlatProgram(name, tuple(tensors), grid, tuple(indices), threads, program, why)
+        flat = fl.FlatProgram(name, tuple(tensors), grid, tuple(indices), threads, program, why, folded)
         return flat, frozenset(self.names.used)
 
     # expressions -------------------------------------------------------------
@@ -178,12 +178,8 @@ class _Flattener:
         return out
 
     def _loop(self, loop: Loop, inst, task, views, scalars, loops, top: bool) -> fl.Loop:
-        if loop.parallel:
-            raise LoweringError(
-                f"task.parallel_range inside {task.name} ({inst.proc.value}) is not supported yet; "
-                "only the grid's parallel range is",
-                loop.loc,
-            )
+        if loop.parallel:  # inside a program: its iterations, in any order, are one order of them
+            return self._parallel_in_program(loop, inst, task, views, scalars, loops)
         extent = self._subst(loop.extents[0], task, views, loops, loop.loc)
         var = self.names.new(loop.vars[0].name)
         stages = inst.pipeline.value if top and inst.pipeline is not None else None
@@ -205,6 +201,19 @@ class _Flattener:
         else:
             why = Why(f"sequential range of {task.name}", logic=loop.loc)
         return fl.Loop(var, extent, stages, tuple(body), why)
+
+    def _parallel_in_program(self, loop: Loop, inst, task, views, scalars, loops) -> fl.Loop:
+        """A parallel_range inside a program: one loop per dimension, outermost first. Iterations that need no
+        order run in one (TileLang's T.Parallel takes element statements, not the copies and calls of a launch)."""
+        inner, made = dict(loops), []
+        for v, e in zip(loop.vars, loop.extents):
+            made.append((self.names.new(v.name), self._subst(e, task, views, inner, loop.loc)))
+            inner[v] = Var(made[-1][0])
+        body = tuple(self._stmts(loop.body, inst, task, views, scalars, inner, top=False))
+        why = Why(f"parallel range of {task.name} inside a program, in order", logic=loop.loc)
+        for var, extent in reversed(made):
+            body = (fl.Loop(var, extent, None, body, why),)
+        return body[0]
 
     def _launch(self, launch: Launch, inst, task, views, scalars, loops) -> fl.Invoke:
         callee_task = self.ctx.graph.tasks[launch.callee]

@@ -45,6 +45,10 @@ def bounds(e: Expr, env: Mapping[Sym, Interval]) -> Interval:
         div = (lambda x, y: x // y) if e.op == "//" else (lambda x, y: -(-x // y))
         xs = (div(a, c), div(a, d), div(b, c), div(b, d))
         return min(xs), max(xs)
+    if e.op == "%":  # floor modulo by a positive divisor: 0 .. divisor - 1, or the dividend where it is smaller
+        if c <= 0:
+            raise Unbounded(f"{e.rhs} may be 0 or negative in {e}")
+        return (a, b) if 0 <= a and b < c else (0, d - 1)
     if e.op == "min":
         return min(a, c), min(b, d)
     if e.op == "max":

@@ -20,6 +20,7 @@ from septran.frontend.ir import Param, PrimCall, Privilege, walk
 from septran.lowering import elem_types
 from septran.lowering import flat_ir as fl
 from septran.lowering import index_reads
+from septran.lowering import reduce_loop
 from septran.lowering import tile_ir as ir
 from septran.lowering.tile_ir import Why
 from septran.mapping.schema import InstanceMapping
@@ -85,6 +86,8 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
                             + ", ".join(f"{p} is {d}" for d, p in read.items()), prim.loc,
                             hint="call the kernel on tensors of one dtype, or convert one in a task.compute into a temp "
                                  "(task.temp(..., dtype=X))")
+    if sig.kind == "reduce_axis" and "{body}" in impl.template(sig):
+        return reduce_loop.lower(st, prim, args, by_param, impl, why, _safe_index_names)
     flags = tuple((f, bool(on)) for f, on in sig.flags.items())
     return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, attrs=tuple(sig.attrs.items()))
 

@@ -77,12 +77,16 @@ def _rewrite(stmts: list, bufs, target, pending: set) -> tuple[list, set]:
         mem_of = lambda r: target.memories[bufs[r.of].space] if r.of in bufs else None  # noqa: E731
         if isinstance(s, ir.Fill) and s.dst in bufs:
             mem = target.memories[bufs[s.dst].space]
-            if mem.placed or (s.value == 0 and "fill_zero" in mem.ops):  # other values: TileLang's T.fill
+            # other values, and buffers beyond rows x columns (the vendor's ops are 2-D): TileLang's T.fill
+            if mem.placed or (s.value == 0 and "fill_zero" in mem.ops and _plane(bufs[s.dst].shape)):
                 out.append(ir.VendorOp("fill_zero", mem.ops["fill_zero"], (("dst", _whole(bufs[s.dst], target)),), s.why))
                 continue
         if isinstance(s, ir.Copy):
             src, dst = mem_of(s.src), mem_of(s.dst)
             load, store = dst is not None and "load" in dst.ops, src is not None and "store" in src.ops
+            if (load or store) and not any(mem.placed for mem in (src, dst) if mem is not None) and not (
+                    _plane(s.src.extents) and _plane(s.dst.extents)):
+                load = store = False  # rows x columns only: a copy of more dimensions stays TileLang's T.copy
             if load or store:
                 if s.options:
                     raise LoweringError(f"copy options {dict(s.options)} are TileLang's; {(dst if load else src).name} "
@@ -100,6 +104,11 @@ def _rewrite(stmts: list, bufs, target, pending: set) -> tuple[list, set]:
         if "sync" in mem.ops:
             out.append(ir.VendorOp("sync", mem.ops["sync"], (), Why(f"wait for the transfers out of {name}")))
     return out, pending
+
+
+def _plane(extents) -> bool:
+    """Rows x columns: every dimension before the last two has one element (the vendor's copies are 2-D)."""
+    return all(e == Const(1) for e in tuple(extents)[:-2])
 
 
 def _whole(buf: ir.Buffer, target) -> ir.Region:

@@ -78,7 +78,8 @@ class _Stager:
         self._close(root)
         order = list(self.target.memories)
         buffers = sorted(self.buffers, key=lambda b: order.index(b.space))
-        kernel = ir.KernelLaunch(self.flat.grid, self.flat.threads, tuple(buffers), tuple(root.stmts), self.flat.why)
+        kernel = ir.KernelLaunch(self.flat.grid, self.flat.threads, tuple(buffers), tuple(root.stmts), self.flat.why,
+                                 self.flat.folded)
         params = self.flat.tensors
         ordered = tuple(t for t in params if t.role != "output") + tuple(t for t in params if t.role == "output")
         return ir.TileProgram(self.flat.name, self.target.name, self.target.language, self.consts.consts, ordered, kernel,

@@ -148,6 +148,7 @@ class KernelLaunch:
     buffers: tuple[Buffer, ...]
     body: tuple[Stmt, ...]
     why: Why
+    folded: tuple[tuple[Sym, tuple[Expr, ...]], ...] = ()  # FlatProgram.folded
 
 
 @dataclass(frozen=True)

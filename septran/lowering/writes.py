@@ -38,9 +38,12 @@ def writes(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
                 if role != "written":
                     read.add(region.of)
     values = {c.sym: c.value for c in program.consts if c.value is not None}
+    spans = _spans(program.kernel.body, value)
     parallel = 0
+    folded = dict(program.kernel.folded)
     for g in grid:  # the longest run of grid indices, outermost first, that no two programs share
-        if not all(_separates(r, g, values, value) for r in touched):
+        # A grid index that stands for several dimensions (grid_fold.py) is shared by none when each of them is not.
+        if not all(_separates(r, part, values, value, spans) for r in touched for part in folded.get(g, (g,))):
             log.debug("%s: grid index %s is not parallel: two of its programs may touch one output element", program.name, g.name)
             break
         parallel += 1
@@ -68,16 +71,33 @@ def _schedule(ctx: Context):
     return inst.schedule.value if inst.schedule is not None else proc.schedules[0]
 
 
-def _separates(r: ir.Region, g, values, value) -> bool:
-    """Whether programs that differ in grid index ``g`` touch disjoint boxes of ``r``'s tensor."""
+def _separates(r: ir.Region, g, values, value, spans) -> bool:
+    """Whether programs that differ in grid index ``g`` touch disjoint boxes of ``r``'s tensor: along some
+    dimension, a step of g moves the box further than the box and the loops inside the program reach."""
     for off, ext in zip(r.offsets, r.extents):
         terms, _ = linear(off, values)
+        if g not in terms or any(t != g and t not in spans for t in terms):
+            continue
         try:
-            if set(terms) == {g} and abs(terms[g]) >= value(ext):
+            reach = sum(abs(c) * spans[t] for t, c in terms.items() if t != g)  # g: a grid index, or a part of one
+            if abs(terms[g]) >= value(ext) + reach:
                 return True
         except KeyError:  # an extent with no number (a dynamic dimension): not proven apart
             continue
     return False
+
+
+def _spans(stmts, value, out=None) -> dict:
+    """Each loop variable's largest value, where the loop's extent is a number (not one that varies by block)."""
+    out = {} if out is None else out
+    for s in stmts:
+        if isinstance(s, ir.For):
+            try:
+                out[s.var] = value(s.extent) - 1
+            except KeyError:
+                pass
+            _spans(s.body, value, out)
+    return out
 
 
 def _statements(stmts):
