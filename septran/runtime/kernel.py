@@ -20,8 +20,6 @@ from septran.target import Target
 
 log = logging.getLogger(__name__)
 
-_TORCH_DTYPES = ("float16", "bfloat16", "float32", "float64")
-
 
 def _dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
