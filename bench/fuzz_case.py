@@ -77,6 +77,8 @@ def references() -> dict:
         # the attend kernel at pos 0: the new tokens over the caches' first rows (the others finite, unread)
         "gqa_kv_cache": (lambda g: {"Q": rand(g, 1, 4, 5, 16), "Kc": rand(g, 1, 2, 23, 16), "Vc": rand(g, 1, 2, 23, 16)},
                          lambda Q, Kc, Vc: gqa.reference(Q, Kc[:, :, :5], Vc[:, :, :5], 0)),
+        "swiglu_mlp": (lambda g: {"X": rand(g, 19, 37), "Wg": rand(g, 37, 45), "Wu": rand(g, 37, 45)},
+                       lambda X, Wg, Wu: F.silu(X @ Wg) * (X @ Wu)),
         "reduce": (lambda g: {"X": rand(g, 19, 77)}, lambda X: X.sum(dim=0)),  # the logic file's default: column sums
     })
     return _refs

@@ -29,12 +29,19 @@ def _shown(value: int) -> str:
     return str(value) if digits <= 20 else f"{str(value)[:8]}... ({digits} digits)"
 
 
-def check_index_expr(e: Expr, what: str, loc: SourceLoc) -> Expr:
-    """``e`` when each of its constants fits int32."""
+def int32_problem(e: Expr):
+    """What is wrong with ``e`` as an index expression (a constant that does not fit int32), or None."""
     for c in _consts(e):
         if not -INT32_MAX <= c <= INT32_MAX:
-            raise FrontendError(f"{what}: the constant {_shown(c)} does not fit TileLang's int32 index type "
-                                f"(at most {INT32_MAX})", loc)
+            return f"the constant {_shown(c)} does not fit TileLang's int32 index type (at most {INT32_MAX})"
+    return None
+
+
+def check_index_expr(e: Expr, what: str, loc: SourceLoc) -> Expr:
+    """``e`` when each of its constants fits int32."""
+    problem = int32_problem(e)
+    if problem:
+        raise FrontendError(f"{what}: {problem}", loc)
     return e
 
 

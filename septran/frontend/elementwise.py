@@ -198,6 +198,11 @@ def as_elem(value) -> Elem:
     if isinstance(value, Elem):
         return value
     if isinstance(value, Expr):
+        from septran.frontend.bounds import int32_problem
+
+        problem = int32_problem(value)
+        if problem:
+            raise TypeError(f"a shape expression in a compute: {problem}")
         return IntExpr(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return Num(value)

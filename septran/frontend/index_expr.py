@@ -19,6 +19,11 @@ class Affine:
     """``scale * name + offset``; ``name`` None: a constant index."""
 
     def __init__(self, name: Optional[str], scale: int, offset: Expr):
+        from septran.frontend.bounds import int32_problem
+
+        problem = int32_problem(offset) or int32_problem(Const(scale))
+        if problem:  # raised inside the compute's lambda: task.compute reports it at the user's line
+            raise TypeError(f"an index expression: {problem}")
         self.name, self.scale, self.offset = name, scale, offset
 
     def _shift(self, other, sign: int) -> "Affine":
