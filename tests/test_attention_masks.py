@@ -19,10 +19,11 @@ LOGIC = load_module(REPO / "examples" / "attention" / "attention.py")
 KERNELS: dict = {}
 
 
-def kernel(causal: bool, gqa: bool, target: str = "cpu"):
-    key = (causal, gqa, target)
+def kernel(causal: bool, gqa: bool, target: str = "cpu", mask: str = "add"):
+    key = (causal, gqa, target, mask)
     if key not in KERNELS:
-        KERNELS[key] = septran.compile(LOGIC.attention(causal, gqa=gqa), mapping_file=mapping_path(target, "attention"))
+        KERNELS[key] = septran.compile(LOGIC.attention(causal, gqa=gqa, mask=mask),
+                                       mapping_file=mapping_path(target, "attention"))
     return KERNELS[key]
 
 
@@ -81,6 +82,33 @@ def test_a_bool_mask_as_its_additive_form():
     ref = reference(q.double(), k.double(), v.double(), m.double(), False)
     assert bool((out[0, :, 5] == 0).all()) and bool((ref[0, :, 5] == 0).all())
     assert_flash_rule(out, ref, reference(q, k, v, m, False), "bool mask")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_bool_mask_itself(causal):
+    """attention(mask="bool"): M is a bool tensor, True = may attend, as torch's bool attn_mask."""
+    q, k, v = _rand(2, 3, 29, 16, seed=13), _rand(2, 3, 61, 16, seed=14), _rand(2, 3, 61, 16, seed=15)
+    keep = _rand(2, 3, 29, 61, seed=16) > 0.0
+    keep[1, 2, 7] = False  # one query sees no key
+    out = kernel(causal, False, mask="bool")(q, k, v, M=keep)
+    additive = torch.zeros(keep.shape, dtype=torch.float64).masked_fill(~keep, float("-inf"))
+    ref = reference(q.double(), k.double(), v.double(), additive, causal)
+    assert bool((out[1, 2, 7] == 0).all())
+    assert_flash_rule(out, ref, reference(q, k, v, additive.float(), causal), "bool mask")
+
+
+@pytest.mark.parametrize("target", ["sm90", "sm80"])
+def test_gpu_programs_take_a_bool_mask(target):
+    shapes = dict(Q=((2, 8, 200, 64), "float16"), K=((2, 8, 300, 64), "float16"), V=((2, 8, 300, 64), "float16"),
+                  M=((2, 8, 200, 300), "bool"))
+    variant = kernel(False, False, target, mask="bool").specialize(**shapes)
+    assert '"bool"' in variant.tilelang_source
+    assert "bool" in variant.device_source
+
+
+def test_a_mask_kind_that_does_not_exist_is_refused():
+    with pytest.raises(ValueError, match="add"):
+        LOGIC.attention(mask="multiply")
 
 
 @pytest.mark.parametrize("causal", [False, True])

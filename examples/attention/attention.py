@@ -11,7 +11,8 @@ queries stops at the last key tile it can see.
 
 An optional additive mask M (float, shape (Bm, Hm, Sq, Sk) with Bm 1 or batch and
 Hm 1 or heads: M[None, None] for one (Sq, Sk) mask) is added to the scores before
-the softmax (-inf hides a key); without it the program is the plain one. With
+the softmax (-inf hides a key); with mask="bool", M is bool and True lets the
+query see the key (torch's bool attn_mask); without M the program is the plain one. With
 gqa=True, K and V may have fewer heads than Q (grouped-query attention): query
 head h reads key/value head h // (Hq // Hkv); Hq must be a multiple of Hkv.
 """
@@ -21,8 +22,13 @@ NEG_INF = float("-inf")
 LOG2E = 1.44269504  # exp(x) = exp2(x * log2(e)): the scale folds it in, as FlashAttention does
 
 
-def attention(causal: bool = False, gqa: bool = False):
-    """The entry task; it takes the optional mask ``M`` and the scalar ``sm_scale`` (0, the default, means 1 / sqrt(D))."""
+def attention(causal: bool = False, gqa: bool = False, mask: str = "add"):
+    """The entry task; it takes the optional mask ``M`` and the scalar ``sm_scale`` (0, the default, means 1 / sqrt(D)).
+
+    ``mask``: what M holds: "add", a float added to the scores; "bool", True where the query may see the key.
+    """
+    if mask not in ("add", "bool"):
+        raise ValueError(f'attention(mask=...) is "add" or "bool", not {mask!r}')
 
     @task.define(leaf=True)
     def attn_start(O, m, l):
@@ -39,7 +45,10 @@ def attention(causal: bool = False, gqa: bool = False):
             scale = task.where(sm_scale > 0.0, sm_scale, 1.0 / task.sqrt(task.maximum(task.global_size(Q, 3), 1.0)))
             past = task.global_size(K, 2) - task.global_size(Q, 2)
             seen = (lambda i, j: q(i) + past >= k(j)) if causal else (lambda i, j: k(j) < task.global_size(K, 2))
-            task.compute(S, lambda i, j: task.where(seen(i, j), M[i, j] / scale, NEG_INF))
+            if mask == "bool":
+                task.compute(S, lambda i, j: task.where(seen(i, j), task.where(M[i, j], 0.0, NEG_INF), NEG_INF))
+            else:
+                task.compute(S, lambda i, j: task.where(seen(i, j), M[i, j] / scale, NEG_INF))
         elif causal:
             past = task.global_size(K, 2) - task.global_size(Q, 2)
             task.compute(S, lambda i, j: task.where(q(i) + past >= k(j), 0.0, NEG_INF))
