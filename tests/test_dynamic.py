@@ -91,3 +91,19 @@ def test_gpu_program_with_dynamic_dimension_builds(target, arch):
     assert 'T.dynamic("Q_dim2", "int32")' in v.tilelang_source
     usage = nvcc_resource_usage(v.device_source, arch)
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
+
+
+def test_softmax_rows_dynamic_with_an_overhanging_block(monkeypatch):
+    """Rows as a dynamic dimension, blocks of 4 rows: the last block overhangs at most sizes; one build."""
+    from conftest import REPO, load_module
+
+    softmax = load_module(REPO / "examples" / "softmax" / "softmax.py")
+    text = mapping_path("cpu", "softmax").read_text().replace("entrypoint: softmax_host",
+                                                              "entrypoint: softmax_host\ndynamic: {X: [0]}")
+    text = text.replace("BM: !tune [1, 2, 4, 8, 16, 32]", "BM: 4")
+    kernel = septran.compile(softmax.softmax(), mapping=text, target="cpu")
+    builds = _count_builds(monkeypatch)
+    for rows in (1, 3, 4, 5, 37):
+        x = torch.randn(rows, 300, generator=torch.Generator().manual_seed(rows))
+        assert (kernel(x) - torch.softmax(x.double(), -1)).abs().max().item() < 1e-6
+    assert len(kernel._variants) == 1 and len(builds) == 1

@@ -102,6 +102,13 @@ class Constants:
                          "that no tile or buffer extent depends on it") from None
             raise
 
+    def known(self, e: Expr):
+        """``e``'s number, or None where it depends on a block index or a dynamic size."""
+        try:
+            return self.value(e)
+        except KeyError:  # DynamicValue is one too
+            return None
+
     def range(self, e: Expr) -> tuple[int, int]:
         """The smallest and largest value of ``e`` over every size of the dynamic dimensions."""
         return bounds(e, {**{s: (v, v) for s, v in self.values.items()}, **self.dynamic})

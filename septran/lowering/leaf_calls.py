@@ -174,10 +174,7 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why):
             else:
                 raise LoweringError(f"{leaf} cannot be used inside task.compute", prim.loc)
         out = substitute(e, env)
-        try:
-            return el.Size(out, st.consts.value(out))
-        except KeyError:
-            return el.Size(out, None)  # depends on where the program is (a block index)
+        return el.Size(out, st.consts.known(out))  # None: depends on a block index or a dynamic size
 
     def resolve(e: el.Elem) -> el.Elem:
         """Positions, sizes and scalars become what this program knows of them."""
@@ -217,12 +214,12 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why):
             got, gathered = index_reads.element(by_param[e.arg.name], e.idx, integer, st.dtypes)
             dtype = st.dtypes[got.of]
             zero = el.Num(0) if dtype in elem_types.INTS else el.Num(0, "bool") if dtype == "bool" else el.Num(0.0)
-            value = index_reads.guarded(got, gathered, st.consts.value, zero)
+            value = index_reads.guarded(got, gathered, st.consts.known, zero)
             # Past the tensor's end an in-place tile reads 0, as a staged copy of it holds (the copy pads with
             # zeros): the same program whichever memory the mapping chooses, and no read out of bounds.
             shape = st.shapes[got.of]
             for d in (d for d in overhangs(e.arg.name) if isinstance(got.index[d], Expr)):  # gathers: guarded
-                inside = el.Bin("<", el.Size(got.index[d], None), el.Size(shape[d], st.consts.value(shape[d])))
+                inside = el.Bin("<", el.Size(got.index[d], None), el.Size(shape[d], st.consts.known(shape[d])))
                 value = el.Call("where", (inside, value, zero))
             return value
         return e

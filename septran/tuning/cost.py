@@ -319,6 +319,9 @@ class _Walker:
 
 def program_value(program: ir.TileProgram) -> Callable[[Expr], int]:
     """``value`` for ``estimate`` from the program's own constants (what ``Constants.value`` gives the lowering)."""
+    dynamic = [c.sym.name for c in program.consts if c.value is None]
+    if dynamic:  # a size bound at each call: the roofline has no number for it (the search measures instead)
+        raise CostModelError(f"the cost model has no size for the dynamic dimension {', '.join(dynamic)}")
     env = {Var(c.sym): c.value for c in program.consts}
     return lambda e: evaluate(e, env)
 
