@@ -98,7 +98,7 @@ def _check_instance(graph: TaskGraph, mapping: Mapping, target: Target, inst: In
             f"target {target.name} has no processor {inst.proc.value!r}", inst.proc.loc, hint=_suggest(inst.proc.value, target.procs)
         )
     launched = {s.callee: s for s, _ in walk(task.body) if isinstance(s, Launch)}
-    for rule in (_mems, _temps_placed, _copy, _threads, _schedule, _pipeline, _calls, _leaf_bindings, _accum_dtype, _launches_mapped):
+    for rule in (_mems, _temps_placed, _copy, _halo, _threads, _schedule, _pipeline, _calls, _leaf_bindings, _accum_dtype, _launches_mapped):
         rule(graph, target, inst, task, proc, launched)
     for callee_task in launched:
         if not graph.tasks[callee_task].leaf:
@@ -151,6 +151,16 @@ def _copy(graph, target, inst, task, proc, launched) -> None:
                     hint="name an on-chip memory TileLang allocates: "
                          + ", ".join(m for m in proc.memories if not target.memories[m].is_global and not target.memories[m].placed),
                 )
+
+
+def _halo(graph, target, inst, task, proc, launched) -> None:
+    for param, halo in inst.halo.items():
+        if param not in _params(task) + list(task.absent):
+            raise MappingError(f"{inst.name}.halo names {param!r}, which is not a parameter of {task.name}",
+                               halo.loc, hint=_suggest(param, _params(task)))
+        if not any(graph.tasks[c].leaf for c in launched):
+            raise MappingError(f"{inst.name}.halo: {task.name} launches no leaf, and a halo widens what a leaf reads",
+                               halo.loc, hint="put `halo` on the instance whose task launches the leaf (next to its mems)")
 
 
 def _threads(graph, target, inst, task, proc, launched) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from septran.errors import LoweringError
-from septran.expr import Dim, Expr, GlobalExtent, GlobalStart, Var, leaves, substitute
+from septran.expr import Const, Dim, Expr, GlobalExtent, GlobalStart, Var, leaves, substitute
 from septran.frontend import elementwise as el
 from septran.frontend.ir import Param, PrimCall, Privilege, walk
 from septran.lowering import elem_types
@@ -73,7 +73,8 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
         args.append((pname, st.region(view)))
     why = Why(f"{s.callee.name} -> {impl.name}: {sig.meaning}", mapping=s.binding.loc, logic=prim.loc)
     if prim.expr is not None or sig.element is not None:
-        return _elementwise(st, prim, args, by_param, scalars, impl, why)
+        halos = {p.name: s.caller.halo[o.param] for p, o in zip(s.callee.params, s.operands) if o.param in s.caller.halo}
+        return _elementwise(st, prim, args, by_param, scalars, impl, why, halos)
     for (pname, region), arg in zip(args, prim.args):  # matrix units and reductions: floating point only
         if st.dtypes[region.of] in elem_types.INTS + ("bool",):
             raise LoweringError(f"{prim.name} takes floating-point tiles, but {pname} ({arg.name}) is "
@@ -145,7 +146,7 @@ def _safe_index_names(st, names) -> dict[str, str]:
     return out
 
 
-def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why):
+def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why, halos=None):
     """A fill, a copy, or the target's loop over the output storing the resolved expression."""
     sig = prim.signature
     regions = {prim.args[k].name: r for k, (_, r) in enumerate(args)}  # by the leaf's parameter names
@@ -218,9 +219,16 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why):
             # Past the tensor's end an in-place tile reads 0, as a staged copy of it holds (the copy pads with
             # zeros): the same program whichever memory the mapping chooses, and no read out of bounds.
             shape = st.shapes[got.of]
-            for d in (d for d in overhangs(e.arg.name) if isinstance(got.index[d], Expr)):  # gathers: guarded
+            halo = (halos or {}).get(e.arg.name) if st.target.memories[by_param[e.arg.name].space].is_global else None
+            ends = set(overhangs(e.arg.name)) | {d for d, (b, a) in enumerate(halo.pairs) if a} if halo else set()
+            for d in sorted(set(overhangs(e.arg.name)) | ends):
+                if not isinstance(got.index[d], Expr):
+                    continue  # gathers: guarded
                 inside = el.Bin("<", el.Size(got.index[d], None), el.Size(shape[d], st.consts.known(shape[d])))
                 value = el.Call("where", (inside, value, zero))
+            for d in (d for d, (b, a) in enumerate(halo.pairs) if b) if halo else ():
+                # a halo read in place reaches before the tensor's start: 0 there, as a staged halo holds
+                value = el.Call("where", (el.Bin(">=", el.Size(got.index[d], None), el.Size(Const(0), 0)), value, zero))
             return value
         return e
 

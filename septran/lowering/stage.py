@@ -21,6 +21,7 @@ from septran.errors import LoweringError
 from septran.expr import BinOp, Const, Expr, Var, leaves, simplify
 from septran.frontend.ir import Launch, PrimCall, Privilege, TaskDef, root_param, walk
 from septran.lowering import flat_ir as fl
+from septran.lowering import halo_stage
 from septran.lowering import leaf_calls
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Constants, Context, Names
@@ -131,6 +132,11 @@ class _Stager:
         current = self._holder(view, scopes, None)
         if op.want is None or op.privilege is Privilege.NONE:
             return self._within(view, current)
+        halo = s.caller.halo.get(op.param) if s.binding is not None else None
+        if halo is not None and halo.any and not self.target.memories[op.want.value].is_global:
+            if current is not None:
+                halo_stage.refuse_held(op, s, halo)
+            return halo_stage.stage_halo(self, op, s, scopes, halo, _Resident)
         if op.want.value == (current.space if current is not None else view.space):
             return self._use(current, view, op, s) if current is not None else view
         inside = self._holder(view, scopes, op.want.value)

@@ -12,16 +12,17 @@ the lowering guards it (``index_reads``). A tile a memory spreads over threads
 (``own_index_only`` in target.yaml: TileLang's fragments) is read only at the
 compute's own indices.
 
-What would go further (not done): halos, i.e. a tile staged with ``r`` more
-elements on each side than the partition cuts, so that a stencil across tile
-boundaries reads its neighbours' elements; the mapping would ask for them and
-the staging would copy the larger box (clamped at the tensor's edges).
+A halo (the mapping's ``halo: {X: [0, 1]}`` on the instance that launches the
+leaf) widens the range a read may take: ``-before .. extent - 1 + after``
+along each dimension. The staging copies the widened box (0 past the
+tensor's ends); a tile read in place in global memory is read in the tensor,
+guarded against its ends (``leaf_calls``).
 """
 from __future__ import annotations
 
 import math
 
-from septran.errors import LoweringError
+from septran.errors import LoweringError, MappingError
 from septran.expr import BinOp, Const, Dim, GlobalExtent, GlobalStart, substitute
 from septran.frontend import elementwise as el
 from septran.frontend.index_expr import Affine, Gather, describe
@@ -59,6 +60,7 @@ def _stmt(ctx, consts, b, env) -> None:
 def _leaf(ctx, consts, s: fl.Invoke, env) -> None:
     leaf = s.callee
     views = {p.sym: (p, s.operands[k]) for k, p in enumerate(leaf.params)}
+    halos = _halos(s)
     for prim in (p for p, _ in walk(leaf.body) if isinstance(p, PrimCall) and p.expr is not None):
         names = prim.signature.dims[0]
         out_extents = views[prim.args[0].sym][1].view.extents
@@ -69,12 +71,13 @@ def _leaf(ctx, consts, s: fl.Invoke, env) -> None:
             ranges[n] = (0, consts.value(e) - 1)
         if any(hi < lo for lo, hi in ranges.values()):
             continue  # an empty loop reads nothing
-        _Reads(ctx, consts, env, views, prim).walk(prim.expr, ranges)
+        _Reads(ctx, consts, env, views, prim, halos).walk(prim.expr, ranges)
 
 
 class _Reads:
-    def __init__(self, ctx, consts, env, views, prim):
+    def __init__(self, ctx, consts, env, views, prim, halos):
         self.ctx, self.consts, self.env, self.views, self.prim = ctx, consts, env, views, prim
+        self.halos = halos
 
     def program_expr(self, e):
         """A shape expression of the logic in the program's terms (tile extents, tile starts)."""
@@ -153,8 +156,10 @@ class _Reads:
                 f"the elements it holds (logic {prim.loc})",
                 op.want.loc if op.want is not None else prim.loc,
                 hint=f"hold {op.param} in a memory every thread reads (mems: {{{op.param}: SHARED}}, or GLOBAL)")
+        halo = self.halos.get(op.param)
         for axis, entry in enumerate(load.idx):
             ext = self.consts.value(extents[pad + axis])
+            before, after = halo.pairs[pad + axis] if halo is not None else (0, 0)
             if isinstance(entry, Gather):
                 self.whole(load, param, op, pad + axis, ext)
                 continue
@@ -168,14 +173,18 @@ class _Reads:
                     rlo, rhi = ranges[entry.name]
                     ends = (entry.scale * rlo, entry.scale * rhi)
                     lo, hi = min(ends) + olo, max(ends) + ohi
-            if lo < 0 or hi > ext - 1:
+            if lo < -before or hi > ext - 1 + after:
                 name = entry if isinstance(entry, str) else entry.name
                 runs = f" ({name} runs over {ranges[name][0]}..{ranges[name][1]})" if name else ""
+                held = (f"{ext} element{'s' if ext != 1 else ''} there (0..{ext - 1})" if not (before or after) else
+                        f"{ext} elements there and a halo of {before} before and {after} after "
+                        f"({-before}..{ext - 1 + after})")
                 raise LoweringError(
                     f"{_shown(load)} reads {param.name} at {lo}..{hi} along dimension {pad + axis}{runs}, but the tile of "
-                    f"{op.param} holds {ext} element{'s' if ext != 1 else ''} there (0..{ext - 1})", prim.loc,
+                    f"{op.param} holds {held}", prim.loc,
                     hint="make the tile cover every element the compute reads (the whole dimension: None in the "
-                         "partition, or a larger tile in the mapping), keep the offset inside the tile, or guard the "
+                         "partition, or a larger tile in the mapping), stage a halo around it (the mapping's "
+                         f"`halo: {{{op.param}: [...]}}` next to mems), keep the offset inside the tile, or guard the "
                          "read with task.where(task.global_index(X, axis, j) < ..., ...)")
 
     def whole(self, load, param, op, axis: int, ext: int) -> None:
@@ -190,6 +199,24 @@ class _Reads:
                 self.prim.loc,
                 hint="make the tile cover the whole dimension (None in the partition that cuts it); an index "
                      "outside the dimension reads 0")
+
+
+def _halos(s: fl.Invoke) -> dict:
+    """The calling instance's halos, checked against the leaf's operands: their ranks, and read only."""
+    halos = dict(s.caller.halo)
+    for op in s.operands:
+        halo = halos.get(op.param)
+        if halo is None:
+            continue
+        if len(halo.pairs) != len(op.view.extents):
+            raise MappingError(f"{s.caller.name}.halo.{op.param} has {len(halo.pairs)} entries, but the tile of "
+                               f"{op.param} has {len(op.view.extents)} dimensions", halo.loc,
+                               hint="give one entry per dimension (0 where the tile needs no halo)")
+        if op.privilege.writes:
+            raise MappingError(f"{s.caller.name}.halo.{op.param}: {s.callee.name} writes {op.param} "
+                               f"({op.privilege.value}), and a halo is only read", halo.loc,
+                               hint=f"delete the halo of {op.param}, or read a copy of it")
+    return halos
 
 
 def _cut(ranges, name, lo, hi):

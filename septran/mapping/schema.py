@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Mapping as TMapping, Optional, Union
 
 from septran.errors import MappingError, SourceLoc
+from septran.mapping.halo import Halo, parse_halo
 from septran.mapping.space import SearchSpace, collect
 from septran.mapping.yaml_source import Located, LocatedDict, load_located, read_mapping_text
 from septran.names import check_name
@@ -23,7 +24,7 @@ TOP_KEYS = ("target", "entrypoint", "task_mappings")
 OPTIONAL_TOP_KEYS = ("dynamic",)  # entry parameter -> axes that stay symbolic
 INSTANCE_KEYS = (
     "task_name", "proc", "mems", "tunables", "calls", "pipeline",
-    "leaf_task_bindings", "threads", "copy", "accum_dtype", "schedule",
+    "leaf_task_bindings", "threads", "copy", "accum_dtype", "schedule", "halo",
 )
 COPY_OPTIONS = {
     "disable_tma": (bool,),
@@ -57,6 +58,7 @@ class InstanceMapping:
     accum_dtype: Optional[Located]
     key_locs: TMapping[str, SourceLoc]
     schedule: Optional[Located] = None  # how the grid's programs are spread over threads (the target's schedules)
+    halo: TMapping[str, Halo] = dataclasses.field(default_factory=dict)  # operand -> extra elements staged around its tile
 
     def mem(self, name: str) -> Optional[Located]:
         """Where parameter or temp ``name`` lives: its own ``mems`` entry, else ``"*"``'s, else None."""
@@ -198,6 +200,7 @@ def _instance(name: str, key_loc: SourceLoc, val: Located) -> InstanceMapping:
         accum_dtype=accum,
         key_locs=MappingProxyType(dict(d.key_locs)),
         schedule=schedule,
+        halo=MappingProxyType(parse_halo(_name_table(d.get("halo"), f"{name}.halo", values_are_names=False), name)),
     )
 
 
