@@ -156,6 +156,8 @@ class Target:
     builder: str = "tilelang"
     copy_options: tuple[str, ...] = ()  # the T.copy keywords a mapping's `copy:` may pass (besides `via`)
     perf: Optional[Perf] = None  # speeds for the cost model (septran.tuning.cost); None: not given
+    # TileLang's T.atomic_add works here: a mapping may ask programs to add into one output (`combine: atomic`).
+    atomic_add: bool = False
 
     @property
     def index_bits(self) -> int:

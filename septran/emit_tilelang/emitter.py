@@ -255,6 +255,8 @@ def _stmt(w: _Writer, s, depth: int, prog: _Program) -> None:
         template = s.template
         if s.expr is not None:
             body = f"{_element(s.store, placed)} = {_element(s.expr, placed)}"
+            if s.atomic:
+                body = f"T.atomic_add({_element(s.store, placed)}, {_element(s.expr, placed)})"
             template = template.replace("{body}", body.replace("{", "{{").replace("}", "}}"))
         text = _template(template, s.args, prog, s.flags, indices=", ".join(s.loop), **dict(s.attrs))
         for line in text.splitlines():

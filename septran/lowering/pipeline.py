@@ -16,6 +16,7 @@ from septran.frontend.shapes import ShapeRelations
 from septran.lowering import tile_ir as ir
 from septran.lowering.bind import check_mapping
 from septran.lowering.capacity import check_capacity
+from septran.lowering.combine import combine
 from septran.lowering.constants import Context, Specialization, resolve_constants
 from septran.lowering.explain import explain
 from septran.lowering.flat_ir import format_flat
@@ -64,6 +65,9 @@ def lower(graph, mapping: Mapping, target: Target, spec: Specialization, shapes:
     # On the final statements: which grid indices may run at once, which outputs must start from zeros.
     with internal_errors("writes", inputs):
         program = writes(ctx, program, consts.value)
+    # Outputs that several programs add into: one at a time, atomic adds (the mapping's combine), or refused.
+    with internal_errors("combine", inputs):
+        program = combine(ctx, program, consts.value)
     # Last, on what will be emitted: each memory holds what one program allocates.
     with internal_errors("capacity", inputs):
         return check_capacity(ctx, program, consts.value)

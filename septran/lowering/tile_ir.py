@@ -115,6 +115,7 @@ class LeafCall:
     store: Optional[object] = None
     expr: Optional[object] = None
     loop: tuple[str, ...] = ()
+    atomic: bool = False  # the store adds expr into its element atomically (lowering/combine.py)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,9 @@ OPTIONAL_TOP_KEYS = ("dynamic",)  # entry parameter -> axes that stay symbolic
 INSTANCE_KEYS = (
     "task_name", "proc", "mems", "tunables", "calls", "pipeline",
     "leaf_task_bindings", "threads", "copy", "accum_dtype", "schedule", "halo",
+    "combine",
 )
+COMBINES = ("atomic",)  # how programs that share an accumulator add into it (lowering/combine.py)
 COPY_OPTIONS = {
     "disable_tma": (bool,),
     "eviction_policy": ("evict_normal", "evict_first", "evict_last"),
@@ -59,6 +61,7 @@ class InstanceMapping:
     key_locs: TMapping[str, SourceLoc]
     schedule: Optional[Located] = None  # how the grid's programs are spread over threads (the target's schedules)
     halo: TMapping[str, Halo] = dataclasses.field(default_factory=dict)  # operand -> extra elements staged around its tile
+    combine: Optional[Located] = None  # how programs that add into one output element do it (COMBINES)
 
     def mem(self, name: str) -> Optional[Located]:
         """Where parameter or temp ``name`` lives: its own ``mems`` entry, else ``"*"``'s, else None."""
@@ -185,6 +188,11 @@ def _instance(name: str, key_loc: SourceLoc, val: Located) -> InstanceMapping:
     schedule = d.get("schedule")
     if schedule is not None and not isinstance(schedule.value, str):
         raise MappingError(f"{name}.schedule must be a name (static, dynamic, ...), got {schedule.value!r}", schedule.loc)
+    combine = d.get("combine")
+    if combine is not None and combine.value not in COMBINES:
+        raise MappingError(f"{name}.combine must be one of {', '.join(COMBINES)}, got {combine.value!r}", combine.loc,
+                           hint="or leave it out: then programs that add into one output element run one at a time "
+                                "where the target can, and are refused where it cannot")
     return InstanceMapping(
         name=name,
         loc=key_loc,
@@ -201,6 +209,7 @@ def _instance(name: str, key_loc: SourceLoc, val: Located) -> InstanceMapping:
         key_locs=MappingProxyType(dict(d.key_locs)),
         schedule=schedule,
         halo=MappingProxyType(parse_halo(_name_table(d.get("halo"), f"{name}.halo", values_are_names=False), name)),
+        combine=combine,
     )
 
 

@@ -1,0 +1,107 @@
+"""Pass: combine. Programs of the grid that add into the same output element (a split reduction: each
+program sums its slice of the reduced axis into one tile of Y, ``Y[j] = Y[j] + acc[j]``).
+
+``writes`` finds which grid indices separate the programs' output boxes; an output the program reads before
+it writes (an accumulator, zero-filled by the runtime) and that some grid index does not separate is shared.
+What happens to it is the mapping's choice, on the entry instance:
+
+- nothing said: the programs add one after another where the target runs the grid itself (``writes`` kept
+  that index sequential); where the target runs every program at once (a GPU's blocks) that is a race, refused.
+- ``combine: atomic``: every store into the shared output must be ``Y[..] = Y[..] + e`` with Y addressed in
+  GLOBAL memory; it becomes ``T.atomic_add(Y[..], e)``, on targets that have it (``atomic_add: true``).
+
+Two kernels (partial sums, then their sum) need no pass: two calls of the same logic (examples/reduce).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from septran.errors import LoweringError, MappingError
+from septran.frontend import elementwise as el
+from septran.lowering import tile_ir as ir
+from septran.lowering.constants import Context
+from septran.lowering.writes import _count, _regions, _separates, _spans, _statements
+
+
+def combine(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
+    entry = ctx.mapping.instance(ctx.mapping.entrypoint.value)
+    for inst in ctx.mapping.instances.values():
+        if inst.combine is not None and inst is not entry:
+            raise MappingError(f"{inst.name}.combine: combine belongs on the entry instance "
+                               f"{entry.name}, whose parallel_range makes the grid", inst.combine.loc)
+    shared = _shared_accumulators(program, value)
+    if entry.combine is None:
+        if shared and not ctx.target.procs[entry.proc.value].schedules:
+            out, g = next(iter(shared.items()))
+            raise LoweringError(
+                f"the programs of grid index {g} all add into output {out}: on {ctx.target.name} they run at once, "
+                "and their additions would race", entry.loc,
+                hint=f"say how they combine on {entry.name}: `combine: atomic` (atomic adds into {out}), or split "
+                     "the reduction into two calls (partial sums, then their sum)")
+        return program
+    if not ctx.target.atomic_add:
+        raise MappingError(f"{entry.name}.combine: atomic: target {ctx.target.name} has no atomic add", entry.combine.loc,
+                           hint="leave combine out: there the programs that share an output add one after another")
+    return dataclasses.replace(program, kernel=dataclasses.replace(
+        program.kernel, body=_atomic(program.kernel.body, set(shared), entry)))
+
+
+def _shared_accumulators(program: ir.TileProgram, value) -> dict:
+    """Output name -> a grid index (extent > 1) whose programs may touch one of its elements, for outputs read."""
+    params = {t.sym: t for t in program.params if t.role != "input"}
+    regions = {}
+    for stmt in _statements(program.kernel.body):
+        for _, r in _regions(stmt):
+            if r.of in params and r.of.name in program.read_outputs:
+                regions.setdefault(r.of, []).append(r)
+    values = {c.sym: c.value for c in program.consts if c.value is not None}
+    spans = _spans(program.kernel.body, value)
+    folded = dict(program.kernel.folded)
+    out = {}
+    for sym, extent in program.kernel.grid:
+        if _count(extent, value) <= 1:
+            continue
+        for of, rs in regions.items():
+            if of.name not in out and not all(_separates(r, part, values, value, spans)
+                                               for r in rs for part in folded.get(sym, (sym,))):
+                out[of.name] = sym.name
+    return out
+
+
+def _atomic(stmts, shared: set, entry):
+    body = []
+    for s in stmts:
+        if isinstance(s, ir.For):
+            body.append(dataclasses.replace(s, body=tuple(_atomic(s.body, shared, entry))))
+            continue
+        names = {r.of.name for _, r in _regions(s)} & shared
+        if names:
+            s = _atomic_leaf(s, names, entry)
+        body.append(s)
+    return tuple(body)
+
+
+def _atomic_leaf(s, names, entry):
+    """``Y[ix] = Y[ix] + e`` (or ``e + Y[ix]``) into Y in GLOBAL memory -> the same leaf, adding e atomically."""
+    out = sorted(names)[0]
+    refuse = MappingError(
+        f"{entry.name}.combine: atomic: output {out} must be added to by one compute, {out}[...] = {out}[...] + e, "
+        f"that addresses {out} in GLOBAL memory; not so in {s.why}",
+        entry.combine.loc, hint=f"map {out} to GLOBAL in the instance whose leaf adds into it (mems: {{{out}: GLOBAL}})")
+    if not isinstance(s, ir.LeafCall) or s.expr is None or s.store is None or s.store.of.name != out:
+        raise refuse
+    e = s.expr
+    if not (isinstance(e, el.Bin) and e.op == "+"):
+        raise refuse
+    for own, rest in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+        if _same_element(own, s.store) and not any(isinstance(n, el.Elt) and n.of == s.store.of for n in el.nodes(rest)):
+            return dataclasses.replace(s, expr=rest, atomic=True)
+    raise refuse
+
+
+def _same_element(a, store) -> bool:
+    """``a`` reads the stored element (guarded where the tile overhangs its tensor: the guard reads it there)."""
+    if isinstance(a, el.Call) and a.fn == "where" and len(a.args) == 3:
+        a = a.args[1]
+    return isinstance(a, el.Elt) and a.of == store.of and tuple(map(str, a.index)) == tuple(map(str, store.index))
+
