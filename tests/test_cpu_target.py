@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import septran
-from conftest import GEMM_LOGIC, edited_mapping, mapping_path
+from conftest import GEMM_LOGIC, REPO, edited_mapping, load_module, mapping_path
 from septran import task
-from support.rows import rows_mapping
+from support.rows import rows_logic, rows_mapping
 
 ROWS_MAPPING = rows_mapping("double", bm=8)
 
@@ -138,3 +138,31 @@ def test_a_schedule_that_is_no_name_is_shown_as_written_and_at_the_edited_line(t
     with pytest.raises(septran.MappingError) as second:
         septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
     assert "got 3" in str(second.value) and "schedule: 3" in str(second.value)
+
+
+def test_a_repeated_call_tells_scalars_apart_as_the_first_call_would():
+    """The fast path of repeated calls keys a scalar by its type and exact value: Python's True == 1 and
+    -0.0 == 0.0 must not make a refused bool run, or -0.0 run the 0.0 variant."""
+    logic = load_module(REPO / "examples" / "layernorm" / "layernorm.py")
+    kernel = septran.compile(logic.layernorm_logic, mapping_file=mapping_path("cpu", "layernorm"))
+    x, w, b = torch.randn(3, 40), torch.randn(40), torch.randn(40)
+    kernel(x, w, b, 1)
+    with pytest.raises(septran.CallError, match="must be a number"):
+        kernel(x, w, b, True)
+    kernel(x, w, b, 0.0)
+    kernel(x, w, b, -0.0)
+    assert kernel._last.spec.scalars["eps"].hex() == (-0.0).hex()
+
+
+def test_a_kernel_that_only_updates_its_arguments_takes_the_fast_path_again():
+    """Y += X: Y is read and written, so the kernel allocates nothing; its repeated calls still reuse one plan."""
+    @task.define(leaf=True)
+    def add_into(Y, X):
+        task.compute(Y, lambda i, j: Y[i, j] + X[i, j])
+
+    kernel = septran.compile(rows_logic(add_into), mapping=rows_mapping("add_into"), target="cpu")
+    y, x = torch.zeros(5, 7), torch.randn(5, 7)
+    for _ in range(3):
+        kernel(y, x)
+    torch.testing.assert_close(y, 3 * x)
+    assert len(kernel._plans) == 1 and next(iter(kernel._plans.values())).device == x.device

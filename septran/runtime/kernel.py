@@ -128,20 +128,20 @@ class _Arg:
 
 
 def _call_key(args) -> tuple:
-    """What a positional call's plan depends on: each tensor's shape and dtype, each scalar's value."""
-    return tuple([(a.shape, a.dtype) if hasattr(a, "data_ptr") else a for a in args])
+    """A positional call's plan: tensors' shapes and dtypes, scalars' types and exact values (True == 1, -0.0 == 0.0)."""
+    return tuple([(a.shape, a.dtype) if hasattr(a, "data_ptr") else (type(a), repr(a)) for a in args])
 
 
 class _Plan:
     """A call whose shapes, dtypes and scalars were seen before: only what must be checked again per call
     (the tensors' device and layout), the outputs' allocation and the kernel's call."""
 
-    def __init__(self, kernel: "Kernel", variant: Variant, outputs: dict):
+    def __init__(self, kernel: "Kernel", variant: Variant, outputs: dict, device):
         import torch
 
         self.kernel, self.variant, self.fn = kernel, variant, variant.build()
         self.n_inputs = len(kernel.inputs)
-        self.device = next(iter(outputs.values())).device if outputs else None
+        self.device = device  # the call's (a kernel whose outputs are all read-write allocates none)
         zeros = variant.program.read_outputs
         self.outputs = tuple((torch.zeros if a.name in zeros else torch.empty, tuple(outputs[a.name].shape), outputs[a.name].dtype)
                              for a in kernel.outputs)
@@ -332,7 +332,7 @@ class Kernel:
             variant.build()(*map(_row_major, every))
             vendor.check_errors(self.target, variant.program.name)
             if positional and not write_back and given is tensors and all(t.numel() and t.dim() for t in every):
-                self._plans[_call_key(args)] = _Plan(self, variant, outputs)
+                self._plans[_call_key(args)] = _Plan(self, variant, outputs, device)
         for name, t in write_back.items():
             t.copy_(tensors[name])
         result = tuple(given[a.name] if a.name in given else outputs[a.name].to(getattr(torch, user[a.name]))
