@@ -107,3 +107,22 @@ def test_softmax_rows_dynamic_with_an_overhanging_block(monkeypatch):
         x = torch.randn(rows, 300, generator=torch.Generator().manual_seed(rows))
         assert (kernel(x) - torch.softmax(x.double(), -1)).abs().max().item() < 1e-6
     assert len(kernel._variants) == 1 and len(builds) == 1
+
+
+def test_a_tuned_dynamic_kernel_finds_its_record_at_any_size(tmp_path, monkeypatch):
+    """septran.tune at one row count records the point under -1 (any size); a new kernel called at another row
+    count runs that point from the database, as one compile serves every size."""
+    from conftest import REPO, load_module
+
+    monkeypatch.setenv("SEPTRAN_TUNING_DB", str(tmp_path / "db.jsonl"))
+    softmax = load_module(REPO / "examples" / "softmax" / "softmax.py")
+    text = mapping_path("cpu", "softmax").read_text().replace("entrypoint: softmax_host",
+                                                              "entrypoint: softmax_host\ndynamic: {X: [0]}")
+    text = text.replace("BM: !tune [1, 2, 4, 8, 16, 32]", "BM: !tune [1, 2]").replace(
+        "BN: !tune [1024, 256, 512, 2048, 4104, 128]", "BN: 256")
+    septran.tune(septran.compile(softmax.softmax(), mapping=text, target="cpu"),
+                 {"X": ((37, 300), "float32")}, progress=False)
+    kernel = septran.compile(softmax.softmax(), mapping=text, target="cpu")
+    x = torch.randn(5, 300)
+    assert (kernel(x) - torch.softmax(x.double(), -1)).abs().max().item() < 1e-6
+    assert "not tuned" not in kernel.tuning["source"], kernel.tuning

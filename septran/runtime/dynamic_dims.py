@@ -7,18 +7,20 @@ differ only there share one compile and one tuning record.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import MappingProxyType
 
 from septran.errors import CallError
 from septran.frontend.bounds import INT32_MAX
+from septran.lowering.dynamic import dynamic_members
 
 ANY = -1  # a dynamic dimension in a variant's key and a tuning key
 
 
 def dynamic_axes(mapping, shapes) -> frozenset:
     """(param, axis) of every dynamic dimension: those the mapping names and those tied to them."""
-    named = {(name, a.value) for name, axes in mapping.dynamic.items() for a in axes}
+    named = dynamic_members(mapping)
     return frozenset(m for cls in shapes.classes if named & set(cls.members) for m in cls.members)
 
 
@@ -29,8 +31,8 @@ def masked(shapes, axes: frozenset) -> dict:
 
 def masked_described(described: dict, axes: frozenset) -> dict:
     """The inputs' (shape, dtype) with each dynamic dimension ANY: what a variant is cached by."""
-    return {name: (tuple(ANY if (name, a) in axes else n for a, n in enumerate(shape)), dtype)
-            for name, (shape, dtype) in described.items()}
+    shapes = masked({name: shape for name, (shape, _) in described.items()}, axes)
+    return {name: (shapes[name], dtype) for name, (_, dtype) in described.items()}
 
 
 def check_sizes(shapes, axes: frozenset) -> None:
@@ -44,8 +46,6 @@ def check_sizes(shapes, axes: frozenset) -> None:
 def any_size(spec, axes: frozenset):
     """The specialisation a dynamic variant is lowered for: its dynamic dimensions ANY (the lowering never reads
     them: they are symbolic variables of the program)."""
-    import dataclasses
-
     if not axes:
         return spec
     return dataclasses.replace(spec, shapes=MappingProxyType(masked(spec.shapes, axes)))

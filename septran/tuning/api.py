@@ -68,10 +68,14 @@ def tune(kernel, inputs: dict, scalars: Optional[dict] = None, budget: Optional[
 
 
 def tuning_key(kernel, spec) -> TuningKey:
+    """Where a record holds; a dynamic dimension is -1 (any size) whether ``spec`` is a call's or a variant's."""
+    from septran.runtime.dynamic_dims import masked
+
     space = kernel.mapping.space
+    shapes = masked(spec.shapes, kernel.dynamic)
     return TuningKey(logic_hash=logic_hash(kernel.graph), space_hash=space.digest(), target=kernel.target.name,
                      device=device_identity(kernel.target.torch_device), dtypes=dict(spec.dtypes),
-                     shapes={k: tuple(v) for k, v in spec.shapes.items()}, scalars=dict(spec.scalars))
+                     shapes={k: tuple(v) for k, v in shapes.items()}, scalars=dict(spec.scalars))
 
 
 def logic_hash(graph) -> str:
