@@ -102,6 +102,17 @@ def test_constant_and_shape_indices_compute_right():
     torch.testing.assert_close(out, x[:, :1] + x[:, 6:7] * x + x.flip(1))
 
 
+def test_a_read_with_no_plain_index_at_all():
+    """Every index shifted or constant (X[i + 0, (X.shape[1] - 1) - j], X[0, j]): a read as any other."""
+    @task.define(leaf=True)
+    def corner(Y, X):
+        task.compute(Y, lambda i, j: X[i + 0, (X.shape[1] - 1) - j] + X[0, j] + 0.0 * X[i, j])
+
+    x = torch.randn(6, 13, generator=torch.Generator().manual_seed(4))
+    out = _compile(corner, bm=8)(x)
+    torch.testing.assert_close(out, x.flip(1) + x[:1])
+
+
 def test_unguarded_stencil_is_refused_with_the_numbers():
     @task.define(leaf=True)
     def diff(Y, X):

@@ -196,11 +196,10 @@ class TensorHandle:
     def __getitem__(self, index):
         """``X[i, j]`` inside ``task.compute``: the element at the compute's indices."""
         from septran.frontend import elementwise as el
-
-        from septran.frontend.index_expr import entry
+        from septran.frontend.index_expr import Affine, entry
 
         index = index if isinstance(index, tuple) else (index,)
-        if not any(isinstance(i, el.Index) for i in index) and not all(isinstance(i, (int, el.Elem)) for i in index):
+        if not any(isinstance(i, (el.Index, Affine)) for i in index) and not all(isinstance(i, (int, el.Elem)) for i in index):
             raise FrontendError(f"{self._arg.name}[...] takes the indices of a task.compute (i, j, j + 1, 0, T[i])",
                                 caller_loc(),
                                 hint="to take a tile, partition the tensor (task.partition) and index the partition")
