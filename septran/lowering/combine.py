@@ -2,7 +2,8 @@
 program sums its slice of the reduced axis into one tile of Y, ``Y[j] = Y[j] + acc[j]``).
 
 ``writes`` finds which grid indices separate the programs' output boxes; an output the program reads before
-it writes (an accumulator, zero-filled by the runtime) and that some grid index does not separate is shared.
+it writes (an accumulator, zero-filled by the runtime) and that some grid index does not separate is shared
+(``TileProgram.shared_outputs``).
 What happens to it is the mapping's choice, on the entry instance:
 
 - nothing said: the programs add one after another where the target runs the grid itself (``writes`` kept
@@ -20,16 +21,16 @@ from septran.errors import LoweringError, MappingError
 from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Context
-from septran.lowering.writes import _count, _regions, _separates, _spans, _statements
+from septran.lowering.writes import _regions
 
 
-def combine(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
+def combine(ctx: Context, program: ir.TileProgram) -> ir.TileProgram:
     entry = ctx.mapping.instance(ctx.mapping.entrypoint.value)
     for inst in ctx.mapping.instances.values():
         if inst.combine is not None and inst is not entry:
             raise MappingError(f"{inst.name}.combine: combine belongs on the entry instance "
                                f"{entry.name}, whose parallel_range makes the grid", inst.combine.loc)
-    shared = _shared_accumulators(program, value)
+    shared = dict(program.shared_outputs)  # the writes pass found them
     if entry.combine is None:
         if shared and not ctx.target.procs[entry.proc.value].schedules:
             out, g = next(iter(shared.items()))
@@ -44,28 +45,6 @@ def combine(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
                            hint="leave combine out: there the programs that share an output add one after another")
     return dataclasses.replace(program, kernel=dataclasses.replace(
         program.kernel, body=_atomic(program.kernel.body, set(shared), entry)))
-
-
-def _shared_accumulators(program: ir.TileProgram, value) -> dict:
-    """Output name -> a grid index (extent > 1) whose programs may touch one of its elements, for outputs read."""
-    params = {t.sym: t for t in program.params if t.role != "input"}
-    regions = {}
-    for stmt in _statements(program.kernel.body):
-        for _, r in _regions(stmt):
-            if r.of in params and r.of.name in program.read_outputs:
-                regions.setdefault(r.of, []).append(r)
-    values = {c.sym: c.value for c in program.consts if c.value is not None}
-    spans = _spans(program.kernel.body, value)
-    folded = dict(program.kernel.folded)
-    out = {}
-    for sym, extent in program.kernel.grid:
-        if _count(extent, value) <= 1:
-            continue
-        for of, rs in regions.items():
-            if of.name not in out and not all(_separates(r, part, values, value, spans)
-                                               for r in rs for part in folded.get(sym, (sym,))):
-                out[of.name] = sym.name
-    return out
 
 
 def _atomic(stmts, shared: set, entry):

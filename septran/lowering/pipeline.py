@@ -67,7 +67,7 @@ def lower(graph, mapping: Mapping, target: Target, spec: Specialization, shapes:
         program = writes(ctx, program, consts.value)
     # Outputs that several programs add into: one at a time, atomic adds (the mapping's combine), or refused.
     with internal_errors("combine", inputs):
-        program = combine(ctx, program, consts.value)
+        program = combine(ctx, program)
     # Last, on what will be emitted: each memory holds what one program allocates.
     with internal_errors("capacity", inputs):
         return check_capacity(ctx, program, consts.value)

@@ -176,4 +176,5 @@ class TileProgram:
     names: frozenset = frozenset()  # every name the program uses (a pass that adds one picks a new one)
     parallel: Optional[ParallelGrid] = None  # None: the grid's programs run one after another
     read_outputs: frozenset = frozenset()  # outputs the program reads before writing: they start from zeros
+    shared_outputs: tuple = ()  # (output read, grid index of extent > 1 whose programs may touch one element of it)
     index_bits: int = 32  # the width of the program's index arithmetic (and of vendor calls' integer arguments)

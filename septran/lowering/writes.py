@@ -51,7 +51,15 @@ def writes(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
     schedule = _schedule(ctx) if math.prod(n for _, n in extents) > 1 else None  # one program: threads only cost
     # TileLang prints no loop for an index of extent 1, so only the others are named.
     par = ir.ParallelGrid(tuple(sym for sym, n in extents if n > 1), schedule) if schedule else None
-    return dataclasses.replace(program, parallel=par, read_outputs=frozenset(t.sym.name for t in program.params if t.sym in read))
+    # An output read (accumulated into) by programs that one grid index does not keep apart: a split reduction.
+    shared: dict = {}
+    for sym, extent in program.kernel.grid:
+        if _count(extent, value) > 1:
+            for r in (r for r in touched if r.of in read and r.of.name not in shared):
+                if not all(_separates(r, part, values, value, spans) for part in folded.get(sym, (sym,))):
+                    shared[r.of.name] = sym.name
+    return dataclasses.replace(program, parallel=par, shared_outputs=tuple(shared.items()),
+                               read_outputs=frozenset(t.sym.name for t in program.params if t.sym in read))
 
 
 def _count(extent, value) -> int:
