@@ -23,6 +23,11 @@ _COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 _MATH = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "tanh")
 
 
+def zero(dtype: str) -> el.Num:
+    """0 in ``dtype``: what a read outside its tensor gives."""
+    return el.Num(0) if dtype in INTS else el.Num(0, "bool") if dtype == "bool" else el.Num(0.0)
+
+
 def join(a: str, b: str) -> str:
     """The type two operands are brought to."""
     if F in (a, b) or a not in INTS + (WEAK, "bool") or b not in INTS + (WEAK, "bool"):

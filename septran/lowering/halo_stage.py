@@ -12,7 +12,7 @@ from __future__ import annotations
 from septran.errors import LoweringError
 from septran.expr import Const, Var, leaves, simplify
 from septran.frontend import elementwise as el
-from septran.lowering import elem_types
+from septran.lowering import elem_types, index_reads
 from septran.lowering import flat_ir as fl
 from septran.lowering import tile_ir as ir
 from septran.lowering.tile_ir import Why
@@ -43,12 +43,9 @@ def stage_halo(st, op: fl.Operand, s: fl.Invoke, scopes, halo, resident) -> fl.V
     at = tuple(simplify(o + Var(i)) for o, i in zip(offsets, idx))
     full = st.shapes[view.of]
     value = el.Elt(view.of, at)
-    zero = el.Num(0) if dtype in elem_types.INTS else el.Num(0, "bool") if dtype == "bool" else el.Num(0.0)
     for d, (b, a) in enumerate(halo.pairs):
         # Before the tensor's start (a halo) and past its end (a halo, or a tile that overhangs): 0.
-        if b:
-            value = el.Call("where", (el.Bin(">=", el.Size(at[d], None), el.Size(Const(0), 0)), value, zero))
-        value = el.Call("where", (el.Bin("<", el.Size(at[d], None), el.Size(full[d], st.consts.known(full[d]))), value, zero))
+        value = index_reads.bounded(value, at[d], full[d], st.consts.known, elem_types.zero(dtype), low=bool(b))
     store = el.Elt(sym, tuple(Var(i) for i in idx))
     value = elem_types.typed(value, lambda x: st.dtypes[x], dtype, None)
     region = st.region(fl.View(sym, tuple(Const(0) for _ in shape), shape, op.want.value, True, view.origin))

@@ -12,8 +12,8 @@ from __future__ import annotations
 from septran.expr import BinOp, Const, Sym, Var, simplify
 from septran.frontend import elementwise as el
 from septran.frontend.index_expr import Affine, Gather
+from septran.lowering.elem_types import INTS  # a buffer of these is an index as it is
 
-INDEX_DTYPES = ("int32", "int64")  # a buffer of these is an index as it is
 
 
 def element(view, idx: tuple, integer, dtypes) -> tuple[el.Elt, list]:
@@ -47,9 +47,9 @@ def element(view, idx: tuple, integer, dtypes) -> tuple[el.Elt, list]:
 def _integer_value(entry: Gather, dtypes) -> el.Elem:
     """The gathered value as an int32 index: an integer buffer's element as it is, anything else truncated."""
     v = entry.value
-    if isinstance(v, el.Elt) and dtypes[v.of] in INDEX_DTYPES:
+    if isinstance(v, el.Elt) and dtypes[v.of] in INTS:
         return v
-    if isinstance(v, el.Cast) and isinstance(v.operand, el.Elt) and dtypes[v.operand.of] in INDEX_DTYPES:
+    if isinstance(v, el.Cast) and isinstance(v.operand, el.Elt) and dtypes[v.operand.of] in INTS:
         return v.operand
     return el.Cast("int32", el.fold(v))
 
@@ -57,6 +57,16 @@ def _integer_value(entry: Gather, dtypes) -> el.Elem:
 def guarded(value: el.Elem, gathered: list, extent_value, zero: el.Elem) -> el.Elem:
     """``value`` where every gathered index lies in its dimension, else ``zero`` (0 of the buffer's type)."""
     for _, g, extent in gathered:
-        inside = el.Bin("<", g, el.Size(extent, extent_value(extent)))
-        value = el.Call("where", (el.Bin(">=", g, el.Size(Const(0), 0)), el.Call("where", (inside, value, zero)), zero))
+        value = bounded(value, g, extent, extent_value, zero, low=True)
+    return value
+
+
+def bounded(value: el.Elem, at, extent, extent_value, zero: el.Elem, low: bool = False, high: bool = True) -> el.Elem:
+    """``value`` where index ``at`` (an integer expression, or an element of an index tile) is below ``extent``
+    (``high``) and not below 0 (``low``), else ``zero``; ``extent_value``: its number, or None."""
+    index = at if isinstance(at, el.Elem) else el.Size(at, None)
+    if high:
+        value = el.Call("where", (el.Bin("<", index, el.Size(extent, extent_value(extent))), value, zero))
+    if low:
+        value = el.Call("where", (el.Bin(">=", index, el.Size(Const(0), 0)), value, zero))
     return value

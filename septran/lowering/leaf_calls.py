@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from septran.errors import LoweringError
-from septran.expr import Const, Dim, Expr, GlobalExtent, GlobalStart, Var, leaves, substitute
+from septran.expr import Dim, Expr, GlobalExtent, GlobalStart, Var, leaves, substitute
 from septran.frontend import elementwise as el
 from septran.frontend.ir import Param, PrimCall, Privilege, walk
 from septran.lowering import elem_types
@@ -24,8 +24,6 @@ from septran.lowering import reduce_loop
 from septran.lowering import tile_ir as ir
 from septran.lowering.tile_ir import Why
 from septran.mapping.schema import InstanceMapping
-
-COMPUTE_DTYPE = "float32"  # elementwise code evaluates in float32, whatever it reads and stores
 
 
 def accum_dtype(inst: InstanceMapping) -> str:
@@ -194,8 +192,8 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why, ha
     value = el.rename_indices(el.fold(el.map_leaves(expr, resolve)), rename)
     out = regions[out_name]
     if out.whole and isinstance(value, el.Num):
-        integer = st.dtypes[out.of] in elem_types.INTS and isinstance(value.value, int)
-        return ir.Fill(out.of, value.value if integer else float(value.value), why)
+        exact = st.dtypes[out.of] in elem_types.INTS and isinstance(value.value, int)
+        return ir.Fill(out.of, value.value if exact else float(value.value), why)
     if (out.whole and isinstance(value, el.Load) and value.idx == names
             and regions[value.arg.name].whole and regions[value.arg.name].extents == out.extents):
         return ir.Copy(regions[value.arg.name], out, (), why)
@@ -214,21 +212,18 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why, ha
         if isinstance(e, el.Load):
             got, gathered = index_reads.element(by_param[e.arg.name], e.idx, integer, st.dtypes)
             dtype = st.dtypes[got.of]
-            zero = el.Num(0) if dtype in elem_types.INTS else el.Num(0, "bool") if dtype == "bool" else el.Num(0.0)
+            zero = elem_types.zero(dtype)
             value = index_reads.guarded(got, gathered, st.consts.known, zero)
             # Past the tensor's end an in-place tile reads 0, as a staged copy of it holds (the copy pads with
             # zeros): the same program whichever memory the mapping chooses, and no read out of bounds.
             shape = st.shapes[got.of]
             halo = (halos or {}).get(e.arg.name) if st.target.memories[by_param[e.arg.name].space].is_global else None
-            ends = set(overhangs(e.arg.name)) | {d for d, (b, a) in enumerate(halo.pairs) if a} if halo else set()
-            for d in sorted(set(overhangs(e.arg.name)) | ends):
-                if not isinstance(got.index[d], Expr):
-                    continue  # gathers: guarded
-                inside = el.Bin("<", el.Size(got.index[d], None), el.Size(shape[d], st.consts.known(shape[d])))
-                value = el.Call("where", (inside, value, zero))
+            ends = set(overhangs(e.arg.name)) | ({d for d, (b, a) in enumerate(halo.pairs) if a} if halo else set())
+            for d in sorted(d for d in ends if isinstance(got.index[d], Expr)):  # gathers: guarded already
+                value = index_reads.bounded(value, got.index[d], shape[d], st.consts.known, zero)
             for d in (d for d, (b, a) in enumerate(halo.pairs) if b) if halo else ():
                 # a halo read in place reaches before the tensor's start: 0 there, as a staged halo holds
-                value = el.Call("where", (el.Bin(">=", el.Size(got.index[d], None), el.Size(Const(0), 0)), value, zero))
+                value = index_reads.bounded(value, got.index[d], shape[d], st.consts.known, zero, low=True, high=False)
             return value
         return e
 

@@ -9,11 +9,10 @@ sequential, so it suits a target whose programs are single threads (a C target's
 """
 from __future__ import annotations
 
-from septran.expr import Sym, Var, simplify
 from septran.frontend import elementwise as el
+from septran.lowering import elem_types, index_reads
 from septran.lowering import tile_ir as ir
 
-COMPUTE_DTYPE = "float32"
 _COMBINE = {"sum": lambda a, b: el.Bin("+", a, b), "max": lambda a, b: el.Call("maximum", (a, b)),
             "min": lambda a, b: el.Call("minimum", (a, b))}
 
@@ -29,17 +28,12 @@ def lower(st, prim, args, by_param, impl, why, safe_names) -> ir.LeafCall:
     attrs = dict(sig.attrs)
     kept = tuple(n for d, n in enumerate(loop[pad:]) if d != attrs["dim"])
 
-    def element(view, idx):
-        lead = len(view.offsets) - len(idx)
-        return el.Elt(view.of, tuple(simplify(off + Var(Sym(idx[d - lead]))) if d >= lead else off
-                                     for d, off in enumerate(view.offsets)))
-
-    def as_compute(e: el.Elt) -> el.Elem:
-        return e if st.dtypes[e.of] == COMPUTE_DTYPE else el.Cast(COMPUTE_DTYPE, e)
+    def element(view, idx) -> el.Elt:  # plain indices: no shape expressions to resolve
+        return index_reads.element(view, idx, None, st.dtypes)[0]
 
     store = element(out_view, kept)
-    value = _COMBINE[attrs["op"]](as_compute(store), as_compute(element(x_view, loop)))
-    if st.dtypes[store.of] != COMPUTE_DTYPE:
-        value = el.Cast(st.dtypes[store.of], value)
+    # computed as every element expression is (float16 in float32), stored in out's type
+    value = elem_types.typed(_COMBINE[attrs["op"]](store, element(x_view, loop)), lambda x: st.dtypes[x],
+                             st.dtypes[store.of], prim.loc)
     return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, attrs=tuple(attrs.items()),
                        store=store, expr=value, loop=loop)

@@ -23,9 +23,10 @@ from __future__ import annotations
 import math
 
 from septran.errors import LoweringError, MappingError
-from septran.expr import BinOp, Const, Dim, GlobalExtent, GlobalStart, substitute
+from septran.expr import BinOp, Const, Dim, GlobalExtent, GlobalStart, leaves, substitute
 from septran.frontend import elementwise as el
-from septran.frontend.index_expr import Affine, Gather, describe
+from septran.frontend.compute_operands import shifted
+from septran.frontend.index_expr import Gather, describe
 from septran.frontend.ir import PrimCall, walk
 from septran.lowering import flat_ir as fl
 from septran.lowering.intervals import Unbounded, bounds
@@ -82,7 +83,7 @@ class _Reads:
     def program_expr(self, e):
         """A shape expression of the logic in the program's terms (tile extents, tile starts)."""
         sub = {}
-        for leaf in _leaves(e):
+        for leaf in leaves(e):
             if isinstance(leaf, (Dim, GlobalExtent, GlobalStart)) and leaf.param in self.views:
                 view = self.views[leaf.param][1].view
                 if leaf.axis < len(view.extents):
@@ -140,8 +141,7 @@ class _Reads:
         param, op = self.views[load.arg.sym]
         view, prim = op.view, self.prim
         letters = prim.signature.dims[prim.args.index(load.arg)]
-        shifted = any(isinstance(i, (Affine, Gather)) for i in load.idx)
-        if load.arg == prim.args[0] or not (shifted or any(isinstance(i, str) and i != x for i, x in zip(load.idx, letters))):
+        if load.arg == prim.args[0] or not (shifted(load) or any(isinstance(i, str) and i != x for i, x in zip(load.idx, letters))):
             return  # reads at one set of plain indices: the index ties prove them
         extents = view.extents
         pad = len(extents) - len(load.idx)
@@ -227,14 +227,6 @@ def _cut(ranges, name, lo, hi):
     out = dict(ranges)
     out[name] = (a, b)
     return out
-
-
-def _leaves(e):
-    if isinstance(e, BinOp):
-        yield from _leaves(e.lhs)
-        yield from _leaves(e.rhs)
-    else:
-        yield e
 
 
 def _shown(load: el.Load) -> str:
