@@ -87,9 +87,12 @@ class Constants:
     dynamic: Mapping[Sym, tuple[int, int]] = field(default_factory=dict)
     # Var(constant) -> value: what ``value`` evaluates with (made once; every pass evaluates many extents)
     env: Mapping[Expr, int] = field(init=False, repr=False, compare=False)
+    # Sym -> (least, greatest) value: a constant's one number, a dynamic size's range (for intervals.bounds)
+    intervals: Mapping[Sym, tuple[int, int]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", MappingProxyType({Var(s): v for s, v in self.values.items()}))
+        object.__setattr__(self, "intervals", MappingProxyType({s: (v, v) for s, v in self.values.items()} | dict(self.dynamic)))
 
     def value(self, e: Expr) -> int:
         try:
@@ -111,7 +114,7 @@ class Constants:
 
     def range(self, e: Expr) -> tuple[int, int]:
         """The smallest and largest value of ``e`` over every size of the dynamic dimensions."""
-        return bounds(e, {**{s: (v, v) for s, v in self.values.items()}, **self.dynamic})
+        return bounds(e, self.intervals)
 
 
 def resolve_constants(ctx: Context) -> Constants:

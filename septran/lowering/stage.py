@@ -69,7 +69,7 @@ class _Stager:
         self.buffers: list[ir.Buffer] = []
         self.shapes = {t.sym: t.shape for t in flat.tensors}
         self.dtypes = {t.sym: t.dtype for t in flat.tensors}
-        self.env = {s: (v, v) for s, v in consts.values.items()} | dict(consts.dynamic)
+        self.env = dict(consts.intervals)
 
     def program(self) -> ir.TileProgram:
         root = _Scope(None, [])
@@ -285,7 +285,11 @@ class _Stager:
         return buf
 
     def _overhangs(self, dim, ext) -> bool:
-        return _overhangs_any(self.consts, dim, ext)
+        """Whether a tile of ``ext`` may overhang ``dim``: a dynamic size may be any, so yes unless the tile is it."""
+        try:
+            return self.consts.value(dim) % max(self.consts.value(ext), 1) != 0
+        except DynamicValue:
+            return dim != ext
 
     def region(self, view: fl.View) -> ir.Region:
         full = self.shapes[view.of]
@@ -299,20 +303,11 @@ class _Stager:
         return ir.Region(view.of, view.offsets, view.extents, view.whole, tuple(valid),
                          full[-1] if len(full) > 1 else Const(1), dtype, self.target.dtype_codes.get(dtype))
 
-
     def _passes_end(self, off: Expr, ext: Expr, dim: Expr) -> bool:
         try:
             return bounds(off, self.env)[1] + self.consts.value(ext) > self.consts.value(dim)
         except (Unbounded, KeyError):  # offsets of tiles only (windows' are proven bounded), or a dynamic size
             return False
-
-
-def _overhangs_any(consts, dim, ext) -> bool:
-    """Whether a tile of ``ext`` may overhang ``dim``: a dynamic size may be any, so yes unless the tile is it."""
-    try:
-        return consts.value(dim) % max(consts.value(ext), 1) != 0
-    except DynamicValue:
-        return dim != ext
 
 
 def _rebased(s: fl.Invoke, regions) -> fl.Invoke:

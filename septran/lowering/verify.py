@@ -32,7 +32,7 @@ TRIPS = "trips"  # env's entry of loop and grid indices' trip counts (never a Sy
 
 
 def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProgram:
-    env = {s: (v, v) for s, v in consts.values.items()} | dict(consts.dynamic)  # a dynamic size: any it may take
+    env = dict(consts.intervals)  # a dynamic size: any it may take
     trips: dict = {}  # loop and grid index -> its trip count: what proves an index in bounds for every size
     for param, t in zip(ctx.graph.entry_task.params, flat.tensors):
         if any(isinstance(v, Var) and v.sym in consts.dynamic for e in t.shape for v in leaves(e)):
