@@ -243,9 +243,8 @@ def _stmt(w: _Writer, s, depth: int, prog: _Program) -> None:
             w.line(depth, f"T.clear({s.dst.name})")
         elif abs(s.value) == float("inf"):
             w.line(depth, f'T.fill({s.dst.name}, {"-" if s.value < 0 else ""}T.infinity("{dtypes[s.dst]}"))')
-        elif s.value != s.value:
-            value = number(s.value) if isinstance(s.value, float) else str(s.value)
-            w.line(depth, f'T.fill({s.dst.name}, T.Cast("{dtypes[s.dst]}", {value}))')
+        elif s.value != s.value:  # NaN: always a float
+            w.line(depth, f'T.fill({s.dst.name}, T.Cast("{dtypes[s.dst]}", {number(s.value)}))')
         else:
             w.line(depth, f"T.fill({s.dst.name}, {s.value!r})")
     elif isinstance(s, ir.Copy):
@@ -254,9 +253,8 @@ def _stmt(w: _Writer, s, depth: int, prog: _Program) -> None:
     elif isinstance(s, ir.LeafCall):
         template = s.template
         if s.expr is not None:
-            body = f"{_element(s.store, placed)} = {_element(s.expr, placed)}"
-            if s.atomic:
-                body = f"T.atomic_add({_element(s.store, placed)}, {_element(s.expr, placed)})"
+            store, value = _element(s.store, placed), _element(s.expr, placed)
+            body = f"T.atomic_add({store}, {value})" if s.atomic else f"{store} = {value}"
             template = template.replace("{body}", body.replace("{", "{{").replace("}", "}}"))
         text = _template(template, s.args, prog, s.flags, indices=", ".join(s.loop), **dict(s.attrs))
         for line in text.splitlines():

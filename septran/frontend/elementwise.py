@@ -13,6 +13,7 @@ import math
 from typing import Optional
 
 from septran.errors import FrontendError, SourceLoc
+from septran.frontend.index_expr import Affine
 
 # name -> (arity, meaning); the TileLang spelling is the emitter's business
 FUNCTIONS = {
@@ -206,7 +207,7 @@ def as_elem(value) -> Elem:
         return IntExpr(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return Num(value)
-    if isinstance(value, Index) or type(value).__name__ == "Affine":  # an index_expr.Affine: j + 1
+    if isinstance(value, (Index, Affine)):  # j, j + 1
         raise TypeError(f"index {value!r} is not a value; use task.global_index(X, axis, j)")
     raise TypeError(f"{value!r} ({type(value).__name__}) is not an element expression")
 
@@ -282,8 +283,7 @@ def fold(e: Elem) -> Elem:
         if e.op in _ARITH and (e.op == "/" or not (_integer(a) and _integer(b))):  # '/' is float division
             # float arithmetic: a constant size meeting a number folds with it; meeting a tile's
             # element it stays named, as a float (mean[i] / T.float32(X_dim1))
-            numbers = all(isinstance(x, Num) or (isinstance(x, Size) and x.value is not None) for x in (a, b))
-            if numbers:
+            if known:
                 return Num(_ARITH[e.op](float(a.value), float(b.value)))
             a, b = (AsFloat(x) if isinstance(x, Size) else x for x in (a, b))
         return Bin(e.op, a, b)

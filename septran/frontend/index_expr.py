@@ -41,9 +41,7 @@ class Affine:
     def __radd__(self, o): return self._shift(o, 1)
     def __sub__(self, o): return self._shift(o, -1)
 
-    def __rsub__(self, o):
-        neg = Affine(self.name, -self.scale, simplify(Const(0) - self.offset))
-        return neg._shift(o, 1)
+    def __rsub__(self, o): return (-self)._shift(o, 1)
 
     def __neg__(self): return Affine(self.name, -self.scale, simplify(Const(0) - self.offset))
 

@@ -48,7 +48,7 @@ def bind(frame, callee, args: tuple, kwargs: dict, loc: SourceLoc, scalar_arg):
         raise FrontendError(f"task.launch: {callee.name} is launched without {_names(seen[0])} at {seen[1]} "
                             f"and without {_names(absent)} here; a task is traced once per logic call", loc,
                             hint="pass the same optional tensors at every launch, or define two tasks")
-    return tuple(tensors), scalars, absent
+    return tuple(tensors), scalars
 
 
 def _arity(callee, required, got: int, loc) -> FrontendError:

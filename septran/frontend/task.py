@@ -164,7 +164,7 @@ def launch(callee, *args, **kwargs) -> None:
         raise FrontendError(
             f"leaf task {frame.task.name} cannot launch other tasks", loc, hint="remove leaf=True or call a primitive"
         )
-    unwrapped, scalars, _ = launch_args.bind(frame, callee, args, kwargs, loc, _scalar_arg)
+    unwrapped, scalars = launch_args.bind(frame, callee, args, kwargs, loc, _scalar_arg)
     known = frame.callees.setdefault(callee.name, callee)
     if known is not callee:
         raise FrontendError(

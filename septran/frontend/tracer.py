@@ -81,6 +81,7 @@ class TaskFunction:
         self.param_names = tuple(tensors)  # the tensors, optional ones included
         self.scalar_defaults = scalars  # name -> default, after the tensors (Python puts defaults last)
         self.optional = tuple(optional)  # the optional tensors, in the signature's order
+        self.dtypes: dict = {}  # @task.define(dtype={...}): outputs' dtypes (types_api.with_dtypes sets them)
         self.signature = tuple(sig.parameters)  # every parameter, in order: how a launch binds positions
 
     def __call__(self, *args, **kwargs):
@@ -153,7 +154,7 @@ def trace(tf: TaskFunction, absent: frozenset = frozenset()) -> tuple[TaskDef, d
             hint="write results into a parameter (a tile the caller passes)",
         )
     tdef = TaskDef(tf.name, params, tf.leaf, tuple(frame.stmts), tuple(frame.partitions), tf.loc, tuple(frame.temps), scalars,
-                   tuple(getattr(tf, "dtypes", {}).items()), tuple(n for n in tf.optional if n in absent))
+                   tuple(tf.dtypes.items()), tuple(n for n in tf.optional if n in absent))
     return tdef, frame.callees, {name: a for name, (a, _) in frame.absent.items()}
 
 

@@ -38,7 +38,8 @@ class CKernel:
         # TileLang's C orders the parameters by name, not as the prim_func does, and drops those never read
         # (A and B of a product over K = 0).
         # A dynamic dimension is an integer argument after the tensors: its value read off a tensor's shape.
-        order = _c_parameters(source, function)
+        declared = _c_parameters(source, function)  # (C type, name)
+        order = [name for _, name in declared]
         sizes = {name: (k, axis) for name, k, axis in dims}
         if not set(order) <= set(params) | set(sizes):
             raise InternalError("C build", f"{function} takes ({', '.join(order)}) in the C TileLang printed, "
@@ -47,20 +48,10 @@ class CKernel:
         self._sizes = [sizes[name] for name in order if name in sizes]
         if order[:len(self._order)] != [params[k] for k in self._order]:
             raise InternalError("C build", f"{function} takes its sizes before its tensors", function)
-        self._fn.argtypes = [ctypes.c_void_p] * len(self._order) + [ctypes.c_int64 if bits64 else ctypes.c_int32
-                                                                     for bits64 in _int64_sizes(source, function, order, sizes)]
+        self._fn.argtypes = [ctypes.c_void_p] * len(self._order) + [ctypes.c_int64 if ctype == "int64_t" else ctypes.c_int32
+                                                                     for ctype, name in declared if name in sizes]
         self._fn.restype = ctypes.c_int32
         self._name = function
-
-    @property
-    def function(self):
-        """The compiled function (ctypes): its arguments are addresses, in ``order``."""
-        return self._fn
-
-    @property
-    def order(self) -> list[int]:
-        """For each argument of ``function``, the index of its tensor in the program's parameter order."""
-        return self._order
 
     def __call__(self, *tensors) -> None:
         code = self._fn(*[tensors[k].data_ptr() for k in self._order], *[tensors[k].shape[a] for k, a in self._sizes])
@@ -88,18 +79,12 @@ def build(program: TileProgram, source: str, target: Target) -> CKernel:
     return CKernel(path, _function(program), [p.sym.name for p in program.params], source, dynamic_dims.c_arguments(program))
 
 
-def _int64_sizes(source: str, function: str, order, sizes) -> list[bool]:
-    """For each size argument, whether the C takes it as int64_t (else int32_t)."""
-    params = c_parallel.definition(function).search(source).group(1).split(",")
-    return [p.split()[0] == "int64_t" for p, name in zip(params, order) if name in sizes]
-
-
-def _c_parameters(source: str, function: str) -> list[str]:
-    """The parameter names of ``function``'s definition, in order."""
+def _c_parameters(source: str, function: str) -> list[tuple[str, str]]:
+    """(first type word, name) of each parameter of ``function``'s definition, in order."""
     m = c_parallel.definition(function).search(source)
     if m is None:
         raise InternalError("C build", f"no definition of {function} in the C TileLang printed", function)
-    return [p.split()[-1].lstrip("*") for p in m.group(1).split(",") if p.strip()]
+    return [(p.split()[0], p.split()[-1].lstrip("*")) for p in m.group(1).split(",") if p.strip()]
 
 
 def _function(program: TileProgram) -> str:

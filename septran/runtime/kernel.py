@@ -106,20 +106,6 @@ class Variant:
         self._dump(f"device.{self.kernel.target.device_source_ext}", self._device_source)
 
 
-def _row_major(t):
-    """An empty tensor with the strides TileLang checks (the product of the later extents): torch gives
-    (1, 1) for a (5, 0) tensor, TileLang wants (0, 1). It holds no element, so nothing is copied."""
-    import torch
-
-    if t.numel():
-        return t
-    strides, step = [], 1
-    for extent in reversed(t.shape):
-        strides.append(step)
-        step *= extent
-    return torch.empty_strided(tuple(t.shape), tuple(reversed(strides)), dtype=t.dtype, device=t.device)
-
-
 @dataclass(frozen=True)
 class _Arg:
     name: str
@@ -192,11 +178,14 @@ class Kernel:
         self.scalars = {sp.name: sp.default for sp in entry.scalars}  # name -> default, after the inputs
         passed_outputs.check_declared(self)
 
-    def __repr__(self) -> str:
+    def signature(self) -> str:
+        """``entry(inputs, M=None, eps=1e-05) -> (outputs)``: how it is called."""
         ins = ", ".join([a.name for a in self.inputs] + [f"{n}=None" for n in self.optional]
                         + [f"{k}={v:g}" for k, v in self.scalars.items()])
-        outs = ", ".join(a.name for a in self.outputs)
-        return f"<septran.Kernel {self.graph.entry}({ins}) -> ({outs}) on {self.target.name}, mapping {self.mapping.file}>"
+        return f"{self.graph.entry}({ins}) -> ({', '.join(a.name for a in self.outputs)})"
+
+    def __repr__(self) -> str:
+        return f"<septran.Kernel {self.signature()} on {self.target.name}, mapping {self.mapping.file}>"
 
     def _repr_markdown_(self) -> str:  # Jupyter
         return notebook.kernel_markdown(self)
@@ -251,9 +240,9 @@ class Kernel:
         if self.dynamic:  # one variant serves every size of the dynamic dimensions
             dynamic_dims.check_sizes(spec.shapes, self.dynamic)
             key = tuple(sorted(dynamic_dims.masked_described(described, self.dynamic).items())) + key[len(described):]
-            spec = dynamic_dims.any_size(spec, self.dynamic)
         variant = self._variants.get(key)
         if variant is None:
+            spec = dynamic_dims.any_size(spec, self.dynamic)  # (the spec itself where nothing is dynamic)
             variant = self._variants[key] = Variant(self, spec, points.choose(self, spec, described))
             log.info("specialised %s for %s", self.graph.entry, key)
         self._last = variant
@@ -329,7 +318,7 @@ class Kernel:
         if variant is not None:
             every = [tensors[a.name] if a.name in tensors else outputs[a.name] for a in self.inputs + self.outputs]
             every = [t.reshape(1) if t.dim() == 0 else t for t in every]  # the program holds a rank-0 tensor as (1,)
-            variant.build()(*map(_row_major, every))
+            variant.build()(*map(passed_outputs.row_major, every))
             vendor.check_errors(self.target, variant.program.name)
             if positional and not write_back and given is tensors and all(t.numel() and t.dim() for t in every):
                 self._plans[_call_key(args)] = _Plan(self, variant, outputs, device)

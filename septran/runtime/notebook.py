@@ -13,9 +13,7 @@ def variant_markdown(variant) -> str:
 
 def kernel_markdown(kernel) -> str:
     """A kernel: its signature, target and mapping; and its latest variant, if it has run or been specialised."""
-    ins = ", ".join([a.name for a in kernel.inputs] + [f"{k}={v:g}" for k, v in kernel.scalars.items()])
-    outs = ", ".join(a.name for a in kernel.outputs)
-    head = (f"**SepTran kernel** `{kernel.graph.entry}({ins}) -> ({outs})` on `{kernel.target.name}` "
+    head = (f"**SepTran kernel** `{kernel.signature()}` on `{kernel.target.name}` "
             f"({kernel.target.description}), mapping `{kernel.mapping.file}`; {len(kernel._variants)} variant(s)\n\n")
     latest = kernel._last
     return head + (variant_markdown(latest) if latest is not None else "_not specialised yet: call it, or kernel.specialize(...)_\n")

@@ -1,4 +1,5 @@
-"""Element types of a call's parameters, outputs the caller passes, and the types a target takes by converting.
+"""Element types of a call's parameters, outputs the caller passes, the types a target takes by converting, and
+the layout the program is handed tensors in.
 
 An output the caller does not pass takes the type ``septran.dtypes.output_dtype``
 says; one the caller passes (``kernel(q, k, v, O=o)``) keeps its own, and the
@@ -68,3 +69,17 @@ def to_program(kernel, tensors: dict, dtypes: dict) -> tuple[dict, dict]:
             write_back[name] = t
     same = all(converted[n] is t for n, t in tensors.items())
     return (tensors if same else converted), write_back
+
+
+def row_major(t):
+    """An empty tensor with the strides TileLang checks (the product of the later extents): torch gives
+    (1, 1) for a (5, 0) tensor, TileLang wants (0, 1). It holds no element, so nothing is copied."""
+    import torch
+
+    if t.numel():
+        return t
+    strides, step = [], 1
+    for extent in reversed(t.shape):
+        strides.append(step)
+        step *= extent
+    return torch.empty_strided(tuple(t.shape), tuple(reversed(strides)), dtype=t.dtype, device=t.device)
