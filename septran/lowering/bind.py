@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import difflib
 
-from septran.lowering.dynamic import check_dynamic
 from septran.errors import LoweringError, MappingError
 from septran.frontend.ir import Launch, Loop, PrimCall, TaskDef, TaskGraph, walk
+from septran.lowering.dynamic import check_dynamic
 from septran.mapping.schema import DEFAULT, InstanceMapping, Mapping
 from septran.target import Target
-
 
 
 def _suggest(word, choices) -> str:
