@@ -77,8 +77,9 @@ def test_mapping_errors(text, message):
 
 
 def test_buffer_sized_by_a_dynamic_dimension_is_refused():
-    kernel = _attention("cpu", "dynamic: {Q: [3]}\n")  # the head dimension: O's LOCAL tile is BM x D
-    with pytest.raises(LoweringError, match="dynamic"):
+    # V's head dimension, and O's with it (tied): O's LOCAL tile is BM x D
+    kernel = _attention("cpu", "dynamic: {V: [3]}\n")
+    with pytest.raises(LoweringError, match="the buffer for O would be BM x V_dim3: an extent depends on a dynamic"):
         kernel.specialize(Q=((1, 1, 8, 64), "float32"), K=((1, 1, 8, 64), "float32"), V=((1, 1, 8, 64), "float32"))
 
 
@@ -126,3 +127,22 @@ def test_a_tuned_dynamic_kernel_finds_its_record_at_any_size(tmp_path, monkeypat
     x = torch.randn(5, 300)
     assert (kernel(x) - torch.softmax(x.double(), -1)).abs().max().item() < 1e-6
     assert "not tuned" not in kernel.tuning["source"], kernel.tuning
+
+
+def test_an_elementwise_leaf_over_a_whole_dynamic_dimension(monkeypatch):
+    """Rows of any length read and written in place: no tile extent needs the length's number (the read check
+    and the matrix-unit multiples asked for it, and refused a program that needs none)."""
+    from septran import task
+    from support.rows import rows_logic, rows_mapping
+
+    @task.define(leaf=True)
+    def double(Y, X):
+        task.compute(Y, lambda i, j: X[i, j] * 2.0)
+
+    mapping = rows_mapping("double").replace("target: cpu", "target: cpu\ndynamic: {X: [1]}")
+    kernel = septran.compile(rows_logic(double), mapping=mapping, target="cpu")
+    builds = _count_builds(monkeypatch)
+    for n in (1, 3, 17, 64):
+        x = torch.randn(5, n, generator=torch.Generator().manual_seed(n))
+        assert torch.equal(kernel(x), 2 * x)
+    assert len(kernel._variants) == 1 and len(builds) == 1

@@ -107,8 +107,10 @@ def _check_operand(st, impl, sig, k, pname, view, inst, caller_param, binding) -
         )
     for axis, letter in enumerate(sig.dims[k]):
         multiple = impl.tile_multiple.get(letter)
-        extent = st.consts.value(view.extents[axis])
-        if multiple and extent % multiple:
+        if not multiple:
+            continue
+        extent = st.consts.value(view.extents[axis])  # (a dynamic extent cannot be shown a multiple: refused)
+        if extent % multiple:
             const = next((c for c in st.consts.consts if Var(c.sym) == view.extents[axis] and c.why.mapping), None)
             raise LoweringError(
                 f"{impl.name} needs dimension {axis} of {pname} ({letter!r} of {sig.name} {pname}[{', '.join(sig.dims[k])}]) "

@@ -69,7 +69,7 @@ def _leaf(ctx, consts, s: fl.Invoke, env) -> None:
             continue  # the leaf binding reports the rank
         ranges = {}
         for n, e in zip(names, out_extents[len(out_extents) - len(names):]):
-            ranges[n] = (0, consts.value(e) - 1)
+            ranges[n] = (0, consts.range(e)[1] - 1)  # a dynamic extent: up to its largest size
         if any(hi < lo for lo, hi in ranges.values()):
             continue  # an empty loop reads nothing
         _Reads(ctx, consts, env, views, prim, halos).walk(prim.expr, ranges)
