@@ -53,6 +53,16 @@ class CKernel:
         self._fn.restype = ctypes.c_int32
         self._name = function
 
+    @property
+    def function(self):
+        """The compiled function (ctypes): its arguments are addresses, in ``order`` (bench/cpu.py's call floor)."""
+        return self._fn
+
+    @property
+    def order(self) -> list[int]:
+        """For each argument of ``function``, the index of its tensor in the program's parameter order."""
+        return self._order
+
     def __call__(self, *tensors) -> None:
         code = self._fn(*[tensors[k].data_ptr() for k in self._order], *[tensors[k].shape[a] for k, a in self._sizes])
         if code:
