@@ -69,6 +69,20 @@ def test_bad_axis_is_refused_at_the_line(options, message):
         build_graph(entry)
 
 
+def test_a_misspelt_keyword_gets_a_suggestion():
+    @task.define(leaf=True)
+    def leaf(out, X):
+        task.call_primitive("reduce_sum", out, X, axs=0)
+
+    @task.define
+    def entry(Y, X):
+        task.launch(leaf, Y, X)
+
+    with pytest.raises(FrontendError) as info:
+        build_graph(entry)
+    assert "did you mean axs= -> axis=" in str(info.value)
+
+
 def test_fixed_primitives_take_no_keywords():
     @task.define(leaf=True)
     def leaf(out, X):

@@ -10,6 +10,7 @@ primitives have, so shape ties follow (out's dimensions equal X's others).
 """
 from __future__ import annotations
 
+import difflib
 from types import MappingProxyType
 
 from septran.errors import FrontendError
@@ -24,7 +25,10 @@ def signature(name: str, options: dict, loc) -> PrimitiveSig:
     """The signature of one call, or a FrontendError at the user's line saying what to change."""
     unknown = sorted(set(options) - {"axis", "rank"})
     if unknown:
-        raise FrontendError(f"primitive {name!r} takes the keywords axis= and rank=, not {', '.join(unknown)}", loc)
+        close = [difflib.get_close_matches(k, ("axis", "rank"), n=1) for k in unknown]
+        hint = "; ".join(f"{k}= -> {c[0]}=" for k, c in zip(unknown, close) if c) or None
+        raise FrontendError(f"primitive {name!r} takes the keywords axis= and rank=, not {', '.join(unknown)}", loc,
+                            hint=f"did you mean {hint}" if hint else None)
     if "axis" not in options:
         raise FrontendError(f"primitive {name!r} needs axis= (the dimension of X it reduces)", loc,
                             hint=f'task.call_primitive("{name}", out, X, axis=0)')
