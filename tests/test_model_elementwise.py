@@ -45,8 +45,8 @@ def test_the_table_is_covered():
     assert set(OPS) == set(UNARY_TORCH) | set(BINARY_TORCH) | {"where"}
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", sorted(UNARY_TORCH))
+@pytest.mark.parametrize("name, dtype", [(n, torch.float32) for n in sorted(UNARY_TORCH)] + [
+    (n, d) for n in ("exp", "gelu", "silu", "rsqrt", "same") for d in (torch.bfloat16, torch.float16)])
 def test_each_unary_op(name, dtype):
     x = _x((3, 37), dtype, positive=name in POSITIVE)
     out = run([x], _spec((name, ("i", 0))), dtype)
@@ -120,7 +120,7 @@ def test_the_op_refuses_a_bad_spec_and_a_bad_broadcast():
 _UN = sorted(set(UNARY_TORCH) - POSITIVE)
 
 
-@settings(max_examples=12, deadline=None, derandomize=True)
+@settings(max_examples=6, deadline=None, derandomize=True)
 @given(st.lists(st.tuples(st.sampled_from(_UN + sorted(BINARY_TORCH)), st.integers(0, 10)), min_size=1, max_size=6))
 def test_random_chains_match_torch(steps):
     """Random chains over two inputs: each step applies an op to the last result (and an earlier value)."""
