@@ -222,3 +222,19 @@ def test_dynamic_shapes_under_torch_compile():
             x = _x((2, s, 12), seed=s)
             assert (g(x) - f(x)).abs().max().item() < 1e-5
     assert any(isinstance(r, Match) for r in results)
+
+
+def test_the_op_passes_opcheck_and_exports():
+    spec = _spec(("mul", ("i", 0), ("c", 2.0)), ("add", ("v", 0), ("i", 1)), ("silu", ("v", 1)))
+    x, b = _x((3, 5, 16)), _x(16, seed=1)
+    torch.library.opcheck(run.default, ([x, b], spec, torch.float32),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static",
+                                      "test_aot_dispatch_dynamic"))
+
+    class M(nn.Module):
+        def forward(self, x, b):
+            return run([x, b], spec, torch.float32)
+
+    ep = torch.export.export(M(), (x, b))
+    assert any(n.target is run.default for n in ep.graph.nodes)
+    assert torch.equal(ep.module()(x, b), M()(x, b))

@@ -165,3 +165,17 @@ def test_refusals_say_why():
         out = compiled(f, PATTERNS, results)(x)
     assert any(isinstance(r, Refusal) and r.pattern == "rms_norm" and "not the last" in r.why for r in results)
     assert (out - f(x)).abs().max().item() < 1e-5  # still right: the rest stayed with torch or went to chains
+
+
+@pytest.mark.parametrize("op, args", [
+    ("softmax", lambda x, w, b: (x, -1, False, torch.float32)),
+    ("layer_norm", lambda x, w, b: (x, 16, w, b, 1e-5)),
+    ("layer_norm", lambda x, w, b: (x, 16, None, None, 1e-5)),
+    ("rms_norm", lambda x, w, b: (x, 16, w, 1e-6, torch.float32)),
+])
+def test_custom_ops_pass_opcheck(op, args):
+    """Schema, fake kernel and AOTAutograd (static and dynamic shapes): what torch.compile and export rely on."""
+    x, w, b = _x((3, 5, 16), torch.float32), _x(16, torch.float32, 1), _x(16, torch.float32, 2)
+    torch.library.opcheck(getattr(ops, op).default, args(x, w, b),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static",
+                                      "test_aot_dispatch_dynamic"))

@@ -30,14 +30,19 @@ def spec_of(ops) -> str:
     return json.dumps([[name, *[[t, x] for t, x in operands]] for name, *operands in ops])
 
 
-def _view(x: torch.Tensor, kind: str, rows: int, cols: int) -> torch.Tensor:
+def _view(x: torch.Tensor, kind: str, rows: int, cols: int, device) -> torch.Tensor:
     if kind == "full":
         return x.contiguous().view(rows, cols)
     if kind == "col":
         return x.reshape(cols).contiguous()
     if kind == "row":
         return x.reshape(rows).contiguous()
-    return x.reshape(1).contiguous()
+    return x.reshape(1).to(device).contiguous()  # a 0-d tensor may live on the host beside device tensors
+
+
+def _device(inputs):
+    """The output's device: a device tensor's, where a host 0-d scalar sits beside them (torch allows that)."""
+    return next((x.device for x in inputs if x.dim() > 0), inputs[0].device)
 
 
 @torch.library.custom_op("septran::elementwise", mutates_args=())
@@ -50,7 +55,7 @@ def elementwise(inputs: List[torch.Tensor], spec: str, out_dtype: torch.dtype) -
         raise ValueError(f"an input of an elementwise chain broadcasts to {tuple(shape)} other than along leading "
                          "dimensions or as one value per row")
     check(ops, kinds)
-    y = torch.empty(shape, dtype=out_dtype, device=inputs[0].device)
+    y = torch.empty(shape, dtype=out_dtype, device=_device(inputs))
     if y.numel() == 0:
         return y
     cols = shape[-1] if len(shape) else 1
@@ -61,11 +66,11 @@ def elementwise(inputs: List[torch.Tensor], spec: str, out_dtype: torch.dtype) -
     key = ("elementwise_chain", target, ops, kinds)
     k = kernels.kernel(key, lambda: septran.compile(chain_logic(ops, kinds),
                                                     shipped.mapping(target, "elementwise_chain"), target=target))
-    k(*(_view(x, kd, rows, cols) for x, kd in zip(inputs, kinds)), Y=y.view(rows, cols))
+    k(*(_view(x, kd, rows, cols, y.device) for x, kd in zip(inputs, kinds)), Y=y.view(rows, cols))
     return y
 
 
 @elementwise.register_fake
 def _(inputs, spec, out_dtype):
     shape = torch.broadcast_shapes(*(x.shape for x in inputs))
-    return inputs[0].new_empty(shape, dtype=out_dtype)
+    return torch.empty(shape, dtype=out_dtype, device=_device(inputs))
