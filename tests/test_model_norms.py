@@ -179,3 +179,31 @@ def test_custom_ops_pass_opcheck(op, args):
     torch.library.opcheck(getattr(ops, op).default, args(x, w, b),
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static",
                                       "test_aot_dispatch_dynamic"))
+
+
+class _Block(nn.Module):
+    """RMSNorm -> linear -> scaled softmax -> residual chain -> LayerNorm: four patterns and torch's GEMM."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.n1, self.ln, self.lin = nn.RMSNorm(d, eps=1e-6), nn.LayerNorm(d), nn.Linear(d, d)
+
+    def forward(self, x):
+        a = torch.softmax(self.lin(self.n1(x)) * 0.125, -1)
+        return self.ln(x + a * 2.0)
+
+
+def test_a_block_at_32_sequence_lengths_builds_each_kernel_once(monkeypatch):
+    """Under torch.compile (automatic dynamic shapes after the second length), 32 sequence lengths run with
+    one build per kernel and one variant each."""
+    kernels.clear()
+    built = _count_builds(monkeypatch)
+    torch.manual_seed(0)
+    m, results = _Block(), []
+    g = compiled(m, PATTERNS, results, dynamic=None)
+    with torch.no_grad():
+        for s in range(1, 33):
+            x = _x((1, s, 32), torch.float32, s)
+            assert (g(x) - m(x)).abs().max().item() < 1e-5
+    assert {r.pattern for r in results if isinstance(r, Match)} == {"rms_norm", "softmax", "layer_norm", "elementwise"}
+    assert len(built) <= len(kernels._CACHE) and all(len(k._variants) == 1 for k in kernels._CACHE.values())
