@@ -238,3 +238,20 @@ def test_the_op_passes_opcheck_and_exports():
     ep = torch.export.export(M(), (x, b))
     assert any(n.target is run.default for n in ep.graph.nodes)
     assert torch.equal(ep.module()(x, b), M()(x, b))
+
+
+@pytest.mark.parametrize("target", ["sm80", "sm90", "gfx942"])
+def test_gpu_targets_lower_a_chain_with_every_input_kind(target):
+    """The generated logic with the GPU mappings lowers to CUDA / HIP (running it needs the GPU)."""
+    import septran
+    from septran.model.ops import shipped
+    from septran.model.ops.elementwise_logic import chain_logic
+
+    ops_ = (("mul", ("i", 0), ("c", 2.0)), ("add", ("v", 0), ("i", 1)), ("sigmoid", ("v", 1)),
+            ("mul", ("v", 2), ("i", 2)), ("where", ("i", 4), ("v", 3), ("i", 3)))
+    kernel = septran.compile(chain_logic(ops_, ("full", "col", "row", "one", "full")),
+                             shipped.mapping(target, "elementwise_chain"), target=target)
+    v = kernel.specialize(X0=((37, 40), "bfloat16"), X1=((40,), "bfloat16"), X2=((37,), "float32"),
+                          X3=((1,), "bfloat16"), X4=((37, 40), "bool"), Y=((37, 40), "bfloat16"))
+    assert 'T.dynamic("X0_dim0"' in v.tilelang_source and "T.Parallel" in v.tilelang_source
+    assert "ew_host" in v.device_source

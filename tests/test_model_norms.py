@@ -207,3 +207,18 @@ def test_a_block_at_32_sequence_lengths_builds_each_kernel_once(monkeypatch):
             assert (g(x) - m(x)).abs().max().item() < 1e-5
     assert {r.pattern for r in results if isinstance(r, Match)} == {"rms_norm", "softmax", "layer_norm", "elementwise"}
     assert len(built) <= len(kernels._CACHE) and all(len(k._variants) == 1 for k in kernels._CACHE.values())
+
+
+@pytest.mark.parametrize("target", ["sm80", "sm90", "gfx942"])
+@pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm"])
+def test_gpu_targets_lower_the_rows_dynamic_norms(target, op):
+    import septran
+    from septran.model.ops import shipped
+
+    logic = {"softmax": lambda m: m.softmax(), "layernorm": lambda m: m.layernorm(), "rmsnorm": lambda m: m.rmsnorm()}
+    kernel = septran.compile(logic[op](shipped.example(op)), shipped.mapping(target, op, (("X", (0,)),)), target=target)
+    x, v = ((37, 4097), "float16"), ((4097,), "float16")
+    shapes = {"softmax": {"X": x}, "layernorm": {"X": x, "W": v, "B": v}, "rmsnorm": {"X": x, "W": v}}[op]
+    v = kernel.specialize(**shapes)
+    assert 'T.dynamic("X_dim0"' in v.tilelang_source
+    assert v.device_source
