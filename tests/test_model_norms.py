@@ -222,3 +222,23 @@ def test_gpu_targets_lower_the_rows_dynamic_norms(target, op):
     v = kernel.specialize(**shapes)
     assert 'T.dynamic("X_dim0"' in v.tilelang_source
     assert v.device_source
+
+
+def test_the_undecomposed_forms_torch_export_keeps():
+    """torch.export (no decompositions) keeps aten.rms_norm, aten.layer_norm, aten.softmax.int and
+    aten._fused_rms_norm: the patterns take those too."""
+    from support.model_graphs import apply_patterns
+
+    class M(nn.Module):
+        def forward(self, x, w):
+            fused = torch.ops.aten._fused_rms_norm(x, [16], w, 1e-5)[0]
+            return F.rms_norm(x, (16,), w, 1e-6) + F.layer_norm(x, (16,), w, None) + torch.log_softmax(x, -1) + fused
+
+    x, w = _x((3, 16), torch.float32), _x(16, torch.float32, 1)
+    gm = torch.export.export(M(), (x, w)).module()
+    results = []
+    with torch.no_grad():
+        out = apply_patterns(gm, PATTERNS, results)(x, w)
+    taken = sorted(r.pattern for r in results if isinstance(r, Match))
+    assert taken[:4] == ["elementwise", "layer_norm", "rms_norm", "rms_norm"] and "softmax" in taken, results
+    assert (out - M()(x, w)).abs().max().item() < 1e-5
