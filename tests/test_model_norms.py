@@ -242,3 +242,20 @@ def test_the_undecomposed_forms_torch_export_keeps():
     taken = sorted(r.pattern for r in results if isinstance(r, Match))
     assert taken[:4] == ["elementwise", "layer_norm", "rms_norm", "rms_norm"] and "softmax" in taken, results
     assert (out - M()(x, w)).abs().max().item() < 1e-5
+
+
+def test_a_missing_mapping_is_a_refusal_and_the_model_still_runs(monkeypatch):
+    from septran.errors import MappingError
+    from septran.model.ops import shipped
+
+    def missing(target, op):
+        raise MappingError(f"no mapping of operator {op!r} for target {target!r}")
+
+    monkeypatch.setattr(shipped, "mapping_file", missing)
+    f = lambda x: F.softmax(x, -1) * 2  # noqa: E731
+    x, results = _x((3, 9), torch.float32), []
+    with torch.no_grad():
+        out = compiled(f, PATTERNS, results)(x)
+    why = {r.pattern: r.why for r in results if isinstance(r, Refusal)}
+    assert "cannot run softmax" in why["softmax"] and "cannot run elementwise_chain" in why["elementwise"]
+    assert not any(isinstance(r, Match) for r in results) and torch.equal(out, f(x))

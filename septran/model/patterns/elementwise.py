@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from septran.model.patterns.base import Match, Pattern, Refusal, Result, val
-from septran.model.patterns.fx_match import FLOATS, is_op, number, numel, plain_cast
+from septran.model.patterns.fx_match import FLOATS, number, numel, plain_cast, unavailable
 from septran.model.ops.elementwise_logic import POW_EXPONENTS, kind_of
 
 aten = torch.ops.aten
@@ -81,7 +81,7 @@ class ElementwisePattern(Pattern):
         if not isinstance(out, torch.Tensor) or out.dtype not in FLOATS:
             dt = str(getattr(out, "dtype", "no tensor")).removeprefix("torch.")
             return Refusal(self.name, node, f"{dt} is not a dtype SepTran's elementwise chains compute")
-        why = self._operands_problem(node, tr, out)
+        why = self._operands_problem(node, tr, out) or unavailable("elementwise_chain", out.device, logic=False)
         if why:
             return Refusal(self.name, node, why)
         members = self._grow(node, out)

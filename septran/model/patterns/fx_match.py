@@ -61,3 +61,19 @@ def plain_cast(node: Any) -> bool:
 def users_inside(node: fx.Node, inside: set) -> bool:
     """Every use of ``node`` is by a node of ``inside``."""
     return all(u in inside for u in node.users)
+
+
+def unavailable(op: str, device, logic: bool = True) -> Optional[str]:
+    """Why ``op`` cannot run on ``device`` (no target, no mapping there, its logic file missing), or None."""
+    from septran.errors import SepTranError
+    from septran.model import kernels
+    from septran.model.ops import shipped
+
+    try:
+        target = kernels.target_for(device)
+        shipped.mapping_file(target, op)
+        if logic:
+            shipped.example(op)
+    except (SepTranError, StopIteration, OSError) as err:
+        return f"SepTran cannot run {op} on {device}: {err}"
+    return None

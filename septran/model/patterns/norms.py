@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from septran.model.patterns.base import Match, Pattern, Refusal, Result, val
-from septran.model.patterns.fx_match import dtype_problem, is_op, number, numel, plain_cast
+from septran.model.patterns.fx_match import dtype_problem, is_op, number, numel, plain_cast, unavailable
 
 aten = torch.ops.aten
 
@@ -46,6 +46,8 @@ class SoftmaxPattern(Pattern):
                 return Refusal(self.name, node, dtype_problem(n))
         if val(x).dim() == 0:
             return Refusal(self.name, node, "a softmax of a 0-d tensor is left to torch")
+        if unavailable("softmax", val(x).device):
+            return Refusal(self.name, node, unavailable("softmax", val(x).device))
         what = "log_softmax" if log else "softmax"
         return Match(self.name, (node,), node, _ops().softmax.default, (x, int(dim), log, val(node).dtype),
                      kernel=f"examples/softmax ({what}, dim {int(dim)})", flops=5 * numel(node))
@@ -76,6 +78,8 @@ class LayerNormPattern(Pattern):
             return Refusal(self.name, ln, "its eps is not a number")
         if val(node).dtype != val(x).dtype:
             return Refusal(self.name, ln, "its output's dtype differs from its input's")
+        if unavailable("layernorm", val(x).device):
+            return Refusal(self.name, ln, unavailable("layernorm", val(x).device))
         n = math.prod(int(s) for s in shape)
         kind = ", ".join(k for k, t in (("weight", w), ("bias", b)) if t is not None) or "no affine"
         return Match(self.name, nodes, node, _ops().layer_norm.default, (x, n, w, b, number(eps)),
@@ -100,6 +104,8 @@ class RMSNormPattern(Pattern):
             return Refusal(self.name, node, "its weight broadcasts the result beyond the input's shape")
         if w is not None and _squeeze(val(w).shape) != tuple(xv.shape[xv.dim() - k:]):
             return None  # not a weight of the normalised dimensions: the mul is something else
+        if unavailable("rmsnorm", xv.device):
+            return Refusal(self.name, node, unavailable("rmsnorm", xv.device))
         n = math.prod(int(s) for s in xv.shape[xv.dim() - k:])
         return Match(self.name, tuple(nodes), node, _ops().rms_norm.default, (x, n, w, eps, val(node).dtype),
                      kernel="examples/rmsnorm" + ("" if w is not None else " (no weight)"),
