@@ -100,7 +100,8 @@ def _element(ops: tuple, kinds: tuple, xs: tuple, i, j):
 def _task(fn, name: str, params: list, leaf: bool = False):
     """``fn(*params)`` as a task named ``name`` whose parameters are ``params`` (the chain's arity varies)."""
     fn.__name__ = fn.__qualname__ = name
-    fn.__signature__ = inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    fn.__signature__ = inspect.Signature([inspect.Parameter(p, kind) for p in params])
     return task.define(leaf=leaf)(fn)
 
 

@@ -8,4 +8,5 @@ from __future__ import annotations
 PATTERNS: list = []  # filled by the pattern modules' register()
 
 from septran.model.patterns.norms import PATTERNS as _norms; PATTERNS += _norms  # noqa: E402,E702
-from septran.model.patterns.elementwise import PATTERNS as _elementwise; PATTERNS += _elementwise  # noqa: E402,E702 - last: chains take what no larger pattern takes
+# last: chains take what no larger pattern takes
+from septran.model.patterns.elementwise import PATTERNS as _ew; PATTERNS += _ew  # noqa: E402,E702

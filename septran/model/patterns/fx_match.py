@@ -41,7 +41,8 @@ def dtype_problem(node: Any) -> Optional[str]:
     if not isinstance(v, torch.Tensor):
         return f"{getattr(node, 'name', node)} has no tensor metadata"
     if v.dtype not in FLOATS:
-        return f"{str(v.dtype).removeprefix('torch.')} is not a dtype SepTran computes here (float32, float16, bfloat16)"
+        dt = str(v.dtype).removeprefix("torch.")
+        return f"{dt} is not a dtype SepTran computes here (float32, float16, bfloat16)"
     return None
 
 
