@@ -6,3 +6,7 @@ in its decomposed form, SwiGLU) before the smaller ones that would take a part o
 from __future__ import annotations
 
 PATTERNS: list = []  # filled by the pattern modules' register()
+
+from septran.model.patterns.norms import PATTERNS as _norms; PATTERNS += _norms  # noqa: E402,E702
+# last: chains take what no larger pattern takes
+from septran.model.patterns.elementwise import PATTERNS as _ew; PATTERNS += _ew  # noqa: E402,E702

@@ -1,0 +1,1 @@
+"""Custom ops (``torch.ops.septran.*``) that run SepTran kernels: one module per operator family."""

@@ -1,0 +1,55 @@
+"""Model-level test helpers: capture a module's ATen inference graph (as the septran backend does, through
+AOTAutograd) and apply patterns to it with a tiny local rewrite (the real one is septran/model/rewrite.py)."""
+from __future__ import annotations
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+
+from septran.model.patterns.base import Match, val
+
+
+def apply_patterns(gm, patterns, results: list):
+    """Asks ``patterns`` at every node, last node first; applies each Match; appends every Match/Refusal."""
+    graph, gone = gm.graph, set()
+    for node in reversed(list(graph.nodes)):
+        if node in gone or node.op != "call_function":
+            continue
+        for p in patterns:
+            r = p.match(node)
+            if r is None:
+                continue
+            results.append(r)
+            if isinstance(r, Match):
+                with graph.inserting_before(r.output):
+                    new = graph.call_function(r.op, r.args, r.kwargs)
+                new.meta["val"] = val(r.output)
+                r.output.replace_all_uses_with(new)
+                for n in sorted(r.nodes, key=lambda n: -list(graph.nodes).index(n)):
+                    if not n.users:
+                        graph.erase_node(n)
+                        gone.add(n)
+                break
+    graph.lint()
+    gm.recompile()
+    return gm
+
+
+def compiled(fn, patterns, results: list, dynamic=False):
+    """``fn`` under torch.compile with a backend that applies ``patterns`` to its AOTAutograd inference graph."""
+
+    def fw(gm, example_inputs):
+        return apply_patterns(gm, patterns, results).forward
+
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=aot_autograd(fw_compiler=fw), fullgraph=True, dynamic=dynamic)
+
+
+def err(out, ref) -> float:
+    return (out.double() - ref.double()).abs().max().item()
+
+
+def assert_flash_rule(out, ref64, torch_out, eps: float = 1e-5):
+    """FlashAttention's rule: SepTran's error vs float64 at most twice torch's own in the same dtype, plus eps."""
+    assert out.dtype == torch_out.dtype and out.shape == torch_out.shape
+    e, t = err(out, ref64), err(torch_out, ref64)
+    assert e <= 2 * t + eps, f"septran's error {e:.3e} vs torch's {t:.3e}"
