@@ -255,6 +255,8 @@ def _stmt(w: _Writer, s, depth: int, prog: _Program) -> None:
         if s.expr is not None:
             store, value = _element(s.store, placed), _element(s.expr, placed)
             body = f"T.atomic_add({store}, {value})" if s.atomic else f"{store} = {value}"
+            if s.guard:
+                body = f"if {' and '.join(f'{expr(i, 1)} < {expr(b, 1)}' for i, b in s.guard)}: {body}"
             template = template.replace("{body}", body.replace("{", "{{").replace("}", "}}"))
         text = _template(template, s.args, prog, s.flags, indices=", ".join(s.loop), **dict(s.attrs))
         for line in text.splitlines():

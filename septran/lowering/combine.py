@@ -44,20 +44,33 @@ def combine(ctx: Context, program: ir.TileProgram) -> ir.TileProgram:
         raise MappingError(f"{entry.name}.combine: atomic: target {ctx.target.name} has no atomic add", entry.combine.loc,
                            hint="leave combine out: there the programs that share an output add one after another")
     return dataclasses.replace(program, kernel=dataclasses.replace(
-        program.kernel, body=_atomic(program.kernel.body, set(shared), entry)))
+        program.kernel, body=_atomic(program.kernel.body, set(shared), entry, {p.sym: p.shape for p in program.params})))
 
 
-def _atomic(stmts, shared: set, entry):
+def _atomic(stmts, shared: set, entry, shapes):
     body = []
     for s in stmts:
         if isinstance(s, ir.For):
-            body.append(dataclasses.replace(s, body=tuple(_atomic(s.body, shared, entry))))
+            body.append(dataclasses.replace(s, body=tuple(_atomic(s.body, shared, entry, shapes))))
             continue
         names = {r.of.name for _, r in _regions(s)} & shared
         if names:
-            s = _atomic_leaf(s, names, entry)
+            s = _guarded(_atomic_leaf(s, names, entry), shapes)
         body.append(s)
     return tuple(body)
+
+
+def _guarded(s: ir.LeafCall, shapes) -> ir.LeafCall:
+    """Where the stored tile overhangs its tensor, the loop runs over the whole tile and each atomic add is guarded
+    (``if bx * BN + j < N: T.atomic_add(..)``): TileLang refuses a T.Parallel of a symbolic extent (the in-bounds
+    part, T.min(BN, N - bx * BN)) that indexes a fragment, as the partial sum held in registers is."""
+    name, out = s.args[0]
+    over = [d for d, (v, e) in enumerate(zip(out.valid, out.extents)) if v != e]
+    if out.of != s.store.of or not over:
+        return s
+    guard = tuple((s.store.index[d], shapes[out.of][d]) for d in over)
+    args = ((name, dataclasses.replace(out, valid=())),) + s.args[1:]  # (): the loop covers the whole tile
+    return dataclasses.replace(s, args=args, guard=guard)
 
 
 def _atomic_leaf(s, names, entry):

@@ -116,6 +116,9 @@ class LeafCall:
     expr: Optional[object] = None
     loop: tuple[str, ...] = ()
     atomic: bool = False  # the store adds expr into its element atomically (lowering/combine.py)
+    # (index, bound) pairs: the store happens only where every index is below its bound (the loop runs over a
+    # whole tile that overhangs its tensor; lowering/combine.py)
+    guard: tuple[tuple[Expr, Expr], ...] = ()
 
 
 @dataclass(frozen=True)
