@@ -267,6 +267,8 @@ def _stmt(w: _Writer, s, depth: int, prog: _Program) -> None:
     elif isinstance(s, ir.For):
         if s.kind == "pipelined":
             w.line(depth, f"for {s.var.name} in T.Pipelined({expr(s.extent)}, num_stages={s.num_stages}):")
+        elif s.kind == "parallel":
+            w.line(depth, f"for {s.var.name} in T.Parallel({expr(s.extent)}):")
         else:
             w.line(depth, f"for {s.var.name} in T.serial({expr(s.extent)}):")
         for b in s.body:

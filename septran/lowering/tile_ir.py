@@ -136,10 +136,11 @@ class VendorOp:
 class For:
     var: Sym
     extent: Expr
-    kind: str  # "serial" or "pipelined"
+    kind: str  # "serial", "pipelined", or "parallel" (lowering/parallel_loops.py)
     num_stages: Optional[int]
     body: tuple["Stmt", ...]
     why: Why
+    parallel: bool = False  # a parallel_range inside a program: its iterations need no order
 
 
 Stmt = Union[Fill, Copy, LeafCall, VendorOp, For]
