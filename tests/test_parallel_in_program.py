@@ -146,3 +146,68 @@ def test_gpu_element_nest_builds_with_nvcc(target):
     v = septran.compile(scale_logic, mapping=_gpu(target)).specialize(X=((70, 150), "float16"))
     usage = nvcc_resource_usage(v.device_source, GPU_ARCH[target])
     assert usage["spill_stores"] == 0, usage
+
+
+@task.define
+def sub_tiles(Y, X):  # the program's whole tiles, cut again: a parallel_range over sub-tiles of fragments
+    Xp = task.partition(X, by="blocks", tile=("BS", "BS"))
+    Yp = task.partition(Y, by="blocks", tile=("BS", "BS"))
+    for i, j in task.parallel_range(Yp.shape):
+        task.launch(scale_leaf, Yp[i, j], Xp[i, j])
+
+
+@task.define
+def staged_block(Y, X):
+    task.launch(sub_tiles, Y, X)
+
+
+@task.define
+def staged_logic(Y, X):
+    Xp = task.partition(X, by="blocks", tile=("BM", "BN"))
+    Yp = task.partition(Y, by="blocks", tile=("BM", "BN"))
+    for i, j in task.parallel_range(Yp.shape):
+        task.launch(staged_block, Yp[i, j], Xp[i, j])
+
+
+def _staged(target, mem, leaf, threads=""):
+    return f"""
+target: {target}
+entrypoint: host
+task_mappings:
+  host:
+    task_name: staged_logic
+    proc: HOST
+    mems: {{"*": GLOBAL}}
+    tunables: {{BM: 64, BN: 64, BS: 16}}
+    calls: {{staged_block: b}}
+  b:
+    task_name: staged_block
+    proc: BLOCK{threads}
+    mems: {{"*": {mem}}}
+    calls: {{sub_tiles: s}}
+  s:
+    task_name: sub_tiles
+    proc: BLOCK
+    mems: {{"*": {mem}}}
+    leaf_task_bindings: {{scale_leaf: {leaf}}}
+"""
+
+
+def test_gpu_element_nest_over_fragments_is_t_parallel():
+    v = septran.compile(staged_logic, mapping=_staged("sm90", "REGISTER", "tile_parallel", "\n    threads: 128")).specialize(
+        X=((70, 150), "float32"))
+    src = v.tilelang_source
+    assert "for i in T.Parallel(T.ceildiv(BM, BS)):" in src and "Y_local[i * 16 + i_2, j * 16 + j_2] = " in src
+    assert "__global__" in v.device_source
+
+
+@needs_nvcc
+def test_gpu_element_nest_over_fragments_builds_with_nvcc():
+    v = septran.compile(staged_logic, mapping=_staged("sm90", "REGISTER", "tile_parallel", "\n    threads: 128")).specialize(
+        X=((70, 150), "float32"))
+    assert nvcc_resource_usage(v.device_source, "sm_90a")["spill_stores"] == 0
+
+
+def test_cpu_sub_tiles_of_a_staged_tile_match_torch():
+    x = torch.randn(70, 150)
+    assert torch.equal(septran.compile(staged_logic, mapping=_staged("cpu", "LOCAL", "tile_loops"))(x), x * 3.0)
