@@ -161,6 +161,8 @@ class Target:
     # A parallel_range inside a program becomes TileLang's T.Parallel where the lowering proves it may
     # (lowering/parallel_loops.py); False: loops in one order.
     parallel_in_program: bool = False
+    # One program may hold two kernels launched one after the other (a mapping's `combine: two_kernels`).
+    two_kernels: bool = False
 
     @property
     def index_bits(self) -> int:

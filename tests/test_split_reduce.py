@@ -80,7 +80,7 @@ def test_atomic_on_cpu_is_refused_at_the_mappings_line(tmp_path):
 def test_an_unknown_combine_is_refused(tmp_path):
     with pytest.raises(septran.MappingError, match="combine must be one of atomic"):
         septran.compile(split_sum, mapping_file=_mapping(tmp_path, CPU.replace(
-            "    calls: {split_block", "    combine: two_kernels\n    calls: {split_block")))
+            "    calls: {split_block", "    combine: two_kernel\n    calls: {split_block")))
 
 
 @pytest.mark.parametrize("target", ["sm90", "sm80", "gfx942"])

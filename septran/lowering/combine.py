@@ -11,7 +11,8 @@ What happens to it is the mapping's choice, on the entry instance:
 - ``combine: atomic``: every store into the shared output must be ``Y[..] = Y[..] + e`` with Y addressed in
   GLOBAL memory; it becomes ``T.atomic_add(Y[..], e)``, on targets that have it (``atomic_add: true``).
 
-Two kernels (partial sums, then their sum) need no pass: two calls of the same logic (examples/reduce).
+- ``combine: two_kernels``: the programs store their partial results into a workspace, one slot per program,
+  and a second kernel adds the slots into Y (two_kernels.py).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from septran.errors import LoweringError, MappingError
 from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Context
+from septran.lowering.two_kernels import two_kernels
 from septran.lowering.writes import _regions
 
 
@@ -40,6 +42,8 @@ def combine(ctx: Context, program: ir.TileProgram) -> ir.TileProgram:
                 hint=f"say how they combine on {entry.name}: `combine: atomic` (atomic adds into {out}), or split "
                      "the reduction into two calls (partial sums, then their sum)")
         return program
+    if entry.combine.value == "two_kernels":
+        return two_kernels(ctx, program, shared, entry, lambda s, names: _adding(s, names, entry))
     if not ctx.target.atomic_add:
         raise MappingError(f"{entry.name}.combine: atomic: target {ctx.target.name} has no atomic add", entry.combine.loc,
                            hint="leave combine out: there the programs that share an output add one after another")
@@ -75,9 +79,15 @@ def _guarded(s: ir.LeafCall, shapes) -> ir.LeafCall:
 
 def _atomic_leaf(s, names, entry):
     """``Y[ix] = Y[ix] + e`` (or ``e + Y[ix]``) into Y in GLOBAL memory -> the same leaf, adding e atomically."""
+    _, rest = _adding(s, names, entry)
+    return dataclasses.replace(s, expr=rest, atomic=True)
+
+
+def _adding(s, names, entry):
+    """(``Y[ix]``, ``e``) of a leaf ``Y[ix] = Y[ix] + e`` (or ``e + Y[ix]``) into Y in GLOBAL memory."""
     out = sorted(names)[0]
     refuse = MappingError(
-        f"{entry.name}.combine: atomic: output {out} must be added to by one compute, {out}[...] = {out}[...] + e, "
+        f"{entry.name}.combine: {entry.combine.value}: output {out} must be added to by one compute, {out}[...] = {out}[...] + e, "
         f"that addresses {out} in GLOBAL memory; not so in {s.why}",
         entry.combine.loc, hint=f"map {out} to GLOBAL in the instance whose leaf adds into it (mems: {{{out}: GLOBAL}})")
     if not isinstance(s, ir.LeafCall) or s.expr is None or s.store is None or s.store.of.name != out:
@@ -87,7 +97,7 @@ def _atomic_leaf(s, names, entry):
         raise refuse
     for own, rest in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
         if _same_element(own, s.store) and not any(isinstance(n, el.Elt) and n.of == s.store.of for n in el.nodes(rest)):
-            return dataclasses.replace(s, expr=rest, atomic=True)
+            return s.store, rest
     raise refuse
 
 

@@ -44,7 +44,7 @@ class TensorParam:
     sym: Sym
     shape: tuple[Expr, ...]
     dtype: str
-    role: str  # "input", "output" or "inout"
+    role: str  # "input", "output", "inout", or "workspace" (after the others: the runtime allocates it, zeros)
 
 
 @dataclass(frozen=True)
@@ -182,3 +182,5 @@ class TileProgram:
     read_outputs: frozenset = frozenset()  # outputs the program reads before writing: they start from zeros
     shared_outputs: tuple = ()  # (output read, grid index of extent > 1 whose programs may touch one element of it)
     index_bits: int = 32  # the width of the program's index arithmetic (and of vendor calls' integer arguments)
+    after: tuple[KernelLaunch, ...] = ()  # kernels launched after ``kernel``, in order (lowering/two_kernels.py)
+    workspaces: tuple[tuple[str, tuple[int, ...], str], ...] = ()  # (param, shape, dtype): the runtime's zeros
