@@ -39,8 +39,8 @@ def combine(ctx: Context, program: ir.TileProgram) -> ir.TileProgram:
             raise LoweringError(
                 f"the programs of grid index {g} all add into output {out}: on {ctx.target.name} they run at once, "
                 "and their additions would race", entry.loc,
-                hint=f"say how they combine on {entry.name}: `combine: atomic` (atomic adds into {out}), or split "
-                     "the reduction into two calls (partial sums, then their sum)")
+                hint=f"say how they combine on {entry.name}: `combine: atomic` (atomic adds into {out}), or "
+                     "`combine: two_kernels` (partial sums into a workspace, then a second kernel adds them up)")
         return program
     if entry.combine.value == "two_kernels":
         return two_kernels(ctx, program, shared, entry, lambda s, names: _adding(s, names, entry))

@@ -81,6 +81,10 @@ class _Pass:
         s = body[0]
         if not isinstance(s, ir.LeafCall) or s.expr is None or s.store is None or "T.Parallel(" not in s.template:
             return None, f"its body is {_kinds(body)}, which TileLang refuses inside T.Parallel"
+        stored_at = {v.sym.name for i in s.store.index if not isinstance(i, el.Elem)
+                     for v in leaves(i) if isinstance(v, Var)}
+        if not set(s.loop) <= stored_at:  # a reduction's loop: several of its own iterations store one element
+            return None, f"its body ({s.impl}) stores one element from several iterations of its own loop"
         name, out = s.args[0]
         if out.of != s.store.of or not all(self.number(e) for e in out.extents):
             return None, f"the tile {s.store.of.name} it stores has no size in numbers"
