@@ -122,6 +122,8 @@ def load_target_file(path: Path) -> Target:
         execution_backend=tlp.get("execution_backend", "tvm_ffi"),
         builder=_builder(tlp.get("builder", "tilelang"), tl.loc),
         atomic_add=bool(_plain(d.get("atomic_add", Located(False, root.loc)))),
+        two_kernels=bool(_plain(d.get("two_kernels", Located(False, root.loc)))),
+        parallel_in_program=bool(_plain(d.get("parallel_in_program", Located(False, root.loc)))),
         compile_flags=tuple(tlp.get("compile_flags", ())),
         pass_configs=MappingProxyType(dict(tlp.get("pass_configs", {}))),
         torch_device=_plain(_need(d, "torch_device", "target.yaml")),

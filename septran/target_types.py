@@ -158,6 +158,11 @@ class Target:
     perf: Optional[Perf] = None  # speeds for the cost model (septran.tuning.cost); None: not given
     # TileLang's T.atomic_add works here: a mapping may ask programs to add into one output (`combine: atomic`).
     atomic_add: bool = False
+    # A parallel_range inside a program becomes TileLang's T.Parallel where the lowering proves it may
+    # (lowering/parallel_loops.py); False: loops in one order.
+    parallel_in_program: bool = False
+    # One program may hold two kernels launched one after the other (a mapping's `combine: two_kernels`).
+    two_kernels: bool = False
 
     @property
     def index_bits(self) -> int:

@@ -80,7 +80,7 @@ def test_atomic_on_cpu_is_refused_at_the_mappings_line(tmp_path):
 def test_an_unknown_combine_is_refused(tmp_path):
     with pytest.raises(septran.MappingError, match="combine must be one of atomic"):
         septran.compile(split_sum, mapping_file=_mapping(tmp_path, CPU.replace(
-            "    calls: {split_block", "    combine: two_kernels\n    calls: {split_block")))
+            "    calls: {split_block", "    combine: two_kernel\n    calls: {split_block")))
 
 
 @pytest.mark.parametrize("target", ["sm90", "sm80", "gfx942"])
@@ -106,4 +106,24 @@ def test_atomic_split_builds_with_nvcc(tmp_path, target, arch):
     variant = kernel.specialize(Y=((4096,), "float32"), X=((1000, 4096), "float32"))
     assert "atomicAdd" in variant.device_source or "AtomicAdd" in variant.device_source
     usage = nvcc_resource_usage(variant.device_source, arch)
+    assert usage["spill_stores"] == 0, usage
+
+
+@pytest.mark.parametrize("target", ["sm90", "sm80", "gfx942"])
+@pytest.mark.parametrize("n", [4001, 333])
+def test_gpu_atomic_split_of_columns_that_overhang_adds_only_in_bounds(tmp_path, target, n):
+    """Y's last tile overhangs: the loop runs over the whole tile (the partial sum is a fragment, which TileLang
+    indexes only from a loop of a fixed extent) and each atomic add is guarded; TileLang lowers it."""
+    kernel = septran.compile(split_sum, mapping_file=_mapping(tmp_path, GPU.replace("TARGET", target)))
+    variant = kernel.specialize(Y=((n,), "float32"), X=((1000, n), "float32"))
+    assert "for j in T.Parallel(BN):" in variant.tilelang_source
+    assert "if bx * BN + j < Y_dim0: T.atomic_add(Y[bx * BN + j], acc[j])" in variant.tilelang_source
+    assert f"< {n})" in variant.device_source and "AtomicAdd" in variant.device_source
+
+
+@needs_nvcc
+def test_atomic_split_of_columns_that_overhang_builds_with_nvcc(tmp_path):
+    kernel = septran.compile(split_sum, mapping_file=_mapping(tmp_path, GPU.replace("TARGET", "sm90")))
+    variant = kernel.specialize(Y=((4001,), "float32"), X=((1000, 4001), "float32"))
+    usage = nvcc_resource_usage(variant.device_source, "sm_90a")
     assert usage["spill_stores"] == 0, usage

@@ -255,6 +255,8 @@ def _stmt(w: _Writer, s, depth: int, prog: _Program) -> None:
         if s.expr is not None:
             store, value = _element(s.store, placed), _element(s.expr, placed)
             body = f"T.atomic_add({store}, {value})" if s.atomic else f"{store} = {value}"
+            if s.guard:
+                body = f"if {' and '.join(f'{expr(i, 1)} < {expr(b, 1)}' for i, b in s.guard)}: {body}"
             template = template.replace("{body}", body.replace("{", "{{").replace("}", "}}"))
         text = _template(template, s.args, prog, s.flags, indices=", ".join(s.loop), **dict(s.attrs))
         for line in text.splitlines():
@@ -265,6 +267,8 @@ def _stmt(w: _Writer, s, depth: int, prog: _Program) -> None:
     elif isinstance(s, ir.For):
         if s.kind == "pipelined":
             w.line(depth, f"for {s.var.name} in T.Pipelined({expr(s.extent)}, num_stages={s.num_stages}):")
+        elif s.kind == "parallel":
+            w.line(depth, f"for {s.var.name} in T.Parallel({expr(s.extent)}):")
         else:
             w.line(depth, f"for {s.var.name} in T.serial({expr(s.extent)}):")
         for b in s.body:
@@ -294,22 +298,22 @@ def emit(program: ir.TileProgram, version: str) -> str:
     for p in program.params:
         w.line(1, f"{p.sym.name}: T.Tensor({_shape(p.shape)}, \"{p.dtype}\"),")
     w.line(0, "):")
-    k = program.kernel
-    grid = ", ".join(expr(e) for _, e in k.grid)
-    threads = f", threads={k.threads}" if k.threads is not None else ""
-    names = ", ".join(s.name for s, _ in k.grid)
-    bound = f"({names})" if len(k.grid) > 1 else names
-    if program.parallel is not None:  # the builder reads it from the program, not from this comment
-        w.line(1, f"# {program.parallel.describe()}")
-    w.line(1, f"with T.Kernel({grid}{threads}) as {bound}:")
-    placed = {b.sym: b for b in k.buffers if b.address is not None}
-    for b in k.buffers:
-        if b.alloc is not None:
-            w.line(2, f"{b.sym.name} = T.{b.alloc}({_shape(b.shape)}, \"{b.dtype}\")")
-        elif b.handle:
-            w.line(2, f"{b.sym.name} = T.alloc_var(\"int32\")  # the vendor's handle for this tile")
-    shapes = {p.sym: p.shape for p in program.params} | {b.sym: b.shape for b in k.buffers if b.alloc is not None}
-    prog = _Program(placed, {b.sym: b.dtype for b in k.buffers}, shapes, program.index_bits)
-    for s in k.body:
-        _stmt(w, s, 2, prog)
+    for n, k in enumerate((program.kernel,) + program.after):  # after: in order, each once the one before ended
+        grid = ", ".join(expr(e) for _, e in k.grid)
+        threads = f", threads={k.threads}" if k.threads is not None else ""
+        names = ", ".join(s.name for s, _ in k.grid)
+        bound = f"({names})" if len(k.grid) > 1 else names
+        if n == 0 and program.parallel is not None:  # the builder reads it from the program, not from this comment
+            w.line(1, f"# {program.parallel.describe()}")
+        w.line(1, f"with T.Kernel({grid}{threads}) as {bound}:")
+        placed = {b.sym: b for b in k.buffers if b.address is not None}
+        for b in k.buffers:
+            if b.alloc is not None:
+                w.line(2, f"{b.sym.name} = T.{b.alloc}({_shape(b.shape)}, \"{b.dtype}\")")
+            elif b.handle:
+                w.line(2, f"{b.sym.name} = T.alloc_var(\"int32\")  # the vendor's handle for this tile")
+        shapes = {p.sym: p.shape for p in program.params} | {b.sym: b.shape for b in k.buffers if b.alloc is not None}
+        prog = _Program(placed, {b.sym: b.dtype for b in k.buffers}, shapes, program.index_bits)
+        for s in k.body:
+            _stmt(w, s, 2, prog)
     return "\n".join(w.lines) + "\n"

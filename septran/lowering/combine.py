@@ -11,7 +11,8 @@ What happens to it is the mapping's choice, on the entry instance:
 - ``combine: atomic``: every store into the shared output must be ``Y[..] = Y[..] + e`` with Y addressed in
   GLOBAL memory; it becomes ``T.atomic_add(Y[..], e)``, on targets that have it (``atomic_add: true``).
 
-Two kernels (partial sums, then their sum) need no pass: two calls of the same logic (examples/reduce).
+- ``combine: two_kernels``: the programs store their partial results into a workspace, one slot per program,
+  and a second kernel adds the slots into Y (two_kernels.py).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from septran.errors import LoweringError, MappingError
 from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Context
+from septran.lowering.two_kernels import two_kernels
 from septran.lowering.writes import _regions
 
 
@@ -37,34 +39,55 @@ def combine(ctx: Context, program: ir.TileProgram) -> ir.TileProgram:
             raise LoweringError(
                 f"the programs of grid index {g} all add into output {out}: on {ctx.target.name} they run at once, "
                 "and their additions would race", entry.loc,
-                hint=f"say how they combine on {entry.name}: `combine: atomic` (atomic adds into {out}), or split "
-                     "the reduction into two calls (partial sums, then their sum)")
+                hint=f"say how they combine on {entry.name}: `combine: atomic` (atomic adds into {out}), or "
+                     "`combine: two_kernels` (partial sums into a workspace, then a second kernel adds them up)")
         return program
+    if entry.combine.value == "two_kernels":
+        return two_kernels(ctx, program, shared, entry, lambda s, names: _adding(s, names, entry))
     if not ctx.target.atomic_add:
         raise MappingError(f"{entry.name}.combine: atomic: target {ctx.target.name} has no atomic add", entry.combine.loc,
                            hint="leave combine out: there the programs that share an output add one after another")
     return dataclasses.replace(program, kernel=dataclasses.replace(
-        program.kernel, body=_atomic(program.kernel.body, set(shared), entry)))
+        program.kernel, body=_atomic(program.kernel.body, set(shared), entry, {p.sym: p.shape for p in program.params})))
 
 
-def _atomic(stmts, shared: set, entry):
+def _atomic(stmts, shared: set, entry, shapes):
     body = []
     for s in stmts:
         if isinstance(s, ir.For):
-            body.append(dataclasses.replace(s, body=tuple(_atomic(s.body, shared, entry))))
+            body.append(dataclasses.replace(s, body=tuple(_atomic(s.body, shared, entry, shapes))))
             continue
         names = {r.of.name for _, r in _regions(s)} & shared
         if names:
-            s = _atomic_leaf(s, names, entry)
+            s = _guarded(_atomic_leaf(s, names, entry), shapes)
         body.append(s)
     return tuple(body)
 
 
+def _guarded(s: ir.LeafCall, shapes) -> ir.LeafCall:
+    """Where the stored tile overhangs its tensor, the loop runs over the whole tile and each atomic add is guarded
+    (``if bx * BN + j < N: T.atomic_add(..)``): TileLang refuses a T.Parallel of a symbolic extent (the in-bounds
+    part, T.min(BN, N - bx * BN)) that indexes a fragment, as the partial sum held in registers is."""
+    name, out = s.args[0]
+    over = [d for d, (v, e) in enumerate(zip(out.valid, out.extents)) if v != e]
+    if out.of != s.store.of or not over:
+        return s
+    guard = tuple((s.store.index[d], shapes[out.of][d]) for d in over)
+    args = ((name, dataclasses.replace(out, valid=())),) + s.args[1:]  # (): the loop covers the whole tile
+    return dataclasses.replace(s, args=args, guard=guard)
+
+
 def _atomic_leaf(s, names, entry):
     """``Y[ix] = Y[ix] + e`` (or ``e + Y[ix]``) into Y in GLOBAL memory -> the same leaf, adding e atomically."""
+    _, rest = _adding(s, names, entry)
+    return dataclasses.replace(s, expr=rest, atomic=True)
+
+
+def _adding(s, names, entry):
+    """(``Y[ix]``, ``e``) of a leaf ``Y[ix] = Y[ix] + e`` (or ``e + Y[ix]``) into Y in GLOBAL memory."""
     out = sorted(names)[0]
     refuse = MappingError(
-        f"{entry.name}.combine: atomic: output {out} must be added to by one compute, {out}[...] = {out}[...] + e, "
+        f"{entry.name}.combine: {entry.combine.value}: output {out} must be added to by one compute, {out}[...] = {out}[...] + e, "
         f"that addresses {out} in GLOBAL memory; not so in {s.why}",
         entry.combine.loc, hint=f"map {out} to GLOBAL in the instance whose leaf adds into it (mems: {{{out}: GLOBAL}})")
     if not isinstance(s, ir.LeafCall) or s.expr is None or s.store is None or s.store.of.name != out:
@@ -74,7 +97,7 @@ def _atomic_leaf(s, names, entry):
         raise refuse
     for own, rest in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
         if _same_element(own, s.store) and not any(isinstance(n, el.Elt) and n.of == s.store.of for n in el.nodes(rest)):
-            return dataclasses.replace(s, expr=rest, atomic=True)
+            return s.store, rest
     raise refuse
 
 

@@ -56,4 +56,9 @@ def explain(program: ir.TileProgram) -> str:
         out.append(f"  alloc {b.sym.name}: {_shape(b.shape)} {b.dtype} in {b.space} ({how})\n      because: {b.why}")
     for s in k.body:
         _stmt(s, 1, out)
+    for k in program.after:
+        grid = ", ".join(f"{s.name} < {e}" for s, e in k.grid)
+        out.append(f"then grid {grid}" + (f", {k.threads} threads" if k.threads else "") + f"\n    because: {k.why}")
+        for s in k.body:
+            _stmt(s, 1, out)
     return "\n".join(out) + "\n"

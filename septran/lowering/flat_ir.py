@@ -82,6 +82,7 @@ class Loop:
     stages: Optional[int]  # pipelined over this many stages; None: serial
     body: tuple["Stmt", ...]
     why: Why
+    parallel: bool = False  # a parallel_range inside a program: its iterations need no order
 
 
 Stmt = Union[Loop, Invoke]

@@ -212,7 +212,7 @@ class _Flattener:
         body = tuple(self._stmts(loop.body, inst, task, views, scalars, inner, top=False))
         why = Why(f"parallel range of {task.name} inside a program, in order", logic=loop.loc)
         for var, extent in reversed(made):
-            body = (fl.Loop(var, extent, None, body, why),)
+            body = (fl.Loop(var, extent, None, body, why, parallel=True),)
         return body[0]
 
     def _launch(self, launch: Launch, inst, task, views, scalars, loops) -> fl.Invoke:

@@ -21,6 +21,7 @@ from septran.lowering.constants import Context, Specialization, resolve_constant
 from septran.lowering.explain import explain
 from septran.lowering.flat_ir import format_flat
 from septran.lowering.flatten import flatten
+from septran.lowering.parallel_loops import parallel_loops
 from septran.lowering.place import place
 from septran.lowering.stage import stage
 from septran.lowering.verify import verify
@@ -65,6 +66,9 @@ def lower(graph, mapping: Mapping, target: Target, spec: Specialization, shapes:
     # On the final statements: which grid indices may run at once, which outputs must start from zeros.
     with internal_errors("writes", inputs):
         program = writes(ctx, program, consts.value)
+    # A parallel_range inside a program: T.Parallel where the target has it and each iteration stores its own elements.
+    with internal_errors("parallel_loops", inputs):
+        program = parallel_loops(ctx, program, consts.value)
     # Outputs that several programs add into: one at a time, atomic adds (the mapping's combine), or refused.
     with internal_errors("combine", inputs):
         program = combine(ctx, program)

@@ -113,7 +113,7 @@ class _Stager:
                 self._stmt(b, scopes + [scope])
             self._close(scope)
             kind = "pipelined" if s.stages is not None else "serial"
-            scopes[-1].stmts.append(ir.For(s.var, s.extent, kind, s.stages, tuple(scope.stmts), s.why))
+            scopes[-1].stmts.append(ir.For(s.var, s.extent, kind, s.stages, tuple(scope.stmts), s.why, s.parallel))
             return
         regions = [self._operand(op, s, scopes) for op in s.operands]
         if s.binding is not None:

@@ -44,7 +44,7 @@ class TensorParam:
     sym: Sym
     shape: tuple[Expr, ...]
     dtype: str
-    role: str  # "input", "output" or "inout"
+    role: str  # "input", "output", "inout", or "workspace" (after the others: the runtime allocates it, zeros)
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,9 @@ class LeafCall:
     expr: Optional[object] = None
     loop: tuple[str, ...] = ()
     atomic: bool = False  # the store adds expr into its element atomically (lowering/combine.py)
+    # (index, bound) pairs: the store happens only where every index is below its bound (the loop runs over a
+    # whole tile that overhangs its tensor; lowering/combine.py)
+    guard: tuple[tuple[Expr, Expr], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,10 +136,11 @@ class VendorOp:
 class For:
     var: Sym
     extent: Expr
-    kind: str  # "serial" or "pipelined"
+    kind: str  # "serial", "pipelined", or "parallel" (lowering/parallel_loops.py)
     num_stages: Optional[int]
     body: tuple["Stmt", ...]
     why: Why
+    parallel: bool = False  # a parallel_range inside a program: its iterations need no order
 
 
 Stmt = Union[Fill, Copy, LeafCall, VendorOp, For]
@@ -178,3 +182,5 @@ class TileProgram:
     read_outputs: frozenset = frozenset()  # outputs the program reads before writing: they start from zeros
     shared_outputs: tuple = ()  # (output read, grid index of extent > 1 whose programs may touch one element of it)
     index_bits: int = 32  # the width of the program's index arithmetic (and of vendor calls' integer arguments)
+    after: tuple[KernelLaunch, ...] = ()  # kernels launched after ``kernel``, in order (lowering/two_kernels.py)
+    workspaces: tuple[tuple[str, tuple[int, ...], str], ...] = ()  # (param, shape, dtype): the runtime's zeros

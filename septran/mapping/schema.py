@@ -27,7 +27,7 @@ INSTANCE_KEYS = (
     "leaf_task_bindings", "threads", "copy", "accum_dtype", "schedule", "halo",
     "combine",
 )
-COMBINES = ("atomic",)  # how programs that share an accumulator add into it (lowering/combine.py)
+COMBINES = ("atomic", "two_kernels")  # how programs that share an accumulator add into it (lowering/combine.py)
 COPY_OPTIONS = {
     "disable_tma": (bool,),
     "eviction_policy": ("evict_normal", "evict_first", "evict_last"),

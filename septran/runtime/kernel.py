@@ -14,7 +14,7 @@ from septran.lowering import Specialization, explain, lower
 from septran.lowering.bind import check_mapping
 from septran.emit_tilelang import emit
 from septran.mapping.schema import Mapping
-from septran.runtime import build, c_build, dynamic_dims, notebook, optional, outputs as passed_outputs, points
+from septran.runtime import build, c_build, dynamic_dims, notebook, optional, outputs as passed_outputs, points, workspaces
 from septran.runtime import scalars as scalar_args, vendor
 from septran.target import Target
 
@@ -143,7 +143,7 @@ class _Plan:
         # torch.empty(*shape, ...) costs half of torch.empty(shape, ...): for a small kernel, the call's overhead is
         # mostly this allocation.
         outs = [make(*shape, dtype=dtype, device=device) for make, shape, dtype in self.outputs]
-        self.fn(*ins, *outs)
+        self.fn(*ins, *outs, *workspaces.allocate(self.variant.program, device))
         if self.checks_errors:
             vendor.check_errors(self.kernel.target, self.variant.program.name)
         self.kernel._last = self.variant
@@ -318,7 +318,7 @@ class Kernel:
         if variant is not None:
             every = [tensors[a.name] if a.name in tensors else outputs[a.name] for a in self.inputs + self.outputs]
             every = [t.reshape(1) if t.dim() == 0 else t for t in every]  # the program holds a rank-0 tensor as (1,)
-            variant.build()(*map(passed_outputs.row_major, every))
+            variant.build()(*map(passed_outputs.row_major, every), *workspaces.allocate(variant.program, device))
             vendor.check_errors(self.target, variant.program.name)
             if positional and not write_back and given is tensors and all(t.numel() and t.dim() for t in every):
                 self._plans[_call_key(args)] = _Plan(self, variant, outputs, device)
