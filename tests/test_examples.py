@@ -96,3 +96,27 @@ def test_run_gqa_kv_cache_on_cpu(monkeypatch, capsys):
     assert run.main(batch=1, hq=6, hkv=3, prompt=21, steps=2, smax=40, d=16, dtype="float32") < 1e-5
     out = capsys.readouterr().out
     assert "pos   22, 1 new" in out and "@T.prim_func" in out and "GQA with a KV cache" in out
+
+
+LLAMA_SMALL = dict(hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=172)
+GPT2_SMALL = dict(hidden=64, heads=4, mlp=256)
+
+
+@pytest.mark.parametrize("script, sizes, title", [
+    ("llama_block/run_llama_block.py", dict(LLAMA_SMALL, gqa="repeat"), "Llama block: hidden 64, 4 query heads over 2 KV heads"),
+    ("llama_block/run_llama_block.py", dict(LLAMA_SMALL, gqa="sdpa"), "GQA by sdpa"),
+    ("gpt2_block/run_gpt2_block.py", GPT2_SMALL, "GPT-2 block: hidden 64, 4 heads, GELU MLP 256"),
+])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_run_model_block_captures_whole_graphs(capsys, script, sizes, title, dtype):
+    """The model examples under torch.compile's capture (aot_eager: AOTAutograd, fullgraph, nothing compiled): a
+    prefill and decode steps, every output and cache row within the FlashAttention rule. The septran backend's
+    run is tests/test_model_blocks.py."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    run = _load(REPO / "examples" / script)
+    result = run.main(**sizes, prompt=19, steps=3, backend="aot_eager", dtype=dtype, repeats=1)
+    assert result["ok"] and [r["pos"] for r in result["rows"]] == [0, 19, 20, 21]
+    out = capsys.readouterr().out
+    assert title in out and "pos   21,   1 new" in out and "decode step" in out

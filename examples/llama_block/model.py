@@ -101,8 +101,8 @@ class Attention(nn.Module):
         q, k = apply_rope(q, k, cos, sin)
         k_cache[:, :, pos:pos + s] = k  # the caller's cache, written in place
         v_cache[:, :, pos:pos + s] = v
-        if pos == 0:  # a prefill: its own keys, causal (Sq == Sk, so top-left is bottom-right)
-            keys, values, mask, causal = k, v, None, s > 1
+        if pos == 0:  # a prefill: its own keys, causal (Sq == Sk, so top-left is bottom-right; S == 1 is causal too)
+            keys, values, mask, causal = k, v, None, True
         else:
             keys, values = k_cache[:, :, :pos + s], v_cache[:, :, :pos + s]
             mask = None if s == 1 else torch.ones(s, pos + s, dtype=torch.bool, device=x.device).tril(pos)
