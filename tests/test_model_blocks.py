@@ -54,21 +54,27 @@ def test_block_on_septran_matches_eager(capsys, script, sizes, dtype):
     assert "of the FLOPs run in SepTran kernels" in out and "in SepTran (" in out
 
 
-def test_decode_steps_at_32_cache_lengths_build_once(monkeypatch):
-    """A prefill, one decode step (builds what decoding needs), then 32 steps at 32 cache lengths: no new build."""
-    run = load_module(REPO / "examples" / "llama_block" / "run_llama_block.py")
-    model = run.model.build(run.model.LlamaConfig(max_len=64, **LLAMA_SMALL))
+@pytest.mark.parametrize("script, sizes", [("llama_block/run_llama_block.py", LLAMA_SMALL),
+                                           ("gpt2_block/run_gpt2_block.py", GPT2_SMALL)])
+def test_decode_steps_at_32_cache_lengths_build_once(monkeypatch, script, sizes):
+    """A prefill, one decode step (builds what decoding needs), then 32 steps at 32 cache lengths: no new build.
+    (GPT-2's softmax runs over the cache length: its columns must be dynamic too.)"""
+    run = load_module(REPO / "examples" / script)
+    config = run.model.LlamaConfig if hasattr(run.model, "LlamaConfig") else run.model.GPT2Config
+    model = run.model.build(config(max_len=64, **sizes))
     fn = torch.compile(model, backend="septran", fullgraph=True)
     gen = torch.Generator().manual_seed(0)
     caches, eager_caches = model.new_cache(), model.new_cache()
+    close = dict(rtol=1e-4, atol=1e-4)
     with torch.no_grad():
-        x = torch.randn(1, 20, LLAMA_SMALL["hidden"], generator=gen)
-        torch.testing.assert_close(fn(x, 0, *caches), model(x, 0, *eager_caches), rtol=1e-4, atol=1e-4)
-        x = torch.randn(1, 1, LLAMA_SMALL["hidden"], generator=gen)
-        torch.testing.assert_close(fn(x, 20, *caches), model(x, 20, *eager_caches), rtol=1e-4, atol=1e-4)
+        x = torch.randn(1, 20, sizes["hidden"], generator=gen)
+        torch.testing.assert_close(fn(x, 0, *caches), model(x, 0, *eager_caches), **close)
+        x = torch.randn(1, 1, sizes["hidden"], generator=gen)
+        torch.testing.assert_close(fn(x, 20, *caches), model(x, 20, *eager_caches), **close)
         built = _count_builds(monkeypatch)
         for pos in range(21, 53):
-            x = torch.randn(1, 1, LLAMA_SMALL["hidden"], generator=gen)
-            torch.testing.assert_close(fn(x, pos, *caches), model(x, pos, *eager_caches), rtol=1e-4, atol=1e-4)
+            x = torch.randn(1, 1, sizes["hidden"], generator=gen)
+            torch.testing.assert_close(fn(x, pos, *caches), model(x, pos, *eager_caches), **close)
     assert built == [], f"decode steps built {built}"
-    torch.testing.assert_close(caches[0][:, :, :53], eager_caches[0][:, :, :53], rtol=1e-4, atol=1e-4)
+    for ours, eager in zip(caches, eager_caches):
+        torch.testing.assert_close(ours[:, :, :53], eager[:, :, :53], **close)
