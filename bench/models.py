@@ -2,7 +2,7 @@
 decode step (one token at position 512, over the 512 cached), through eager torch, torch.compile's default backend
 (inductor) and torch.compile(backend="septran").
 
-    python bench/models.py                                   # both blocks, every backend, fp32, 2 threads
+    python bench/models.py                                   # both blocks, eager, inductor and septran, fp32, 2 then 1 threads
     python bench/models.py --blocks llama --backends eager,septran --threads 2,1
     python bench/models.py --quick --sizes small --backends eager,aot_eager   # the smoke test
 
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
     ap.add_argument("--blocks", default=",".join(BLOCKS), help=f"comma-separated, of: {','.join(BLOCKS)}")
     ap.add_argument("--backends", default="eager,inductor,septran", help=f"comma-separated, of: {','.join(BACKENDS)}")
     ap.add_argument("--prompt", type=int, default=512, help="the prefill's tokens (the decode step's position)")
-    ap.add_argument("--threads", default="2", help="torch.set_num_threads values, each a block of rounds")
+    ap.add_argument("--threads", default="2,1", help="torch.set_num_threads values, each a block of rounds")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 9, --quick 3)")
     ap.add_argument("--sample-s", type=float, default=None, help="seconds per sample (default 0.2, --quick 0.02)")
     ap.add_argument("--wait-idle", type=float, default=0.0, metavar="S", help="before each block of rounds, wait up to S "
