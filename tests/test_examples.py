@@ -96,3 +96,79 @@ def test_run_gqa_kv_cache_on_cpu(monkeypatch, capsys):
     assert run.main(batch=1, hq=6, hkv=3, prompt=21, steps=2, smax=40, d=16, dtype="float32") < 1e-5
     out = capsys.readouterr().out
     assert "pos   22, 1 new" in out and "@T.prim_func" in out and "GQA with a KV cache" in out
+
+
+LLAMA_SMALL = dict(hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=172)
+GPT2_SMALL = dict(hidden=64, heads=4, mlp=256)
+
+
+@pytest.mark.parametrize("script, sizes, title", [
+    ("llama_block/run_llama_block.py", dict(LLAMA_SMALL, gqa="repeat"), "Llama block: hidden 64, 4 query heads over 2 KV heads"),
+    ("llama_block/run_llama_block.py", dict(LLAMA_SMALL, gqa="sdpa"), "GQA by sdpa"),
+    ("gpt2_block/run_gpt2_block.py", GPT2_SMALL, "GPT-2 block: hidden 64, 4 heads, GELU MLP 256"),
+])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_run_model_block_captures_whole_graphs(capsys, script, sizes, title, dtype):
+    """The model examples under torch.compile's capture (aot_eager: AOTAutograd, fullgraph, nothing compiled): a
+    prefill and decode steps, every output and cache row within the FlashAttention rule. The septran backend's
+    run is tests/test_model_blocks.py."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    run = _load(REPO / "examples" / script)
+    result = run.main(**sizes, prompt=19, steps=3, backend="aot_eager", dtype=dtype, repeats=1)
+    assert result["ok"] and [r["pos"] for r in result["rows"]] == [0, 19, 20, 21]
+    out = capsys.readouterr().out
+    assert title in out and "pos   21,   1 new" in out and "decode step" in out
+
+
+@pytest.mark.parametrize("script, sizes", [
+    ("llama_block/run_llama_block.py", dict(LLAMA_SMALL, gqa="repeat")),
+    ("llama_block/run_llama_block.py", dict(LLAMA_SMALL, gqa="sdpa")),
+    ("gpt2_block/run_gpt2_block.py", GPT2_SMALL),
+])
+def test_model_block_cache_is_the_whole_prefill(script, sizes):
+    """The checks above compare a block with itself in float64; this one checks the block's own KV cache logic, in
+    float64 and eager: 23 tokens at once = 15 tokens, then a chunk of 5 at position 15, then 3 decode steps."""
+    import torch
+
+    module = _load(REPO / "examples" / script).model
+    config = module.LlamaConfig if hasattr(module, "LlamaConfig") else module.GPT2Config
+    model = module.build(config(max_len=30, **sizes), dtype=torch.float64)
+    x = torch.randn(1, 23, sizes["hidden"], dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        whole_caches, caches = model.new_cache(), model.new_cache()
+        whole = model(x, 0, *whole_caches)
+        parts = [model(x[:, :15], 0, *caches), model(x[:, 15:20], 15, *caches)]
+        parts += [model(x[:, p:p + 1], p, *caches) for p in range(20, 23)]
+    torch.testing.assert_close(torch.cat(parts, 1), whole, rtol=1e-10, atol=1e-10)
+    for part, full in zip(caches, whole_caches):
+        torch.testing.assert_close(part, full, rtol=1e-10, atol=1e-10)
+
+
+def test_llama_block_attention_is_grouped_query_attention():
+    """repeat_kv + SDPA, SDPA's enable_gqa and attention written out with each KV head shared by its group agree."""
+    import math
+
+    import torch
+
+    module = _load(REPO / "examples" / "llama_block" / "run_llama_block.py").model
+    cfg = module.LlamaConfig(max_len=16, **LLAMA_SMALL)
+    models = {gqa: module.build(module.LlamaConfig(**{**cfg.__dict__, "gqa": gqa}), dtype=torch.float64)
+              for gqa in ("repeat", "sdpa")}
+    x = torch.randn(1, 11, cfg.hidden, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        outs = {gqa: m(x, 0, *m.new_cache()) for gqa, m in models.items()}
+        attn, h = models["repeat"].self_attn, models["repeat"].input_layernorm(x)
+        q = attn.q_proj(h).view(1, 11, cfg.heads, cfg.head_dim).transpose(1, 2)
+        k = attn.k_proj(h).view(1, 11, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        v = attn.v_proj(h).view(1, 11, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
+        q, k = module.apply_rope(q, k, attn.cos[:11], attn.sin[:11])
+        group = torch.arange(cfg.heads) // (cfg.heads // cfg.kv_heads)  # query head -> its KV head
+        s = q @ k[:, group].transpose(-1, -2) / math.sqrt(cfg.head_dim)
+        s = s.masked_fill(~torch.ones(11, 11, dtype=torch.bool).tril(), float("-inf"))
+        o = attn.o_proj((torch.softmax(s, -1) @ v[:, group]).transpose(1, 2).reshape(1, 11, -1))
+        hand = x + o
+        hand = hand + models["repeat"].mlp(models["repeat"].post_attention_layernorm(hand))
+    torch.testing.assert_close(outs["repeat"], outs["sdpa"], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(outs["repeat"], hand, rtol=1e-10, atol=1e-10)
