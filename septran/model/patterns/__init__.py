@@ -6,3 +6,5 @@ in its decomposed form, SwiGLU) before the smaller ones that would take a part o
 from __future__ import annotations
 
 PATTERNS: list = []  # filled by the pattern modules' register()
+
+from septran.model.patterns import gemm as _gemm; _gemm.register(PATTERNS)  # noqa: E402,E702 - mm/addmm/linear (+act), bmm

@@ -1,0 +1,57 @@
+"""The torch.compile backend ``"septran"``: AOTAutograd captures the ATen graph, ``rewrite`` puts SepTran kernels
+in, and the rewritten graph runs.
+
+Only inference graphs (``torch.no_grad()`` / ``inference_mode``) are rewritten: the custom ops have no backward,
+so a graph that autograd will differentiate runs with torch as captured.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+log = logging.getLogger(__name__)
+
+
+def _inference_compiler(reports: Optional[list], dry: bool) -> Callable:
+    def compile_graph(gm, example_inputs):
+        from septran.model.rewrite import rewrite
+
+        run = gm
+        if dry:  # explain only: report the rewrite of a copy, run the graph as captured
+            import torch.fx as fx
+
+            graph = fx.Graph()
+            graph.output(graph.graph_copy(gm.graph, {}))
+            run = fx.GraphModule(gm, graph)
+        report = rewrite(gm)
+        report.dump()
+        log.info("septran: %s", report.summary())
+        if reports is not None:
+            reports.append(report)
+        return run
+
+    return compile_graph
+
+
+def _training_compiler(gm, example_inputs):
+    log.info("septran: a graph that needs gradients runs with torch (SepTran's ops have no backward)")
+    return gm
+
+
+def septran_backend(gm, example_inputs, reports: Optional[list] = None, dry: bool = False):
+    """``torch.compile(model, backend="septran")``. ``reports``: a list each graph's ``Report`` is appended to;
+    ``dry``: rewrite only to report, run the graph with torch."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=_inference_compiler(reports, dry))
+    return backend(gm, example_inputs)
+
+
+def register() -> None:
+    """Registers ``"septran"`` with torch.compile, unless torch loads it through the entry point right now
+    (``torch_dynamo_backends`` in pyproject.toml), which registers it itself."""
+    from torch._dynamo.backends import registry
+
+    if "septran" in registry._COMPILER_FNS or registry._BACKENDS.get("septran") is not None:
+        return
+    registry.register_backend(septran_backend, "septran")
