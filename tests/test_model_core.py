@@ -235,3 +235,24 @@ def test_backend_is_found_by_name_without_import():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split() == ["True", "True"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_mlp_in_half_precision(dtype):
+    model, x = MLP(d=64, hidden=96, out=40), torch.randn(2, 33, 64)
+    ref64 = model.double()(x.double())
+    model.to(dtype)
+    with torch.no_grad():
+        out = torch.compile(model, backend="septran", fullgraph=True)(x.to(dtype))
+        assert_flash_close(out, ref64, model(x.to(dtype)))
+    assert septran.explain_model(model, (x.to(dtype),)).septran_share == 1.0
+
+
+@pytest.mark.parametrize("target", ["sm80", "sm90", "gfx942"])
+def test_gpu_model_mappings_keep_the_rows_dynamic(target):
+    from septran.model.logic_files import logic_module, mapping_file
+
+    logic = logic_module("gemm_epilogue").gemm_epilogue("gelu_tanh", False, True)
+    kernel = septran.compile(logic, mapping_file(target, "gemm_epilogue_model"), target=target)
+    v = kernel.specialize(A=((200, 128), "float16"), B=((256, 128), "float16"), bias=((256,), "float16"))
+    assert 'T.dynamic("A_dim0"' in v.tilelang_source
