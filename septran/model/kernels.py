@@ -7,6 +7,7 @@ model's every call of that operator.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from typing import Callable, Hashable
@@ -33,14 +34,19 @@ def target_for(device) -> str:
     import torch
 
     from septran import env
+
+    return _target_for(torch.device(device).type, env.target_override())
+
+
+@functools.lru_cache(maxsize=None)
+def _target_for(kind: str, override) -> str:  # every op call asks: the registry is read once per device kind
     from septran.target import available_targets, detect_target, load_target
 
-    kind = torch.device(device).type
     for name in available_targets():
         t = load_target(name)
         if t.detect.get("fallback") and t.torch_device == kind:
             return name
-    return env.target_override() or detect_target()
+    return override or detect_target()
 
 
 def clear() -> None:

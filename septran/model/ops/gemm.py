@@ -25,9 +25,8 @@ def gemm_kernel(target: str, act: str, w_transposed: bool, plain: bool):
     if plain:
         return kernels.kernel(("gemm", target, "plain", False),
                               lambda: septran.compile(logic_module("gemm"), mapping_file(target, "gemm_model", "gemm")))
-    logic = logic_module("gemm_epilogue").gemm_epilogue(act, False, w_transposed)
-
     def make():
+        logic = logic_module("gemm_epilogue").gemm_epilogue(act, False, w_transposed)
         path = mapping_file(target, "gemm_epilogue_model", "gemm_epilogue")
         if act != "none":
             return septran.compile(logic, path)
