@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
 
 import septran
 from septran.model import kernels
@@ -256,3 +257,50 @@ def test_gpu_model_mappings_keep_the_rows_dynamic(target):
     kernel = septran.compile(logic, mapping_file(target, "gemm_epilogue_model"), target=target)
     v = kernel.specialize(A=((200, 128), "float16"), B=((256, 128), "float16"), bias=((256,), "float16"))
     assert 'T.dynamic("A_dim0"' in v.tilelang_source
+
+
+class ThreeHeads(torch.nn.Module):
+    """Three Linears read one input (the input's view is shared) and a GEMM result used twice (its activation
+    cannot be fused: the plain result is needed too)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(24, 8) for _ in range(3))
+
+    def forward(self, x):
+        h = self.q(x)
+        return torch.relu(h) + h, self.k(x) * self.v(x)
+
+
+def test_shared_inputs_and_results_used_twice():
+    model, x = ThreeHeads(), torch.randn(2, 9, 24)
+    with torch.no_grad():
+        out = torch.compile(model, backend="septran", fullgraph=True)(x)
+        ref, eager = model.double()(x.double()), model.float()(x)
+    for o, r, e in zip(out, ref, eager):
+        assert_flash_close(o, r, e)
+    report = septran.explain_model(model, (x,))
+    assert not report.row("relu").runs.startswith("SepTran: examples/gemm")  # not an epilogue: h is used as is
+    assert sum(r.runs == "SepTran: examples/gemm_epilogue (bias, W^T in place)" for r in report.rows) == 3
+
+
+def test_dynamic_shapes_and_inference_mode():
+    model = MLP()
+    compiled = septran.compile_model(model, dynamic=True, fullgraph=True)
+    with torch.inference_mode():
+        for n in (3, 17):
+            x = torch.randn(2, n, 13)
+            assert_flash_close(compiled(x), model.double()(x.double()), model.float()(x))
+    report = compiled.septran_report()
+    assert report.septran_share == 1.0 and any("s" in r.shape for r in report.rows if r.op == "aten.gelu")
+
+
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(d=st.integers(1, 40), hidden=st.integers(1, 70), out=st.integers(1, 30), lead=st.lists(st.integers(1, 9), max_size=2),
+       act=st.sampled_from(["gelu", "gelu_tanh", "relu", "silu"]), bias=st.booleans())
+def test_mlps_of_any_size(d, hidden, out, lead, act, bias):
+    acts = {"gelu": torch.nn.GELU(), "gelu_tanh": torch.nn.GELU(approximate="tanh"), "relu": torch.nn.ReLU(),
+            "silu": torch.nn.SiLU()}
+    torch._dynamo.reset()
+    model, x = MLP(d, hidden, out, acts[act], bias), torch.randn(*lead, d)
+    _check(model, x, fullgraph=True)
