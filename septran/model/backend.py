@@ -28,14 +28,21 @@ def _inference_compiler(reports: Optional[list], dry: bool) -> Callable:
         log.info("septran: %s", report.summary())
         if reports is not None:
             reports.append(report)
-        return run
+        return _boxed(run)
 
     return compile_graph
 
 
 def _training_compiler(gm, example_inputs):
     log.info("septran: a graph that needs gradients runs with torch (SepTran's ops have no backward)")
-    return gm
+    return _boxed(gm)
+
+
+def _boxed(gm):
+    """AOTAutograd's calling convention: the arguments as one list, which the graph may free as it goes."""
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(gm)
 
 
 def septran_backend(gm, example_inputs, reports: Optional[list] = None, dry: bool = False):
