@@ -318,3 +318,20 @@ def test_a_graph_that_needs_gradients_runs_with_torch():
     model(x).sum().backward()
     torch.testing.assert_close(grad, model.fc1.weight.grad)
     assert reports == []  # nothing rewritten: SepTran's ops have no backward
+
+
+def test_a_failing_rewrite_runs_the_graph_with_torch(monkeypatch):
+    from septran.model import rewrite
+
+    def broken(gm, patterns=None):
+        next(iter(gm.graph.nodes)).name = "renamed"  # a partial change, then a bug
+        raise RuntimeError("a bug in the rewrite")
+
+    monkeypatch.setattr(rewrite, "rewrite", broken)
+    model, x = WithCumsum(), torch.randn(2, 5, 13)
+    compiled = septran.compile_model(model, (x,))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    rows = compiled.septran_report().rows
+    assert rows and all(r.runs in ("input", "output") or r.runs.endswith("RuntimeError: a bug in the rewrite")
+                        for r in rows)

@@ -14,16 +14,15 @@ log = logging.getLogger(__name__)
 
 def _inference_compiler(reports: Optional[list], dry: bool) -> Callable:
     def compile_graph(gm, example_inputs):
-        from septran.model.rewrite import rewrite
+        from septran.model.rewrite import rewrite, unrewritten
 
-        run = gm
-        if dry:  # explain only: report the rewrite of a copy, run the graph as captured
-            import torch.fx as fx
-
-            graph = fx.Graph()
-            graph.output(graph.graph_copy(gm.graph, {}))
-            run = fx.GraphModule(gm, graph)
-        report = rewrite(gm)
+        captured = _copy(gm)  # what runs when explaining only, or when the rewrite fails
+        run = captured if dry else gm
+        try:
+            report = rewrite(gm)
+        except Exception as err:  # noqa: BLE001 - a bug in the rewrite must never break the model
+            log.warning("septran: the rewrite failed, the graph runs with torch", exc_info=True)
+            run, report = captured, unrewritten(captured, f"the rewrite failed: {type(err).__name__}: {err}")
         report.dump()
         log.info("septran: %s", report.summary())
         if reports is not None:
@@ -31,6 +30,14 @@ def _inference_compiler(reports: Optional[list], dry: bool) -> Callable:
         return _boxed(run)
 
     return compile_graph
+
+
+def _copy(gm):
+    import torch.fx as fx
+
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return fx.GraphModule(gm, graph)
 
 
 def _training_compiler(gm, example_inputs):

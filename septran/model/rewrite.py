@@ -58,13 +58,17 @@ def _same(a, b) -> bool:
     return str(a) == str(b)
 
 
-def _check(match: Match) -> Optional[str]:
-    """Why ``match`` cannot be applied, or None: its nodes are live, its op gives the output's shape and dtype."""
+def _check(match: Match, order: dict) -> Optional[str]:
+    """Why ``match`` cannot be applied, or None: its nodes are op calls, its inputs come before its output, its
+    op gives the output's shape and dtype."""
     out = match.output
     if out not in match.nodes:
         return "the match's output is not among its nodes"
     if any(n.op != "call_function" for n in match.nodes):
         return "the match holds a node that is not an op call"
+    inputs = [a for a in (*match.args, *match.kwargs.values()) if isinstance(a, fx.Node)]
+    if any(a in match.nodes or order.get(a, len(order)) >= order[out] for a in inputs):
+        return "the match reads a value computed inside it or after its output"
     want = out.meta.get("val")
     if not isinstance(want, torch.Tensor):
         return "the match's output is not a tensor"
@@ -99,6 +103,18 @@ def _apply(graph: fx.Graph, match: Match) -> tuple[fx.Node, set]:
     return call, erased
 
 
+def _rows(nodes: list, graph_id: int) -> dict:
+    return {n: Row(graph_id, n.name, _op_text(n), _shape_text(n), "", node_flops(n)) for n in nodes}
+
+
+def unrewritten(gm: fx.GraphModule, why: str) -> Report:
+    """The report of a graph that runs as captured: every op with torch, for ``why``."""
+    rows = _rows(list(gm.graph.nodes), next_graph_id())
+    for n, row in rows.items():
+        row.runs = "input" if n.op == "placeholder" else "output" if n.op == "output" else f"torch: {why}"
+    return Report(list(rows.values()))
+
+
 def rewrite(gm: fx.GraphModule, patterns: Optional[list] = None) -> Report:
     """Rewrites ``gm`` in place (and recompiles it); returns the report of every node."""
     if patterns is None:
@@ -108,7 +124,8 @@ def rewrite(gm: fx.GraphModule, patterns: Optional[list] = None) -> Report:
     graph_id = next_graph_id()
     graph = gm.graph
     nodes = list(graph.nodes)
-    rows = {n: Row(graph_id, n.name, _op_text(n), _shape_text(n), "", node_flops(n)) for n in nodes}
+    rows = _rows(nodes, graph_id)
+    order = {n: i for i, n in enumerate(nodes)}
     why: dict = {}
     gone: set = set()
     for node in reversed(nodes):
@@ -125,7 +142,7 @@ def rewrite(gm: fx.GraphModule, patterns: Optional[list] = None) -> Report:
                 if isinstance(result, Refusal):
                     why.setdefault(result.node, f"torch: {result.pattern} refused: {result.why}")
                     continue
-                problem = _check(result)
+                problem = _check(result, order)
                 if problem is not None:
                     log.warning("pattern %s at %s not applied: %s", name, node.name, problem)
                     why.setdefault(node, f"torch: {problem}")
