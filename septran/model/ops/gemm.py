@@ -25,6 +25,7 @@ def gemm_kernel(target: str, act: str, w_transposed: bool, plain: bool):
     if plain:
         return kernels.kernel(("gemm", target, "plain", False),
                               lambda: septran.compile(logic_module("gemm"), mapping_file(target, "gemm_model", "gemm")))
+
     def make():
         logic = logic_module("gemm_epilogue").gemm_epilogue(act, False, w_transposed)
         path = mapping_file(target, "gemm_epilogue_model", "gemm_epilogue")
@@ -37,12 +38,20 @@ def gemm_kernel(target: str, act: str, w_transposed: bool, plain: bool):
     return kernels.kernel(("gemm_epilogue", target, act, w_transposed), make)
 
 
+def _check_act(act: str) -> None:
+    if act not in ACTIVATIONS:
+        from septran.errors import CallError
+
+        raise CallError(f"septran::gemm has no activation {act!r}", hint="one of: " + ", ".join(ACTIVATIONS))
+
+
 def _dense(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() else t.contiguous()
 
 
 @torch.library.custom_op("septran::gemm", mutates_args=())
 def gemm(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], w_transposed: bool, act: str) -> torch.Tensor:
+    _check_act(act)
     k = x.shape[-1]
     n = w.shape[0] if w_transposed else w.shape[1]
     a = _dense(x).reshape(-1, k)
@@ -56,6 +65,7 @@ def gemm(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], w_trans
 
 @gemm.register_fake
 def _(x, w, bias, w_transposed, act):
+    _check_act(act)
     n = w.shape[0] if w_transposed else w.shape[1]
     return x.new_empty(*x.shape[:-1], n)
 
