@@ -1,19 +1,18 @@
 """Where the model level finds the shipped logic files and the mappings its kernels use.
 
-Logic files are the repository's ``examples/<op>/<op>.py`` (``examples/`` sits next to ``septran/``); a mapping
-is ``<folder>/<target>/<name>.yaml`` in the folders ``septran.resources`` searches (the user's first), where
+Logic files are the repository's ``examples/<op>/<op>.py`` (``examples/`` sits next to ``septran/``; the wheel
+does not ship it yet); a mapping is ``<folder>/<target>/<name>.yaml`` in the folders ``septran.resources`` searches (the user's first), where
 ``name`` is the model's variant (``gemm_epilogue_model``: dynamic rows) when there is one, else the op's own.
 """
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 from septran import resources
 from septran.errors import MappingError
 from septran.runtime.select import load_logic_file
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = resources._packaged("examples")  # noqa: SLF001 - septran/examples in a wheel that ships it, else the tree's
 
 
 @functools.lru_cache(maxsize=None)
