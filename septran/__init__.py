@@ -24,10 +24,21 @@ from septran.target import available_targets
 from septran.tuning.api import TuneResult, tune
 
 __version__ = "0.1.0"
+
+_MODEL = ("compile_model", "explain_model")  # the model level imports torch._dynamo: only when asked for
+
+
+def __getattr__(name: str):
+    if name in _MODEL:
+        from septran.model import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'septran' has no attribute {name!r}")
+
 __all__ = [
     "task", "compile", "jit", "tune", "TuneResult", "Kernel", "JITKernel", "Variant", "available_targets",
     "SepTranError", "FrontendError", "MappingError", "LoweringError", "BuildError", "CallError", "DeviceError",
-    "InternalError", "SourceLoc", "__version__",
+    "InternalError", "SourceLoc", "__version__", "compile_model", "explain_model",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

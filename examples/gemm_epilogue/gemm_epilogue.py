@@ -1,5 +1,5 @@
-"""GEMM with a fused epilogue: C = act(op(A) @ op(B) + bias), act in relu / gelu / silu,
-op(X) = X or X transposed. The algorithm only; mappings/<target>/gemm_epilogue.yaml say how.
+"""GEMM with a fused epilogue: C = act(op(A) @ op(B) + bias), act in relu / gelu / gelu_tanh / silu or
+"none", op(X) = X or X transposed. The algorithm only; mappings/<target>/gemm_epilogue.yaml say how.
 
 ``gemm_epilogue(...)`` builds the operator for one activation and layout; the
 task names do not change with them, so one mapping per target serves all.
@@ -32,7 +32,8 @@ def gemm_epilogue(activation: str = "relu", transpose_a: bool = False, transpose
         for k in task.range(Ap.shape[0] if transpose_a else Ap.shape[1]):  # sequential: may be pipelined
             task.launch(epi_gemm_leaf, C, Ap[k, 0] if transpose_a else Ap[0, k], Bp[0, k] if transpose_b else Bp[k, 0])
         task.launch(epi_bias_leaf, C, bias)  # the epilogue, on the finished tile
-        task.launch(epi_act_leaf, C)
+        if activation != "none":  # "none": bias only; the mapping then binds no epi_act_leaf
+            task.launch(epi_act_leaf, C)
 
     @task.define
     def gemm_epilogue_logic(C, A, B, bias):

@@ -19,7 +19,8 @@ sys.path.insert(0, str(HERE))
 from gemm_epilogue import gemm_epilogue  # noqa: E402
 from runner import run  # noqa: E402
 
-ACTIVATIONS = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}
+ACTIVATIONS = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+               "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
 
 
 def main(M: int = 512, N: int = 512, K: int = 512, act: str = "relu", transpose_a: bool = False, transpose_b: bool = False,

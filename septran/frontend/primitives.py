@@ -85,6 +85,10 @@ def _gelu(x: el.Elem) -> el.Elem:
     return x * 0.5 * (1.0 + el.Call("erf", (x * 0.7071067811865476,)))
 
 
+def _gelu_tanh(x: el.Elem) -> el.Elem:
+    return x * 0.5 * (1.0 + el.Call("tanh", (0.7978845608028654 * (x + 0.044715 * x * x * x),)))
+
+
 def _reduce(name: str, op: str, out_priv: Privilege, clear: bool, meaning: str) -> PrimitiveSig:
     return PrimitiveSig(
         name=name, kind="reduce", params=("out", "X"), privileges=(out_priv, Privilege.READ),
@@ -101,6 +105,8 @@ PRIMITIVES: dict[str, PrimitiveSig] = {
         _elementwise("add_bias", ("C", "bias"), ("ij", "j"), lambda c, bias: c + bias, "C[i, j] += bias[j]"),
         _elementwise("relu", ("X",), ("ij",), lambda x: el.Call("maximum", (x, el.Num(0.0))), "X = max(X, 0)"),
         _elementwise("gelu", ("X",), ("ij",), _gelu, "X = X * (1 + erf(X / sqrt(2))) / 2 (torch's exact GELU)"),
+        _elementwise("gelu_tanh", ("X",), ("ij",), _gelu_tanh,
+                     "X = X * (1 + tanh(sqrt(2 / pi) * (X + 0.044715 X^3))) / 2 (torch's GELU, approximate='tanh')"),
         _reduce("row_max", "max", Privilege.READ_WRITE, False, "out[i] = max(out[i], max_j X[i, j])"),
         _reduce("row_sum", "sum", Privilege.WRITE, True, "out[i] = sum_j X[i, j]"),
         _elementwise("silu", ("X",), ("ij",), lambda x: x / (1.0 + el.Call("exp", (-x,))), "X = X * sigmoid(X)"),

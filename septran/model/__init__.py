@@ -4,3 +4,6 @@
 captured at the ATen level, patterns (``septran/model/patterns/``) replace what SepTran knows by custom ops
 (``torch.ops.septran.*``) that run SepTran kernels, and every other node stays with torch.
 """
+from septran.model.backend import register as _register
+
+_register()

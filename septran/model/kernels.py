@@ -7,6 +7,7 @@ model's every call of that operator.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from typing import Callable, Hashable
@@ -28,28 +29,24 @@ def kernel(key: Hashable, make: Callable[[], object]):
 
 
 def target_for(device) -> str:
-    """The SepTran target that runs tensors on ``device``: SEPTRAN_TARGET, else the detected accelerator's."""
-    from septran.target import detect_target
-    from septran import env
-
+    """The SepTran target that runs tensors on ``device``: the host's fallback target (``detect: {fallback:
+    true}``) for the host's tensors, else SEPTRAN_TARGET or the detected accelerator's."""
     import torch
 
-    device = torch.device(device)
-    if device.type == "cpu":
-        return next(t for t in _targets() if _is_host(t))
-    return env.target_override() or detect_target()
+    from septran import env
+
+    return _target_for(torch.device(device).type, env.target_override())
 
 
-def _targets():
-    from septran.target import available_targets
+@functools.lru_cache(maxsize=None)
+def _target_for(kind: str, override) -> str:  # every op call asks: the registry is read once per device kind
+    from septran.target import available_targets, detect_target, load_target
 
-    return available_targets()
-
-
-def _is_host(name: str) -> bool:
-    from septran.target import load_target
-
-    return load_target(name).torch_device == "cpu"
+    for name in available_targets():
+        t = load_target(name)
+        if t.detect.get("fallback") and t.torch_device == kind:
+            return name
+    return override or detect_target()
 
 
 def clear() -> None:

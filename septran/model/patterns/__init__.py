@@ -5,8 +5,9 @@ in its decomposed form, SwiGLU) before the smaller ones that would take a part o
 """
 from __future__ import annotations
 
-PATTERNS: list = []  # filled by the pattern modules' register()
+PATTERNS: list = []  # filled by the pattern modules below, in this order
 
+from septran.model.patterns import gemm as _gemm; _gemm.register(PATTERNS)  # noqa: E402,E702 - mm/addmm/linear (+act), bmm
 from septran.model.patterns.norms import PATTERNS as _norms; PATTERNS += _norms  # noqa: E402,E702
 # last: chains take what no larger pattern takes
 from septran.model.patterns.elementwise import PATTERNS as _ew; PATTERNS += _ew  # noqa: E402,E702

@@ -1,0 +1,71 @@
+"""The torch.compile backend ``"septran"``: AOTAutograd captures the ATen graph, ``rewrite`` puts SepTran kernels
+in, and the rewritten graph runs.
+
+Only inference graphs (``torch.no_grad()`` / ``inference_mode``) are rewritten: the custom ops have no backward,
+so a graph that autograd will differentiate runs with torch as captured.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+log = logging.getLogger(__name__)
+
+
+def _inference_compiler(reports: Optional[list], dry: bool) -> Callable:
+    def compile_graph(gm, example_inputs):
+        from septran.model.rewrite import rewrite, unrewritten
+
+        captured = _copy(gm)  # what runs when explaining only, or when the rewrite fails
+        run = captured if dry else gm
+        try:
+            report = rewrite(gm)
+        except Exception as err:  # noqa: BLE001 - a bug in the rewrite must never break the model
+            log.warning("septran: the rewrite failed, the graph runs with torch", exc_info=True)
+            run, report = captured, unrewritten(captured, f"the rewrite failed: {type(err).__name__}: {err}")
+        report.dump()
+        log.info("septran: %s", report.summary())
+        if reports is not None:
+            reports.append(report)
+        return _boxed(run)
+
+    return compile_graph
+
+
+def _copy(gm):
+    import torch.fx as fx
+
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return fx.GraphModule(gm, graph)
+
+
+def _training_compiler(gm, example_inputs):
+    log.info("septran: a graph that needs gradients runs with torch (SepTran's ops have no backward)")
+    return _boxed(gm)
+
+
+def _boxed(gm):
+    """AOTAutograd's calling convention: the arguments as one list, which the graph may free as it goes."""
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(gm)
+
+
+def septran_backend(gm, example_inputs, reports: Optional[list] = None, dry: bool = False):
+    """``torch.compile(model, backend="septran")``. ``reports``: a list each graph's ``Report`` is appended to;
+    ``dry``: rewrite only to report, run the graph with torch."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=_inference_compiler(reports, dry))
+    return backend(gm, example_inputs)
+
+
+def register() -> None:
+    """Registers ``"septran"`` with torch.compile, unless torch loads it through the entry point right now
+    (``torch_dynamo_backends`` in pyproject.toml), which registers it itself."""
+    from torch._dynamo.backends import registry
+
+    if "septran" in registry._COMPILER_FNS or registry._BACKENDS.get("septran") is not None:
+        return
+    registry.register_backend(septran_backend, "septran")
