@@ -1,0 +1,1 @@
+"""The custom ops (``torch.ops.septran.*``) that the rewritten graphs call; each module registers one."""

@@ -1,0 +1,74 @@
+"""``torch.ops.septran.attention``: torch's scaled_dot_product_attention as ``examples/attention``'s FlashAttention.
+
+Sequence lengths are dynamic dimensions of the kernel's mapping (``Q`` and ``K`` along axis 2): one build
+serves every prefill length and every decode step's cache length. The op keeps torch's meanings where the
+shipped logic's differ:
+
+- torch's ``is_causal`` is aligned top-left (query i sees keys j <= i, whatever the lengths); the logic's causal
+  mask is aligned bottom-right (j <= i + Sk - Sq). They agree when Sq == Sk. With fewer queries than keys the
+  keys from Sq on are seen by no query: the causal logic runs on the first Sq keys. With more queries than keys
+  the op passes torch's mask (``ones(Sq, Sk).tril()``) to the bool-mask logic.
+- torch's ``attn_mask`` broadcasts from any shape; the logic takes (1 or B, 1 or H, Sq, Sk): the op expands the
+  last two dimensions (a copy only when the mask was smaller) and keeps a shared batch or head dimension shared.
+- ``scale`` 0.0 means torch's default, 1 / sqrt(D), as the logic's ``sm_scale`` does.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from septran.model import kernels
+from septran.model.ops import shipped
+from septran.model.ops.heads import empty_heads, in_layout
+
+DYNAMIC = (("Q", (2,)), ("K", (2,)))  # the sequence lengths of the queries and of the keys
+
+
+def attention_kernel(target: str, causal: bool, gqa: bool, mask: str):
+    """The compiled kernel for a variant: ``mask`` is "none", "add" (a float mask) or "bool"."""
+
+    def make():
+        import septran
+
+        logic = shipped.example("attention").attention(causal=causal, gqa=gqa, mask="bool" if mask == "bool" else "add")
+        return septran.compile(logic, mapping=shipped.mapping(target, "attention", DYNAMIC), target=target)
+
+    return kernels.kernel(("attention", target, causal, gqa, mask), make)
+
+
+def _mask4(mask: torch.Tensor, sq: int, sk: int) -> torch.Tensor:
+    """torch's broadcastable mask as the logic's (1 or B, 1 or H, Sq, Sk), contiguous."""
+    m = mask
+    while m.dim() < 4:
+        m = m.unsqueeze(0)
+    for d in (0, 1):  # a dimension broadcast by a zero stride stays shared: no copy per batch or head
+        if m.shape[d] > 1 and m.stride(d) == 0:
+            m = m.narrow(d, 0, 1)
+    return m.expand(m.shape[0], m.shape[1], sq, sk).contiguous()
+
+
+@torch.library.custom_op("septran::attention", mutates_args=())
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], causal: bool,
+              scale: float, seq_major: bool) -> torch.Tensor:
+    """softmax(q k^T * scale + mask) v for (B, H, S, D) tensors; k and v may have fewer heads (grouped)."""
+    b, hq, sq, _ = q.shape
+    sk = k.shape[2]
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    if causal and sq != sk:  # torch's causal mask is aligned top-left
+        if sq < sk:
+            k, v = k[:, :, :sq].contiguous(), v[:, :, :sq].contiguous()
+        else:
+            mask, causal = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(), False
+    kind = "none" if mask is None else ("bool" if mask.dtype == torch.bool else "add")
+    kernel = attention_kernel(kernels.target_for(q.device), causal, k.shape[1] != hq, kind)
+    if mask is None:
+        out = kernel(q, k, v, sm_scale=float(scale))
+    else:
+        out = kernel(q, k, v, M=_mask4(mask, sq, k.shape[2]), sm_scale=float(scale))
+    return in_layout(out, seq_major)
+
+
+@attention.register_fake
+def _(q, k, v, mask, causal, scale, seq_major):
+    return empty_heads((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), q.dtype, q.device, seq_major)

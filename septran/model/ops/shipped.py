@@ -1,0 +1,45 @@
+"""The shipped logic files (``examples/<op>/<op>.py``) and mappings the model level compiles.
+
+The model's mappings are the shipped ones with sequence-like dimensions made dynamic (one build serves every
+length): the dynamic axes are added to the shipped text here, so that the model follows the shipped tuning
+spaces and every target that has the operator's mapping has the model's too.
+"""
+from __future__ import annotations
+
+import functools
+import types
+from pathlib import Path
+
+from septran import resources
+from septran.errors import MappingError
+from septran.mapping.schema import Mapping, parse_mapping
+from septran.mapping.yaml_source import read_mapping_text
+from septran.runtime.select import load_logic_file
+
+_ROOT = Path(__file__).resolve().parents[3]
+
+
+@functools.lru_cache(maxsize=None)
+def example(op: str) -> types.ModuleType:
+    """The module of ``examples/<op>/<op>.py`` (loaded once)."""
+    return load_logic_file(_ROOT / "examples" / op / f"{op}.py")
+
+
+def mapping_file(target: str, op: str) -> Path:
+    """``<target>/<op>.yaml`` from the mapping folders (the user's first), or a MappingError naming the op."""
+    for folder in resources.mapping_folders():
+        path = folder / target / f"{op}.yaml"
+        if path.is_file():
+            return path
+    raise MappingError(f"no mapping of operator {op!r} for target {target!r}: the model level cannot run it there",
+                       hint=f"write mappings/{target}/{op}.yaml")
+
+
+@functools.lru_cache(maxsize=None)
+def mapping(target: str, op: str, dynamic: tuple = ()) -> Mapping:
+    """The shipped mapping of ``op`` on ``target`` with ``dynamic`` ((parameter, (axes...)), ...) added."""
+    path = mapping_file(target, op)
+    text = read_mapping_text(path)
+    if dynamic:
+        text += "\ndynamic: {" + ", ".join(f"{p}: [{', '.join(str(int(a)) for a in axes)}]" for p, axes in dynamic) + "}\n"
+    return parse_mapping(text, str(path))
