@@ -101,3 +101,18 @@ def seq_major(shape, stride) -> Optional[bool]:
     if fits((s * h * d, d, h * d, 1)):
         return True
     return None
+
+
+def through_full_slices(node, chain: list):
+    """The node under ``x[:, :, ...]``'s whole-dimension slices (added to ``chain``), or ``node`` itself."""
+    while is_call(node, aten.slice) and isinstance(node.args[0], fx.Node) and val(node.args[0]) is not None:
+        a = arguments(node)
+        size = val(node.args[0]).shape[a["dim"] % val(node.args[0]).dim()]
+        end = a["end"]
+        if a["start"] not in (None, 0) or a["step"] != 1:
+            break
+        if end is not None and not (isinstance(end, int) and end >= 2**62) and not same(end, size):
+            break
+        chain.append(node)
+        node = node.args[0]
+    return node

@@ -1,0 +1,233 @@
+"""The model level's attention: septran.attention against torch's scaled_dot_product_attention, and the
+pattern on the ATen graphs of small modules (causal, masks, grouped heads, Llama's repeat_kv, a KV cache)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import assert_flash_rule
+from septran.model import kernels
+from septran.model.patterns.attention import Attention
+from septran.model.patterns.base import Match, Refusal
+from support.model_graphs import apply, capture, compile_with, matches
+
+torch.manual_seed(0)
+
+
+def _rand(*shape, seed, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _check(q, k, v, mask=None, causal=False, scale=None):
+    """septran.attention against torch in the inputs' dtype, both against float64 (FlashAttention's rule)."""
+    gqa = k.shape[1] != q.shape[1]
+    mask64 = mask if mask is None or mask.dtype == torch.bool else mask.double()
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask64, is_causal=causal,
+                                         scale=scale, enable_gqa=gqa)
+    torch_out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
+    out = torch.ops.septran.attention(q, k, v, mask, causal, scale or 0.0, False)
+    assert out.dtype == q.dtype and out.shape == torch_out.shape
+    assert_flash_rule(out, ref, torch_out, f"q {tuple(q.shape)} k {tuple(k.shape)}")
+
+
+# (batch, Hq, Hkv, Sq, Sk, D, mask, causal, scale)
+CASES = [
+    (2, 3, 3, 37, 37, 16, None, True, None),
+    (1, 2, 2, 5, 70, 8, None, True, None),  # torch's causal is top-left: keys from Sq on are seen by nobody
+    (1, 2, 2, 70, 5, 8, None, True, None),  # more queries than keys: rows from Sk on see every key
+    (2, 6, 2, 19, 33, 16, None, False, 0.3),  # grouped heads 6 / 2, an explicit scale
+    (2, 6, 2, 19, 33, 16, None, True, None),
+    (2, 3, 3, 1, 77, 16, None, False, None),  # a decode step against a cache of 77
+    (2, 4, 4, 17, 29, 8, "float (Sq, Sk)", False, None),
+    (2, 4, 4, 17, 29, 8, "float (B, H, Sq, Sk)", False, None),
+    (2, 6, 2, 17, 29, 8, "bool (B, 1, 1, Sk)", False, 0.5),  # a padding mask, grouped heads
+    (1, 2, 2, 9, 9, 8, "bool rows hidden", False, None),  # a row that sees nothing: zeros, as torch gives
+]
+
+
+def _mask(kind, b, h, sq, sk):
+    if kind is None:
+        return None
+    if kind == "float (Sq, Sk)":
+        return _rand(sq, sk, seed=5) * 2
+    if kind == "float (B, H, Sq, Sk)":
+        return _rand(b, h, sq, sk, seed=5) * 2
+    if kind == "bool (B, 1, 1, Sk)":
+        return _rand(b, 1, 1, sk, seed=5) > -0.5
+    m = _rand(sq, sk, seed=5) > 0
+    m[3] = False
+    return m
+
+
+@pytest.mark.parametrize("b, hq, hkv, sq, sk, d, mask, causal, scale", CASES)
+def test_op_matches_torch(b, hq, hkv, sq, sk, d, mask, causal, scale):
+    q, k, v = _rand(b, hq, sq, d, seed=1), _rand(b, hkv, sk, d, seed=2), _rand(b, hkv, sk, d, seed=3)
+    _check(q, k, v, _mask(mask, b, hq, sq, sk), causal, scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_op_half_precision(dtype, causal):
+    q, k, v = (_rand(2, 4, 23, 16, seed=s, dtype=dtype) for s in (1, 2, 3))
+    _check(q, k, v, causal=causal)
+    _check(q, k, v, mask=_rand(23, 23, seed=4, dtype=dtype))
+
+
+class SDPA(torch.nn.Module):
+    def __init__(self, causal=False, scale=None, gqa=False):
+        super().__init__()
+        self.causal, self.scale, self.gqa = causal, scale, gqa
+
+    def forward(self, q, k, v, mask=None):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal, scale=self.scale,
+                                              enable_gqa=self.gqa)
+
+
+def repeat_kv(x, n):
+    """Llama's: each KV head n times, consecutively."""
+    b, h, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, h, n, s, d).reshape(b, h * n, s, d)
+
+
+class LlamaAttention(torch.nn.Module):
+    """Projections, heads as Llama splits them (a transpose of (B, S, H, D)), repeat_kv, causal SDPA, o_proj."""
+
+    def __init__(self, dim=32, heads=4, kv_heads=2, repeat="repeat_kv"):
+        super().__init__()
+        self.h, self.kv, self.d, self.repeat = heads, kv_heads, dim // heads, repeat
+        self.q = torch.nn.Linear(dim, heads * self.d, bias=False)
+        self.k = torch.nn.Linear(dim, kv_heads * self.d, bias=False)
+        self.v = torch.nn.Linear(dim, kv_heads * self.d, bias=False)
+        self.o = torch.nn.Linear(heads * self.d, dim, bias=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.h, self.d).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kv, self.d).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kv, self.d).transpose(1, 2)
+        n = self.h // self.kv
+        if self.repeat == "repeat_kv":
+            k, v = repeat_kv(k, n), repeat_kv(v, n)
+        else:
+            k, v = k.repeat_interleave(n, dim=1), v.repeat_interleave(n, dim=1)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(o.transpose(1, 2).reshape(b, s, self.h * self.d))
+
+
+def _only_match(gm):
+    found = [m for m in matches(gm, Attention())]
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.parametrize("causal, scale, mask", [(True, None, None), (False, 0.25, "float"), (False, None, "bool")])
+def test_pattern_matches_sdpa(causal, scale, mask):
+    q, k, v = _rand(2, 4, 9, 8, seed=1), _rand(2, 4, 12, 8, seed=2), _rand(2, 4, 12, 8, seed=3)
+    m = None if mask is None else (_rand(9, 12, seed=4) if mask == "float" else _rand(9, 12, seed=4) > 0)
+    inputs = (q, k, v) if m is None else (q, k, v, m)
+    (gm,) = capture(SDPA(causal, scale), *inputs)
+    match = _only_match(gm)
+    assert isinstance(match, Match) and match.op is torch.ops.septran.attention.default
+    assert match.args[4] is causal and match.args[5] == (scale or 0.0)
+    assert match.flops == 2 * 2 * 4 * 9 * 12 * (8 + 8)
+    if mask == "bool":  # read through torch's where(mask, 0, -inf)
+        assert match.args[3].meta["val"].dtype == torch.bool and "bool mask" in match.kernel
+    apply(gm, Attention())
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert targets == {torch.ops.septran.attention.default}, targets
+    ref = SDPA(causal, scale)(*(t if t.dtype == torch.bool else t.double() for t in inputs))
+    assert_flash_rule(_run(gm, inputs), ref, SDPA(causal, scale)(*inputs))
+
+
+def _run(gm, inputs):
+    """A captured graph takes its placeholders in its own order: match them to the inputs by shape and dtype."""
+    holders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    pool = list(inputs)
+    args = []
+    for h in holders:
+        v = h.meta["val"]
+        t = next(t for t in pool if tuple(t.shape) == tuple(v.shape) and t.dtype == v.dtype)
+        pool.remove(t)
+        args.append(t)
+    out = gm(*args)
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def test_pattern_grouped_heads_enable_gqa():
+    q, k, v = _rand(1, 6, 7, 8, seed=1), _rand(1, 2, 7, 8, seed=2), _rand(1, 2, 7, 8, seed=3)
+    (gm,) = capture(SDPA(gqa=True), q, k, v)
+    match = _only_match(gm)
+    assert isinstance(match, Match) and "grouped heads" in match.kernel
+
+
+@pytest.mark.parametrize("repeat", ["repeat_kv", "repeat_interleave"])
+def test_llama_attention_reads_through_repeat_kv(repeat):
+    """The pattern reads K and V before repeat_kv: the clones that repeat them leave the graph."""
+    model = LlamaAttention(repeat=repeat).eval()
+    x = _rand(2, 11, 32, seed=1)
+    found = []
+    compiled = compile_with(model, Attention(), record=found)
+    with torch.no_grad():
+        out, expected = compiled(x), model(x)
+        ref = model.double()(x.double())
+    assert len(found) == 1 and "grouped heads" in found[0].kernel and "causal" in found[0].kernel
+    assert sum(n.target is torch.ops.aten.clone.default for n in found[0].nodes) == 2
+    assert found[0].args[6] is True  # the layout torch gave the output: q's, (B, S, H, D) in memory
+    assert_flash_rule(out, ref, expected)
+
+
+@pytest.mark.parametrize("shape, dtype, why", [
+    ((1, 2, 5, 8), torch.float64, "float64 is not a dtype"),
+])
+def test_pattern_refuses_with_a_reason(shape, dtype, why):
+    q, k, v = (_rand(*shape, seed=s, dtype=dtype) for s in (1, 2, 3))
+    (gm,) = capture(SDPA(), q, k, v)
+    found = _only_match(gm)
+    assert isinstance(found, Refusal) and why in found.why, found
+
+
+class Decode(torch.nn.Module):
+    """One decode step with grouped heads against a KV cache of any length (Llama's repeat_kv)."""
+
+    def forward(self, q, k_cache, v_cache):
+        return F.scaled_dot_product_attention(q, repeat_kv(k_cache, 3), repeat_kv(v_cache, 3))
+
+
+def _count_builds(monkeypatch) -> list:
+    from septran.runtime import c_build
+
+    built = []
+    real = c_build.build
+    monkeypatch.setattr(c_build, "build", lambda *a, **k: built.append(1) or real(*a, **k))
+    return built
+
+
+def test_decode_at_32_cache_lengths_builds_once(monkeypatch):
+    kernels.clear()
+    built = _count_builds(monkeypatch)
+    found = []
+    compiled = compile_with(Decode(), Attention(), record=found)
+    lengths = [1, 2, 3, 5, 8, 13, 17, 31, 32, 33, 47, 63, 64, 65, 77, 96, 100, 127, 128, 129, 150, 191, 200, 255,
+               256, 257, 300, 333, 400, 511, 512, 513]
+    assert len(set(lengths)) == 32
+    q = _rand(1, 6, 1, 16, seed=1)
+    for n, sk in enumerate(lengths):
+        k, v = _rand(1, 2, sk, 16, seed=2 * n), _rand(1, 2, sk, 16, seed=2 * n + 1)
+        with torch.no_grad():
+            out = compiled(q, k, v)
+        ref = Decode()(q.double(), k.double(), v.double())
+        assert_flash_rule(out, ref, Decode()(q, k, v), f"cache {sk}")
+    assert found and all(m.op is torch.ops.septran.attention.default for m in found)
+    assert len(built) == 1, f"{len(built)} builds for 32 cache lengths"
+
+
+def test_prefill_lengths_share_the_causal_build(monkeypatch):
+    """Causal prefill at several lengths, and a few queries against a longer cache (top-left: the same causal
+    kernel on the first Sq keys): one build."""
+    kernels.clear()
+    built = _count_builds(monkeypatch)
+    for sq, sk in ((5, 5), (40, 40), (3, 50), (129, 129)):
+        q, k, v = _rand(1, 2, sq, 16, seed=sq), _rand(1, 2, sk, 16, seed=sk + 1), _rand(1, 2, sk, 16, seed=sk + 2)
+        _check(q, k, v, causal=True)
+    assert len(built) == 1
