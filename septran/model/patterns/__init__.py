@@ -6,3 +6,6 @@ in its decomposed form, SwiGLU) before the smaller ones that would take a part o
 from __future__ import annotations
 
 PATTERNS: list = []  # filled by the pattern modules' register()
+
+from septran.model.patterns import attention, rope, swiglu  # noqa: E402  helper attn's; SwiGLU before GEMM
+PATTERNS[:0] = [swiglu.SwiGLU(), attention.Attention(), rope.Rope()]
