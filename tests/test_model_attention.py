@@ -231,3 +231,9 @@ def test_prefill_lengths_share_the_causal_build(monkeypatch):
         q, k, v = _rand(1, 2, sq, 16, seed=sq), _rand(1, 2, sk, 16, seed=sk + 1), _rand(1, 2, sk, 16, seed=sk + 2)
         _check(q, k, v, causal=True)
     assert len(built) == 1
+
+
+def test_op_empty_sizes_are_torchs():
+    q, k = _rand(1, 2, 3, 4, seed=1), torch.zeros(1, 2, 0, 4)
+    assert torch.equal(torch.ops.septran.attention(q, k, k, None, False, 0.0, False), torch.zeros(1, 2, 3, 4))
+    assert torch.ops.septran.attention(q[:, :, :0], q, q, None, True, 0.0, True).shape == (1, 2, 0, 4)

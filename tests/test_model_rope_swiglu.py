@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import assert_flash_rule
+from conftest import assert_flash_rule, needs_nvcc
 from septran.model import kernels
 from septran.model.patterns import PATTERNS
 from septran.model.patterns.base import Match, Refusal
@@ -199,3 +199,30 @@ def test_32_lengths_build_once(monkeypatch):
         assert_flash_rule(mlp, mlp_ref, mlp_t, f"swiglu at {s}")
     assert {m.pattern for m in record} == {"rope", "swiglu"}
     assert len(built) == 2, f"{len(built)} builds for 32 lengths"
+
+
+def test_empty_sizes_are_torchs():
+    x = torch.zeros(2, 3, 0, 8)
+    assert torch.ops.septran.rope(x, torch.zeros(0, 8), torch.zeros(0, 8), False).shape == (2, 3, 0, 8)
+    assert torch.equal(torch.ops.septran.swiglu(torch.zeros(0, 4), torch.zeros(5, 4), torch.zeros(5, 4), True),
+                       torch.zeros(0, 5))
+    assert torch.equal(torch.ops.septran.swiglu(torch.zeros(3, 0), torch.zeros(5, 0), torch.zeros(5, 0), True),
+                       torch.zeros(3, 5))
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.parametrize("target, arch", [("sm90", "sm_90a"), ("sm80", "sm_80")])
+def test_gpu_programs_build_with_dynamic_lengths(target, arch):
+    """The model's variants (weights (N, K), dynamic tokens and sequence) make GPU programs without spills."""
+    from septran.model.ops.rope import rope_kernel
+    from septran.model.ops.swiglu import swiglu_kernel
+    from support.cuda_tools import nvcc_resource_usage
+
+    f16 = "float16"
+    for variant in (swiglu_kernel(target, True).specialize(X=((100, 1024), f16), Wg=((2816, 1024), f16),
+                                                           Wu=((2816, 1024), f16)),
+                    rope_kernel(target).specialize(X=((1, 100, 8, 64), f16), C=((100, 64), f16), S=((100, 64), f16))):
+        assert 'T.dynamic("X_dim' in variant.tilelang_source
+        usage = nvcc_resource_usage(variant.device_source, arch)
+        assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage

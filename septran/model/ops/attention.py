@@ -54,6 +54,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[
     """softmax(q k^T * scale + mask) v for (B, H, S, D) tensors; k and v may have fewer heads (grouped)."""
     b, hq, sq, _ = q.shape
     sk = k.shape[2]
+    if q.numel() == 0 or sk == 0 or v.shape[3] == 0:  # no keys: zeros, as torch gives (the kernel sizes are from 1)
+        return empty_heads((b, hq, sq, v.shape[3]), q.dtype, q.device, seq_major).zero_()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     if causal and sq != sk:  # torch's causal mask is aligned top-left
         if sq < sk:

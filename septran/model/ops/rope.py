@@ -39,6 +39,8 @@ def _tables(t: torch.Tensor, s: int, d: int) -> torch.Tensor:
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, seq_major: bool) -> torch.Tensor:
     """x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2])."""
     b, h, s, d = x.shape
+    if x.numel() == 0:
+        return empty_heads(x.shape, x.dtype, x.device, seq_major)
     cos, sin = _tables(cos, s, d), _tables(sin, s, d)
     kernel = rope_kernel(kernels.target_for(x.device))
     x_seq_major = x.transpose(1, 2).is_contiguous()
