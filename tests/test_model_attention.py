@@ -237,3 +237,14 @@ def test_op_empty_sizes_are_torchs():
     q, k = _rand(1, 2, 3, 4, seed=1), torch.zeros(1, 2, 0, 4)
     assert torch.equal(torch.ops.septran.attention(q, k, k, None, False, 0.0, False), torch.zeros(1, 2, 3, 4))
     assert torch.ops.septran.attention(q[:, :, :0], q, q, None, True, 0.0, True).shape == (1, 2, 0, 4)
+
+
+@pytest.mark.parametrize("hide_a_row", [False, True])
+def test_op_float_mask_of_finfo_min(hide_a_row):
+    """HF's float masks hide keys with finfo.min, which the logic's M / scale would overflow: where a row sees
+    some key the weights are the same (0), and a row hidden entirely gets torch's average of V, not zeros."""
+    q, k, v = _rand(2, 2, 6, 8, seed=1), _rand(2, 2, 9, 8, seed=2), _rand(2, 2, 9, 8, seed=3)
+    mask = torch.zeros(2, 1, 6, 9).masked_fill(torch.ones(6, 9, dtype=torch.bool).triu(4), torch.finfo(torch.float32).min)
+    if hide_a_row:
+        mask[1, 0, 2] = torch.finfo(torch.float32).min
+    _check(q, k, v, mask)

@@ -14,6 +14,8 @@ shipped logic's differ:
 """
 from __future__ import annotations
 
+import logging
+import math
 from typing import Optional
 
 import torch
@@ -22,6 +24,7 @@ from septran.model import kernels
 from septran.model.ops import shipped
 from septran.model.ops.heads import empty_heads, in_layout
 
+log = logging.getLogger(__name__)
 DYNAMIC = (("Q", (2,)), ("K", (2,)))  # the sequence lengths of the queries and of the keys
 
 
@@ -48,12 +51,35 @@ def _mask4(mask: torch.Tensor, sq: int, sk: int) -> torch.Tensor:
     return m.expand(m.shape[0], m.shape[1], sq, sk).contiguous()
 
 
+def _finite_hides(mask: torch.Tensor, scale: float) -> Optional[torch.Tensor]:
+    """The float mask with the values that hide a key by a huge finite number (HF's ``finfo.min``) as -inf.
+
+    The logic adds ``M / scale`` to the scores in float32, where such a value overflows to -inf: the same
+    weights (exactly 0) wherever the row sees some key, but zeros instead of torch's average of V where a
+    row hides every key. None if some row hides every key so (the caller lets torch compute)."""
+    limit = torch.finfo(torch.float32).max * min(scale, 1.0) / 2  # half: QK^T added after the division stays finite
+    if torch.finfo(mask.dtype).max < limit:
+        return mask
+    huge = mask < -limit
+    if not bool(huge.any()):
+        return mask
+    if bool((huge.all(-1) & ~(mask == -math.inf).all(-1)).any()):  # -inf everywhere: zeros in both
+        return None
+    return mask.masked_fill(huge, -math.inf)
+
+
+def _torch_attention(q, k, v, mask, scale):
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=float(scale) or None)
+
+
 @torch.library.custom_op("septran::attention", mutates_args=())
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], causal: bool,
               scale: float, seq_major: bool) -> torch.Tensor:
     """softmax(q k^T * scale + mask) v for (B, H, S, D) tensors; k and v may have fewer heads (grouped)."""
     b, hq, sq, _ = q.shape
-    sk = k.shape[2]
+    sk, mask_in = k.shape[2], mask
     if q.numel() == 0 or sk == 0 or v.shape[3] == 0:  # no keys: zeros, as torch gives (the kernel sizes are from 1)
         return empty_heads((b, hq, sq, v.shape[3]), q.dtype, q.device, seq_major).zero_()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -63,6 +89,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[
         else:
             mask, causal = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(), False
     kind = "none" if mask is None else ("bool" if mask.dtype == torch.bool else "add")
+    if kind == "add":
+        mask = _finite_hides(mask, float(scale) or 1.0 / math.sqrt(max(q.shape[3], 1)))
+        if mask is None:  # a row hidden by finite numbers only: torch averages V there, the logic gives zeros
+            log.info("attention: a row of the float mask hides every key with finite numbers: torch computes it")
+            return in_layout(_torch_attention(q, k, v, mask_in, scale), seq_major)
     kernel = attention_kernel(kernels.target_for(q.device), causal, k.shape[1] != hq, kind)
     if mask is None:
         out = kernel(q, k, v, sm_scale=float(scale))
