@@ -248,3 +248,72 @@ def test_op_float_mask_of_finfo_min(hide_a_row):
     if hide_a_row:
         mask[1, 0, 2] = torch.finfo(torch.float32).min
     _check(q, k, v, mask)
+
+
+class LlamaLayer(torch.nn.Module):
+    """A Llama decoder layer's attention and MLP as HF writes them (RMSNorm left to torch here), with a KV cache:
+    RoPE on q and k, the new keys appended to the cache, repeat_kv, SDPA (causal in the prefill, the whole cache
+    in a decode step), o_proj, then the SwiGLU MLP."""
+
+    def __init__(self, dim=64, heads=4, kv_heads=2):
+        super().__init__()
+        self.attn = LlamaAttention(dim, heads, kv_heads)
+        self.gate = torch.nn.Linear(dim, 96, bias=False)
+        self.up = torch.nn.Linear(dim, 96, bias=False)
+        self.down = torch.nn.Linear(96, dim, bias=False)
+
+    def forward(self, x, cos, sin, k_cache, v_cache):
+        from test_model_rope_swiglu import apply_rotary
+
+        a, (b, s, _) = self.attn, x.shape
+        q = apply_rotary(a.q(x).view(b, s, a.h, a.d).transpose(1, 2), cos, sin)
+        k = apply_rotary(a.k(x).view(b, s, a.kv, a.d).transpose(1, 2), cos, sin)
+        v = a.v(x).view(b, s, a.kv, a.d).transpose(1, 2)
+        k, v = torch.cat([k_cache, k], dim=2), torch.cat([v_cache, v], dim=2)
+        n = a.h // a.kv
+        o = F.scaled_dot_product_attention(q, repeat_kv(k, n), repeat_kv(v, n), is_causal=s > 1)
+        h = x + a.o(o.transpose(1, 2).reshape(b, s, a.h * a.d))
+        return h + self.down(F.silu(self.gate(h)) * self.up(h)), k, v
+
+
+def test_llama_layer_prefill_and_decode(monkeypatch):
+    """Every RoPE, the attention and the SwiGLU of the layer run in SepTran; a prefill and 12 decode steps match
+    eager torch; decode steps after the first build nothing."""
+    from septran.model.patterns.rope import Rope
+    from septran.model.patterns.swiglu import SwiGLU
+    from test_model_rope_swiglu import tables
+
+    torch.manual_seed(0)
+    model = LlamaLayer().eval()
+    record = []
+    compiled = compile_with(model, SwiGLU(), Attention(), Rope(), record=record)
+    kernels.clear()
+    built = _count_builds(monkeypatch)
+    cos_all, sin_all = tables(1, 40, 16)
+    x = _rand(1, 21, 64, seed=1)
+    k_cache = v_cache = torch.zeros(1, 2, 0, 16)
+    ref_k = ref_v = k_cache
+    steps = [x] + [_rand(1, 1, 64, seed=10 + i) for i in range(12)]
+    pos = 0
+    for i, x in enumerate(steps):
+        cos, sin = cos_all[:, pos:pos + x.shape[1]], sin_all[:, pos:pos + x.shape[1]]
+        with torch.no_grad():
+            out, k_cache, v_cache = compiled(x, cos, sin, k_cache, v_cache)
+            ref, ref_k, ref_v = model.double()(x.double(), cos.double(), sin.double(), ref_k, ref_v)
+            torch_out = model.float()(x, cos, sin, ref_k.float()[:, :, :-x.shape[1]], ref_v.float()[:, :, :-x.shape[1]])[0]
+        assert_flash_rule(out, ref, torch_out, f"step {i}")
+        pos += x.shape[1]
+        if i == 1:
+            after_first_decode = len(built)
+        if i == 0:
+            kinds = sorted(m.pattern for m in record)
+            assert kinds == ["attention", "rope", "rope", "swiglu"], kinds
+    assert len(built) == after_first_decode, "a decode step after the first built a kernel"
+
+
+def test_pattern_on_an_exported_graph():
+    """torch.export keeps scaled_dot_product_attention whole (before run_decompositions): matched there too."""
+    model = LlamaAttention().eval()
+    ep = torch.export.export(model, (_rand(2, 7, 32, seed=1),))
+    (found,) = matches(ep.graph_module, Attention())
+    assert isinstance(found, Match) and "grouped heads" in found.kernel and "causal" in found.kernel

@@ -22,14 +22,16 @@ from septran.model.patterns.base import Match, Pattern, Refusal, Result, val
 from septran.model.patterns.nodes import (aten, arguments, device_problem, float_dtype_problem, is_call, num, same,
                                           same_shape, seq_major, through_full_slices)
 
-SDPA = (
-    aten._scaled_dot_product_flash_attention_for_cpu,
-    aten._scaled_dot_product_flash_attention,
-    aten._scaled_dot_product_efficient_attention,
-    aten._scaled_dot_product_cudnn_attention,
-    aten._scaled_dot_product_attention_math,
-    aten.scaled_dot_product_attention,
-)
+# The ATen forms of scaled_dot_product_attention, the ones this torch has (the set changes between versions).
+SDPA = tuple(op for op in (getattr(aten, name, None) for name in (
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_fused_attention_overrideable",
+    "_scaled_dot_product_attention_math",
+    "scaled_dot_product_attention",
+)) if op is not None)
 SINGLE = (aten.scaled_dot_product_attention,)  # returns the attention itself, not a tuple
 
 
@@ -94,7 +96,7 @@ class Attention(Pattern):
         if call is not out:
             for user in call.users:
                 if user is not out and (user.target is not operator.getitem or user.args[1] != 0) and user.users:
-                    return Refusal(self.name, out, "the attention's log-sum-exp is used (a training graph): "
+                    return Refusal(self.name, out, "another output of the attention (log-sum-exp, weights) is used: "
                                                    "SepTran's attention computes the output only")
         a = arguments(call)
         q, k, v = a["query"], a["key"], a["value"]
