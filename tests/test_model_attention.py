@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 from conftest import assert_flash_rule
 from septran.model import kernels
@@ -64,6 +66,21 @@ def _mask(kind, b, h, sq, sk):
 def test_op_matches_torch(b, hq, hkv, sq, sk, d, mask, causal, scale):
     q, k, v = _rand(b, hq, sq, d, seed=1), _rand(b, hkv, sk, d, seed=2), _rand(b, hkv, sk, d, seed=3)
     _check(q, k, v, _mask(mask, b, hq, sq, sk), causal, scale)
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate])
+@given(b=st.integers(1, 2), heads=st.sampled_from([(2, 2), (6, 2), (4, 1)]), sq=st.integers(1, 70),
+       sk=st.integers(1, 70), mask=st.sampled_from([None, "float", "bool"]), causal=st.booleans(),
+       scale=st.sampled_from([None, 0.2]))
+def test_op_property(b, heads, sq, sk, mask, causal, scale):
+    """Any lengths (queries fewer or more than keys), grouped heads, masks of every broadcast, causal or not."""
+    hq, hkv = heads
+    q, k, v = _rand(b, hq, sq, 16, seed=sq), _rand(b, hkv, sk, 16, seed=sk + 100), _rand(b, hkv, sk, 16, seed=sk + 200)
+    m = None
+    if mask is not None and not causal:
+        m = _rand(b, 1, sq, sk, seed=7) if mask == "float" else _rand(1, hq, 1, sk, seed=7) > -0.3
+    _check(q, k, v, m, causal, scale)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
