@@ -334,3 +334,30 @@ def test_pattern_on_an_exported_graph():
     ep = torch.export.export(model, (_rand(2, 7, 32, seed=1),))
     (found,) = matches(ep.graph_module, Attention())
     assert isinstance(found, Match) and "grouped heads" in found.kernel and "causal" in found.kernel
+
+
+class ChunkDecode(torch.nn.Module):
+    """A few new queries against a KV cache, causal aligned bottom-right, as torch writes it: an explicit mask."""
+
+    def forward(self, q, k, v):
+        sq, sk = q.shape[2], k.shape[2]
+        mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(sk - sq)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_bottom_right_causal_mask_is_the_logics_causal(monkeypatch):
+    """The mask ones(Sq, Sk).tril(Sk - Sq) becomes the logic's causal mask (no mask tensor), at any lengths, one
+    build; with more queries than keys the first rows see nothing and get zeros, as torch gives."""
+    kernels.clear()
+    built = _count_builds(monkeypatch)
+    found = []
+    compiled = compile_with(ChunkDecode(), Attention(), record=found)
+    for sq, sk in ((3, 9), (4, 40), (2, 17), (5, 5), (7, 3)):
+        q, k, v = _rand(1, 2, sq, 16, seed=sq), _rand(1, 2, sk, 16, seed=sk), _rand(1, 2, sk, 16, seed=sk + 1)
+        with torch.no_grad():
+            out = compiled(q, k, v)
+        ref = ChunkDecode()(q.double(), k.double(), v.double())
+        assert_flash_rule(out, ref, ChunkDecode()(q, k, v), f"{sq} queries, {sk} keys")
+    assert found and all(m.args[3] is None and m.args[4] is True and m.args[7] is True for m in found)
+    assert "bottom-right" in found[0].kernel
+    assert len(built) == 1

@@ -10,6 +10,8 @@ shipped logic's differ:
   the op passes torch's mask (``ones(Sq, Sk).tril()``) to the bool-mask logic.
 - torch's ``attn_mask`` broadcasts from any shape; the logic takes (1 or B, 1 or H, Sq, Sk): the op expands the
   last two dimensions (a copy only when the mask was smaller) and keeps a shared batch or head dimension shared.
+- a causal mask aligned bottom-right (a few new queries against a KV cache) is the logic's own: the pattern
+  finds torch's form of it, ``ones(Sq, Sk, dtype=bool).tril(Sk - Sq)``, and passes ``lower_right``.
 - ``scale`` 0.0 means torch's default, 1 / sqrt(D), as the logic's ``sm_scale`` does.
 """
 from __future__ import annotations
@@ -76,14 +78,15 @@ def _torch_attention(q, k, v, mask, scale):
 
 @torch.library.custom_op("septran::attention", mutates_args=())
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], causal: bool,
-              scale: float, seq_major: bool) -> torch.Tensor:
-    """softmax(q k^T * scale + mask) v for (B, H, S, D) tensors; k and v may have fewer heads (grouped)."""
+              scale: float, seq_major: bool, lower_right: bool = False) -> torch.Tensor:
+    """softmax(q k^T * scale + mask) v for (B, H, S, D) tensors; k and v may have fewer heads (grouped).
+    ``causal``: torch's is_causal (top-left), or with ``lower_right`` query i sees keys j <= i + Sk - Sq."""
     b, hq, sq, _ = q.shape
     sk, mask_in = k.shape[2], mask
     if q.numel() == 0 or sk == 0 or v.shape[3] == 0:  # no keys: zeros, as torch gives (the kernel sizes are from 1)
         return empty_heads((b, hq, sq, v.shape[3]), q.dtype, q.device, seq_major).zero_()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    if causal and sq != sk:  # torch's causal mask is aligned top-left
+    if causal and sq != sk and not lower_right:  # torch's causal mask is aligned top-left
         if sq < sk:
             k, v = k[:, :, :sq].contiguous(), v[:, :, :sq].contiguous()
         else:
@@ -103,5 +106,5 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[
 
 
 @attention.register_fake
-def _(q, k, v, mask, causal, scale, seq_major):
+def _(q, k, v, mask, causal, scale, seq_major, lower_right=False):
     return empty_heads((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), q.dtype, q.device, seq_major)

@@ -80,6 +80,25 @@ def _bool_mask_source(node) -> Optional[tuple[fx.Node, list]]:
     return cond, [node, yes, no]
 
 
+def _lower_right(mask, qv, kv) -> Optional[list]:
+    """The nodes of ``ones(Sq, Sk, dtype=bool).tril(Sk - Sq)`` (the causal mask aligned bottom-right: a few new
+    queries against a KV cache), or None."""
+    if not is_call(mask, aten.tril) or val(mask) is None or val(mask).dim() != 2:
+        return None
+    ones = mask.args[0]
+    diagonal = mask.args[1] if len(mask.args) > 1 else mask.kwargs.get("diagonal", 0)
+    filled = is_call(ones, aten.ones) or (is_call(ones, aten.full) and ones.args[1] in (True, 1))
+    if not filled or val(ones) is None or val(ones).dtype != torch.bool:
+        return None
+    sq, sk = qv.shape[2], kv.shape[2]
+    if not same_shape(val(mask).shape, (sq, sk)):
+        return None
+    d = val(diagonal) if isinstance(diagonal, fx.Node) else diagonal
+    if d is None or not same(d, sk - sq):
+        return None
+    return [mask, ones] + ([diagonal] if isinstance(diagonal, fx.Node) else [])
+
+
 class Attention(Pattern):
     name = "attention"
 
@@ -118,7 +137,7 @@ class Attention(Pattern):
         if scale is not None and not (isinstance(scale, (int, float)) and scale > 0):
             return Refusal(self.name, out, f"scale={scale}: SepTran's attention takes a positive number "
                                            "(or torch's default)")
-        causal = bool(a.get("is_causal"))
+        causal, lower_right = bool(a.get("is_causal")), False
         if causal and mask is not None:
             return Refusal(self.name, out, "both is_causal and a mask")
         # Grouped heads: read K and V before they were repeated.
@@ -137,6 +156,11 @@ class Attention(Pattern):
             if found is not None:
                 mask, chain = found
                 nodes += chain
+            causal_nodes = _lower_right(mask, qv, kv)
+            if causal_nodes is not None:  # the logic's own causal mask: no mask tensor at all
+                mask, lower_right, causal = None, True, True
+                nodes += causal_nodes
+        if mask is not None:
             mv = val(mask)
             if mv is None:
                 return None
@@ -152,12 +176,13 @@ class Attention(Pattern):
         b, hq, sq, d = (num(x) for x in qv.shape)
         sk, dv = num(kv.shape[2]), num(vv.shape[3])
         grouped = not same(kv.shape[1], qv.shape[1])
-        what = [w for w, on in (("causal", causal), ("grouped heads", grouped)) if on]
+        causal_text = "causal, bottom-right" if lower_right else "causal"
+        what = [w for w, on in ((causal_text, causal), ("grouped heads", grouped)) if on]
         if mask is not None:
             what.append("bool mask" if val(mask).dtype == torch.bool else "float mask")
         return Match(
             pattern=self.name, nodes=tuple(nodes), output=out, op=torch.ops.septran.attention.default,
-            args=(q, k, v, mask, causal, float(scale or 0.0), layout),
+            args=(q, k, v, mask, causal, float(scale or 0.0), layout, lower_right),
             kernel="examples/attention" + (f" ({', '.join(what)})" if what else ""),
             flops=2 * b * hq * sq * sk * (d + dv),
         )
