@@ -226,3 +226,19 @@ def test_gpu_programs_build_with_dynamic_lengths(target, arch):
         assert 'T.dynamic("X_dim' in variant.tilelang_source
         usage = nvcc_resource_usage(variant.device_source, arch)
         assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
+
+
+def test_patterns_on_graphs_with_every_dimension_symbolic():
+    """torch.compile(dynamic=True) makes every size a symbol (the head dimension too): the patterns still match."""
+    from septran.model.patterns.attention import Attention
+    from test_model_attention import LlamaAttention
+
+    b, s = 2, 7
+    x, (cos, sin) = _rand(b, s, 24, seed=1), tables(b, s, 8)
+    (gm,) = capture(Rotary(), x, cos, sin, dynamic=True)
+    assert [m.pattern for m in matches(gm, Rope()) if isinstance(m, Match)] == ["rope"]
+    (gm,) = capture(MLP().eval(), _rand(2, 9, 32, seed=1), dynamic=True)
+    assert [m.pattern for m in matches(gm, SwiGLU()) if isinstance(m, Match)] == ["swiglu"]
+    (gm,) = capture(LlamaAttention().eval(), _rand(2, 11, 32, seed=1), dynamic=True)
+    found = [m for m in matches(gm, Attention()) if isinstance(m, Match)]
+    assert len(found) == 1 and "grouped heads" in found[0].kernel

@@ -65,10 +65,6 @@ def numel(shape) -> int:
     return n
 
 
-def one_user(node: fx.Node) -> bool:
-    return len(node.users) == 1
-
-
 def float_dtype_problem(*nodes) -> Optional[str]:
     """Why these nodes' tensors cannot go to a SepTran kernel together (a dtype SepTran does not take, or mixed)."""
     dtypes = [val(n).dtype for n in nodes]

@@ -35,15 +35,16 @@ def _half_slice(node, first: bool):
         return None
     x = node.args[0]
     xv = val(x)
-    if xv is None or xv.dim() != 4 or not isinstance(xv.shape[3], int) or xv.shape[3] % 2:
+    if xv is None or xv.dim() != 4 or not same(xv.shape[3] % 2, 0):
         return None
     a = arguments(node)
-    half, d = xv.shape[3] // 2, xv.shape[3]
+    d = xv.shape[3]
+    half = d // 2
     start, end = a["start"] or 0, a["end"]
     end = d if end is None or (isinstance(end, int) and end >= BIG) else end
     if a["dim"] not in (3, -1) or a["step"] != 1:
         return None
-    if (start, end) != ((0, half) if first else (half, d)):
+    if not (same(start, 0) and same(end, half) if first else same(start, half) and same(end, d)):
         return None
     return x
 
