@@ -361,3 +361,14 @@ def test_bottom_right_causal_mask_is_the_logics_causal(monkeypatch):
     assert found and all(m.args[3] is None and m.args[4] is True and m.args[7] is True for m in found)
     assert "bottom-right" in found[0].kernel
     assert len(built) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="sm90: TileLang's lowering stops on the bool mask when the sequence lengths "
+                                       "are dynamic (\"Check failed: (0) is false: bool\"); static lengths lower")
+def test_sm90_program_with_a_bool_mask_and_dynamic_lengths():
+    from septran.model.ops.attention import attention_kernel
+
+    f16 = "float16"
+    variant = attention_kernel("sm90", False, True, "bool").specialize(
+        Q=((1, 8, 128, 64), f16), K=((1, 2, 128, 64), f16), V=((1, 2, 128, 64), f16), M=((1, 1, 128, 128), "bool"))
+    assert variant.device_source
