@@ -372,3 +372,19 @@ def test_sm90_program_with_a_bool_mask_and_dynamic_lengths():
     variant = attention_kernel("sm90", False, True, "bool").specialize(
         Q=((1, 8, 128, 64), f16), K=((1, 2, 128, 64), f16), V=((1, 2, 128, 64), f16), M=((1, 1, 128, 128), "bool"))
     assert variant.device_source
+
+
+def test_unused_log_sum_exp_goes_with_the_call_and_a_used_one_is_refused():
+    import operator
+
+    q = _rand(1, 2, 5, 8, seed=1)
+    (gm,) = capture(SDPA(), q, q, q)
+    call = next(n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem)
+    with gm.graph.inserting_after(call):
+        lse = gm.graph.call_function(operator.getitem, (call, 1))
+    (found,) = matches(gm, Attention())
+    assert isinstance(found, Match) and lse in found.nodes
+    with gm.graph.inserting_after(lse):
+        gm.graph.call_function(torch.ops.aten.neg.default, (lse,))
+    (found,) = matches(gm, Attention())
+    assert isinstance(found, Refusal) and "log-sum-exp" in found.why

@@ -114,9 +114,12 @@ class Attention(Pattern):
         nodes = [out] if call is out else [out, call]
         if call is not out:
             for user in call.users:
-                if user is not out and (user.target is not operator.getitem or user.args[1] != 0) and user.users:
+                if user is out:
+                    continue
+                if (user.target is not operator.getitem or user.args[1] != 0) and user.users:
                     return Refusal(self.name, out, "another output of the attention (log-sum-exp, weights) is used: "
                                                    "SepTran's attention computes the output only")
+                nodes.append(user)  # an unused output (or another copy of output 0's): goes with the call
         a = arguments(call)
         q, k, v = a["query"], a["key"], a["value"]
         mask = a.get("attn_mask", a.get("attn_bias"))
