@@ -132,7 +132,8 @@ class MLP(torch.nn.Module):
 @pytest.mark.parametrize("shape, dtype", [((3, 17, 32), torch.float32), ((29, 32), torch.float32),
                                           ((2, 9, 32), torch.bfloat16), ((2, 9, 32), torch.float16)])
 def test_swiglu_op_matches_torch(shape, dtype):
-    x, wg, wu = _rand(*shape, seed=1, dtype=dtype), _rand(88, 32, seed=2, dtype=dtype), _rand(88, 32, seed=3, dtype=dtype)
+    x = _rand(*shape, seed=1, dtype=dtype)
+    wg, wu = _rand(88, 32, seed=2, dtype=dtype), _rand(88, 32, seed=3, dtype=dtype)
     ref = F.silu(x.double() @ wg.double().T) * (x.double() @ wu.double().T)
     torch_out = F.silu(x @ wg.T) * (x @ wu.T)
     assert_flash_rule(torch.ops.septran.swiglu(x, wg, wu, True), ref, torch_out)

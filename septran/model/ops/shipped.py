@@ -41,5 +41,6 @@ def mapping(target: str, op: str, dynamic: tuple = ()) -> Mapping:
     path = mapping_file(target, op)
     text = read_mapping_text(path)
     if dynamic:
-        text += "\ndynamic: {" + ", ".join(f"{p}: [{', '.join(str(int(a)) for a in axes)}]" for p, axes in dynamic) + "}\n"
+        axes = ", ".join(f"{p}: [{', '.join(str(int(a)) for a in dims)}]" for p, dims in dynamic)
+        text += "\ndynamic: {" + axes + "}\n"
     return parse_mapping(text, str(path))

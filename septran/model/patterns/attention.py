@@ -61,7 +61,8 @@ def _grouped_source(node) -> Optional[tuple[fx.Node, list]]:
         return None
     if not (same_shape(e.shape[:2], s.shape[:2]) and same_shape(e.shape[3:], s.shape[2:])):
         return None
-    if not (same(o.shape[0], s.shape[0]) and same(o.shape[1], s.shape[1] * e.shape[2]) and same_shape(o.shape[2:], s.shape[2:])):
+    if not (same(o.shape[0], s.shape[0]) and same(o.shape[1], s.shape[1] * e.shape[2])
+            and same_shape(o.shape[2:], s.shape[2:])):
         return None
     return src, chain
 

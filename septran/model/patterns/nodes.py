@@ -70,7 +70,8 @@ def float_dtype_problem(*nodes) -> Optional[str]:
     dtypes = [val(n).dtype for n in nodes]
     for d in dtypes:
         if d not in FLOAT_DTYPES:
-            return f"{str(d).removeprefix('torch.')} is not a dtype SepTran's model kernels take (float32, float16, bfloat16)"
+            return (f"{str(d).removeprefix('torch.')} is not a dtype SepTran's model kernels take "
+                    "(float32, float16, bfloat16)")
     if len(set(dtypes)) > 1:
         return "the operands' dtypes differ (" + ", ".join(str(d).removeprefix("torch.") for d in dtypes) + ")"
     return None

@@ -78,11 +78,13 @@ class SwiGLU(Pattern):
         if why:
             return Refusal(self.name, node, why)
         if not out.is_contiguous():
-            return Refusal(self.name, node, f"the product has strides {tuple(out.stride())}; SepTran's op writes it contiguous")
+            return Refusal(self.name, node, f"the product has strides {tuple(out.stride())}; "
+                                            "SepTran's op writes it contiguous")
         m = 1
         for s in xv.shape[:-1]:
             m *= num(s)
         k, n = num(xv.shape[-1]), num(gv.shape[n_at])
         return Match(pattern=self.name, nodes=tuple(nodes), output=node, op=torch.ops.septran.swiglu.default,
-                     args=(x, wg, wu, transposed), kernel="examples/swiglu_mlp" + (" (weights (N, K))" if transposed else ""),
+                     args=(x, wg, wu, transposed),
+                     kernel="examples/swiglu_mlp" + (" (weights (N, K))" if transposed else ""),
                      flops=4 * m * k * n + 2 * m * n)
