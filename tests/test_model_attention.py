@@ -240,11 +240,11 @@ def test_decode_at_32_cache_lengths_builds_once(monkeypatch):
 
 
 def test_prefill_lengths_share_the_causal_build(monkeypatch):
-    """Causal prefill at several lengths, and a few queries against a longer cache (top-left: the same causal
-    kernel on the first Sq keys): one build."""
+    """Causal prefill at several lengths, and queries against a longer cache (top-left: the same causal kernel
+    on the first Sq keys): one build (up to 8 queries run the decode mapping's kernel, tested below)."""
     kernels.clear()
     built = _count_builds(monkeypatch)
-    for sq, sk in ((5, 5), (40, 40), (3, 50), (129, 129)):
+    for sq, sk in ((9, 9), (40, 40), (13, 50), (129, 129)):
         q, k, v = _rand(1, 2, sq, 16, seed=sq), _rand(1, 2, sk, 16, seed=sk + 1), _rand(1, 2, sk, 16, seed=sk + 2)
         _check(q, k, v, causal=True)
     assert len(built) == 1
@@ -390,3 +390,15 @@ def test_unused_log_sum_exp_goes_with_the_call_and_a_used_one_is_refused():
         gm.graph.call_function(torch.ops.aten.neg.default, (lse,))
     (found,) = matches(gm, Attention())
     assert isinstance(found, Refusal) and "log-sum-exp" in found.why
+
+
+def test_few_queries_run_the_decode_mapping():
+    """Up to 8 queries use mappings/<target>/attention_decode.yaml (blocks of a few rows), more the prefill one."""
+    from septran.model.ops.attention import attention_kernel
+
+    kernels.clear()
+    q, k = _rand(1, 2, 8, 16, seed=1), _rand(1, 2, 30, 16, seed=2)
+    _check(q, k, k)
+    _check(_rand(1, 2, 9, 16, seed=3), k, k)
+    assert {key[0] for key in kernels._CACHE} == {"attention_decode", "attention"}
+    assert "BM = 1" in attention_kernel("cpu", False, False, "none", decode=True).tilelang_source

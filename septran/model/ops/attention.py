@@ -16,30 +16,44 @@ shipped logic's differ:
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from typing import Optional
 
 import torch
 
+from septran.errors import MappingError
 from septran.model import kernels
 from septran.model.ops import shipped
 from septran.model.ops.heads import empty_heads, in_layout
 
 log = logging.getLogger(__name__)
 DYNAMIC = (("Q", (2,)), ("K", (2,)))  # the sequence lengths of the queries and of the keys
+DECODE_ROWS = 8  # up to this many queries, a target's attention_decode mapping (small blocks of rows) if it has one
 
 
-def attention_kernel(target: str, causal: bool, gqa: bool, mask: str):
-    """The compiled kernel for a variant: ``mask`` is "none", "add" (a float mask) or "bool"."""
+def attention_kernel(target: str, causal: bool, gqa: bool, mask: str, decode: bool = False):
+    """The compiled kernel for a variant: ``mask`` is "none", "add" (a float mask) or "bool"; ``decode``: for a
+    few queries (the target's ``attention_decode`` mapping, where it has one)."""
+    op = "attention_decode" if decode and _has_mapping(target, "attention_decode") else "attention"
 
     def make():
         import septran
 
         logic = shipped.example("attention").attention(causal=causal, gqa=gqa, mask="bool" if mask == "bool" else "add")
-        return septran.compile(logic, mapping=shipped.mapping(target, "attention", DYNAMIC), target=target)
+        return septran.compile(logic, mapping=shipped.mapping(target, op, DYNAMIC), target=target)
 
-    return kernels.kernel(("attention", target, causal, gqa, mask), make)
+    return kernels.kernel((op, target, causal, gqa, mask), make)
+
+
+@functools.lru_cache(maxsize=None)
+def _has_mapping(target: str, op: str) -> bool:
+    try:
+        shipped.mapping_file(target, op)
+        return True
+    except MappingError:
+        return False
 
 
 def _mask4(mask: torch.Tensor, sq: int, sk: int) -> torch.Tensor:
@@ -97,7 +111,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[
         if mask is None:  # a row hidden by finite numbers only: torch averages V there, the logic gives zeros
             log.info("attention: a row of the float mask hides every key with finite numbers: torch computes it")
             return in_layout(_torch_attention(q, k, v, mask_in, scale), seq_major)
-    kernel = attention_kernel(kernels.target_for(q.device), causal, k.shape[1] != hq, kind)
+    kernel = attention_kernel(kernels.target_for(q.device), causal, k.shape[1] != hq, kind, decode=sq <= DECODE_ROWS)
     if mask is None:
         out = kernel(q, k, v, sm_scale=float(scale))
     else:
