@@ -112,10 +112,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[
             log.info("attention: a row of the float mask hides every key with finite numbers: torch computes it")
             return in_layout(_torch_attention(q, k, v, mask_in, scale), seq_major)
     kernel = attention_kernel(kernels.target_for(q.device), causal, k.shape[1] != hq, kind, decode=sq <= DECODE_ROWS)
-    if mask is None:
-        out = kernel(q, k, v, sm_scale=float(scale))
-    else:
-        out = kernel(q, k, v, M=_mask4(mask, sq, k.shape[2]), sm_scale=float(scale))
+    m = None if mask is None else _mask4(mask, sq, k.shape[2])
+    out = kernel(q, k, v, m, float(scale))  # positional: keywords take the kernel's slower binding path
     return in_layout(out, seq_major)
 
 
