@@ -35,6 +35,12 @@ def _tables(t: torch.Tensor, s: int, d: int) -> torch.Tensor:
     return t[:, 0].expand(t.shape[0], s, d)
 
 
+def _as_logic(t: torch.Tensor, seq_major: bool) -> torch.Tensor:
+    """(B, H, S, D) as the logic's X, a view: (B, S, H, D) as it lies, or (B * H, S, 1, D) (a head per batch)."""
+    b, h, s, d = t.shape
+    return t.transpose(1, 2) if seq_major else t.reshape(b * h, s, 1, d)
+
+
 @torch.library.custom_op("septran::rope", mutates_args=())
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, seq_major: bool) -> torch.Tensor:
     """x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2])."""
@@ -46,17 +52,13 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, seq_major: bool)
     x_seq_major = x.transpose(1, 2).is_contiguous()
     if not x_seq_major:
         x = x.contiguous()
+    if cos.shape[0] == 1 and sin.shape[0] == 1:  # one table for every batch: one call (its output allocated)
+        y = kernel(_as_logic(x, x_seq_major), cos[0].contiguous(), sin[0].contiguous())
+        return in_layout(y.transpose(1, 2) if x_seq_major else y.view(b, h, s, d), seq_major)
     out = empty_heads(x.shape, x.dtype, x.device, x_seq_major)
-    per_batch = cos.shape[0] > 1 or sin.shape[0] > 1
-    for i in range(b if per_batch else 1):
-        rows = slice(i, i + 1) if per_batch else slice(0, b)
+    for i in range(b):  # a table per batch (positions per sequence): a call per batch, into its rows
         c, sn = cos[i if cos.shape[0] > 1 else 0].contiguous(), sin[i if sin.shape[0] > 1 else 0].contiguous()
-        if x_seq_major:  # X (B, S, H, D) as it lies
-            xs, ys = x[rows].transpose(1, 2), out[rows].transpose(1, 2)
-        else:  # (B * H, S, 1, D): each head a sequence of its own
-            n = rows.stop - rows.start
-            xs, ys = x[rows].reshape(n * h, s, 1, d), out[rows].reshape(n * h, s, 1, d)
-        kernel(xs, c, sn, Y=ys)
+        kernel(_as_logic(x[i:i + 1], x_seq_major), c, sn, Y=_as_logic(out[i:i + 1], x_seq_major))
     return in_layout(out, seq_major)
 
 
