@@ -66,14 +66,14 @@ def _check(match: Match, order: dict) -> Optional[str]:
         return "the match's output is not among its nodes"
     if any(n.op != "call_function" for n in match.nodes):
         return "the match holds a node that is not an op call"
-    inputs = [a for a in (*match.args, *match.kwargs.values()) if isinstance(a, fx.Node)]
+    inputs = []  # every node the call reads, inside lists too (an elementwise chain's inputs)
+    fx.node.map_arg((match.args, match.kwargs), inputs.append)
     if any(a in match.nodes or order.get(a, len(order)) >= order[out] for a in inputs):
         return "the match reads a value computed inside it or after its output"
     want = out.meta.get("val")
     if not isinstance(want, torch.Tensor):
         return "the match's output is not a tensor"
-    fake_args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in match.args]
-    fake_kwargs = {k: (a.meta.get("val") if isinstance(a, fx.Node) else a) for k, a in match.kwargs.items()}
+    fake_args, fake_kwargs = fx.node.map_arg((match.args, match.kwargs), lambda a: a.meta.get("val"))
     mode = torch._guards.detect_fake_mode([want])
     try:
         with mode if mode is not None else torch._subclasses.FakeTensorMode():

@@ -54,7 +54,9 @@ def softmax(x: torch.Tensor, dim: int, log: bool, out_dtype: torch.dtype) -> tor
     xc = x.contiguous()
     mod = shipped.example("softmax")
     if inner == 1:
-        k = _kernel("softmax", x.device, (bool(log), 2), lambda: mod.softmax(log=bool(log), axis=1, rank=2))
+        # Columns dynamic too: attention scores over a KV cache grow by one column at each decode step.
+        k = _kernel("softmax", x.device, (bool(log), 2), lambda: mod.softmax(log=bool(log), axis=1, rank=2),
+                    dynamic=(("X", (0, 1)),))
         k(xc.view(outer, n), Y=y.view(outer, n))
     else:
         k = _kernel("softmax", x.device, (bool(log), 3), lambda: mod.softmax(log=bool(log), axis=1, rank=3),
