@@ -251,9 +251,9 @@ def test_mlp_in_half_precision(dtype):
 
 @pytest.mark.parametrize("target", ["sm80", "sm90", "gfx942"])
 def test_gpu_model_mappings_keep_the_rows_dynamic(target):
-    from septran.model.logic_files import logic_module, mapping_file
+    from septran.model.ops.shipped import example, mapping_file
 
-    logic = logic_module("gemm_epilogue").gemm_epilogue("gelu_tanh", False, True)
+    logic = example("gemm_epilogue").gemm_epilogue("gelu_tanh", False, True)
     kernel = septran.compile(logic, mapping_file(target, "gemm_epilogue_model"), target=target)
     v = kernel.specialize(A=((200, 128), "float16"), B=((256, 128), "float16"), bias=((256,), "float16"))
     assert 'T.dynamic("A_dim0"' in v.tilelang_source

@@ -4,13 +4,13 @@ from __future__ import annotations
 import torch
 
 from septran.model import kernels
-from septran.model.logic_files import logic_module, mapping_file
+from septran.model.ops.shipped import example, mapping_file
 
 
 def bmm_kernel(target: str):
     import septran
 
-    return kernels.kernel(("bmm", target), lambda: septran.compile(logic_module("bmm"), mapping_file(target, "bmm_model", "bmm")))
+    return kernels.kernel(("bmm", target), lambda: septran.compile(example("bmm"), mapping_file(target, "bmm_model", "bmm")))
 
 
 @torch.library.custom_op("septran::bmm", mutates_args=())

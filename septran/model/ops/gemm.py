@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from septran.model import kernels
-from septran.model.logic_files import logic_module, mapping_file
+from septran.model.ops.shipped import example, mapping_file
 
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
@@ -24,10 +24,10 @@ def gemm_kernel(target: str, act: str, w_transposed: bool, plain: bool):
 
     if plain:
         return kernels.kernel(("gemm", target, "plain", False),
-                              lambda: septran.compile(logic_module("gemm"), mapping_file(target, "gemm_model", "gemm")))
+                              lambda: septran.compile(example("gemm"), mapping_file(target, "gemm_model", "gemm")))
 
     def make():
-        logic = logic_module("gemm_epilogue").gemm_epilogue(act, False, w_transposed)
+        logic = example("gemm_epilogue").gemm_epilogue(act, False, w_transposed)
         path = mapping_file(target, "gemm_epilogue_model", "gemm_epilogue")
         if act != "none":
             return septran.compile(logic, path)

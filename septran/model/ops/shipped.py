@@ -16,23 +16,25 @@ from septran.mapping.schema import Mapping, parse_mapping
 from septran.mapping.yaml_source import read_mapping_text
 from septran.runtime.select import load_logic_file
 
-_ROOT = Path(__file__).resolve().parents[3]
+EXAMPLES = resources._packaged("examples")  # noqa: SLF001 - septran/examples in a wheel that ships it, else the tree's
 
 
 @functools.lru_cache(maxsize=None)
 def example(op: str) -> types.ModuleType:
     """The module of ``examples/<op>/<op>.py`` (loaded once)."""
-    return load_logic_file(_ROOT / "examples" / op / f"{op}.py")
+    return load_logic_file(EXAMPLES / op / f"{op}.py")
 
 
-def mapping_file(target: str, op: str) -> Path:
-    """``<target>/<op>.yaml`` from the mapping folders (the user's first), or a MappingError naming the op."""
-    for folder in resources.mapping_folders():
-        path = folder / target / f"{op}.yaml"
-        if path.is_file():
-            return path
+def mapping_file(target: str, op: str, *fallbacks: str) -> Path:
+    """``<target>/<op>.yaml`` (else the first of ``fallbacks`` there: ``gemm_model``, then ``gemm``) from the
+    mapping folders (the user's first), or a MappingError naming the op."""
+    for name in (op, *fallbacks):
+        for folder in resources.mapping_folders():
+            path = folder / target / f"{name}.yaml"
+            if path.is_file():
+                return path
     raise MappingError(f"no mapping of operator {op!r} for target {target!r}: the model level cannot run it there",
-                       hint=f"write mappings/{target}/{op}.yaml")
+                       hint=f"write mappings/{target}/{(op, *fallbacks)[-1]}.yaml")
 
 
 @functools.lru_cache(maxsize=None)
