@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from septran.model.patterns.base import Match, Pattern, Refusal, Result, val
-from septran.model.patterns.fx_match import FLOATS, number, numel, plain_cast, unavailable
+from septran.model.patterns.nodes import FLOATS, node_numel, number, plain_cast, unavailable
 from septran.model.ops.elementwise_logic import POW_EXPONENTS, kind_of
 
 aten = torch.ops.aten
@@ -175,7 +175,7 @@ class ElementwisePattern(Pattern):
         return Match(self.name, tuple(members), sink, torch.ops.septran.elementwise.default,
                      (inputs, ew_ops.spec_of(ops), out.dtype),
                      kernel=f"generated elementwise chain ({len(ops)} ops: {names})",
-                     flops=sum(numel(n) for n in members))
+                     flops=sum(node_numel(n) for n in members))
 
 
 PATTERNS = [ElementwisePattern()]

@@ -12,20 +12,16 @@ import torch.fx as fx
 
 from septran.model.flops import node_flops
 from septran.model.patterns.base import Match, Pattern, Refusal, val
+from septran.model.patterns.nodes import FLOATS, is_call
 
 aten = torch.ops.aten
 ACTS = {aten.relu.default: "relu", aten.silu.default: "silu"}
 VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-FLOATS = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _is(node, *targets) -> bool:
-    return isinstance(node, fx.Node) and node.op == "call_function" and node.target in targets
 
 
 def _act(node: fx.Node):
     """The activation ``node`` computes ("gelu", "gelu_tanh", ...), or None."""
-    if _is(node, aten.gelu.default):
+    if is_call(node, aten.gelu.default):
         approx = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
         return {"none": "gelu", "tanh": "gelu_tanh"}.get(approx)
     return ACTS.get(node.target) if isinstance(node, fx.Node) else None
@@ -38,8 +34,8 @@ def _dims(node) -> tuple:
 
 def _transposed(b: fx.Node):
     """(W, True) when ``b`` is W (N, K) transposed by ``t`` / ``transpose(0, 1)`` / ``permute([1, 0])``."""
-    if _is(b, aten.t.default) or (_is(b, aten.transpose.int) and sorted(int(d) % 2 for d in b.args[1:3]) == [0, 1]) \
-            or (_is(b, aten.permute.default) and list(b.args[1]) == [1, 0]):
+    if is_call(b, aten.t.default) or (is_call(b, aten.transpose.int) and sorted(int(d) % 2 for d in b.args[1:3]) == [0, 1]) \
+            or (is_call(b, aten.permute.default) and list(b.args[1]) == [1, 0]):
         w = b.args[0]
         if len(_dims(w)) == 2:
             return w, True
@@ -76,12 +72,12 @@ class GemmPattern(Pattern):
         act = _act(node)
         inner = node.args[0] if act else node
         view = None  # the view back to x's leading dimensions, at the end or before the activation
-        if _is(inner, *VIEWS) and (inner is node or len(inner.users) == 1) \
-                and _is(inner.args[0], aten.mm.default, aten.addmm.default):
+        if is_call(inner, *VIEWS) and (inner is node or len(inner.users) == 1) \
+                and is_call(inner.args[0], aten.mm.default, aten.addmm.default):
             view, inner = inner, inner.args[0]
-        if _is(inner, aten.linear.default):
+        if is_call(inner, aten.linear.default):
             return self._linear(node, inner, act)
-        if not _is(inner, aten.mm.default, aten.addmm.default):
+        if not is_call(inner, aten.mm.default, aten.addmm.default):
             return None
         if (act or view is not None) and len(inner.users) != 1:  # the GEMM's result is used elsewhere too
             return None
@@ -99,7 +95,7 @@ class GemmPattern(Pattern):
         nodes = [inner]
         x = a
         if view is not None:  # x's leading dimensions, folded into rows by the view, come back in the output
-            lead = _dims(a.args[0])[:-1] if _is(a, *VIEWS) else None
+            lead = _dims(a.args[0])[:-1] if is_call(a, *VIEWS) else None
             if lead is not None and _dims(view) == lead + _dims(inner)[-1:] and _dims(a.args[0])[-1:] == _dims(a)[-1:]:
                 x = a.args[0]
                 nodes += [a, view] if view is not node else [a]
@@ -136,7 +132,7 @@ class BmmPattern(Pattern):
     name = "bmm"
 
     def match(self, node: fx.Node):
-        if not _is(node, aten.bmm.default):
+        if not is_call(node, aten.bmm.default):
             return None
         a, b = node.args[:2]
         refused = _refusal(node, a, b)

@@ -5,16 +5,18 @@ comparison is known without a guard (``statically_known_true``), so matching nev
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any, Optional
 
 import torch
 import torch.fx as fx
-from torch.fx.experimental.symbolic_shapes import optimization_hint, statically_known_true
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from septran.model.flops import hint as num  # noqa: F401 - a size as a number (a symbolic one at its hint)
 from septran.model.patterns.base import val
 
 aten = torch.ops.aten
-FLOAT_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)  # what SepTran's model kernels compute on
 
 
 def is_call(node: Any, *targets) -> bool:
@@ -53,11 +55,6 @@ def same_shape(a, b) -> bool:
     return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
 
-def num(x) -> int:
-    """A size as a number for the report (a symbolic size: the size it was traced with)."""
-    return x if isinstance(x, int) else int(optimization_hint(x, fallback=1))
-
-
 def numel(shape) -> int:
     n = 1
     for s in shape:
@@ -65,16 +62,36 @@ def numel(shape) -> int:
     return n
 
 
+def node_numel(node: Any) -> int:
+    """Elements of the tensor a node computes (symbolic sizes at their hints), 0 if it computes none."""
+    v = val(node)
+    return numel(v.shape) if isinstance(v, torch.Tensor) else 0
+
+
+def number(x: Any) -> Optional[float]:
+    """A Python number argument (not a tensor, not a bool, not symbolic) as a float, else None."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        return None
+    return float(x)
+
+
 def float_dtype_problem(*nodes) -> Optional[str]:
     """Why these nodes' tensors cannot go to a SepTran kernel together (a dtype SepTran does not take, or mixed)."""
     dtypes = [val(n).dtype for n in nodes]
     for d in dtypes:
-        if d not in FLOAT_DTYPES:
+        if d not in FLOATS:
             return (f"{str(d).removeprefix('torch.')} is not a dtype SepTran's model kernels take "
                     "(float32, float16, bfloat16)")
     if len(set(dtypes)) > 1:
         return "the operands' dtypes differ (" + ", ".join(str(d).removeprefix("torch.") for d in dtypes) + ")"
     return None
+
+
+def dtype_problem(node: Any) -> Optional[str]:
+    """Why a node's tensor is not one SepTran computes (None if it is)."""
+    if not isinstance(val(node), torch.Tensor):
+        return f"{getattr(node, 'name', node)} has no tensor metadata"
+    return float_dtype_problem(node)
 
 
 def device_problem(*nodes) -> Optional[str]:
@@ -113,3 +130,37 @@ def through_full_slices(node, chain: list):
         chain.append(node)
         node = node.args[0]
     return node
+
+
+def plain_cast(node: Any) -> bool:
+    """An ``aten._to_copy`` that changes only the dtype (same device, strided, no memory format)."""
+    if not is_call(node, aten._to_copy.default) or len(node.args) != 1:
+        return False
+    src, dst = val(node.args[0]), val(node)
+    if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor) or src.device != dst.device:
+        return False
+    kw = node.kwargs
+    return (set(kw) <= {"dtype", "layout", "device", "memory_format"}
+            and kw.get("layout") in (None, torch.strided)
+            and kw.get("memory_format") in (None, torch.preserve_format))
+
+
+def users_inside(node: fx.Node, inside: set) -> bool:
+    """Every use of ``node`` is by a node of ``inside``."""
+    return all(u in inside for u in node.users)
+
+
+def unavailable(op: str, device, logic: bool = True) -> Optional[str]:
+    """Why ``op`` cannot run on ``device`` (no target, no mapping there, its logic file missing), or None."""
+    from septran.errors import SepTranError
+    from septran.model import kernels
+    from septran.model.ops import shipped
+
+    try:
+        target = kernels.target_for(device)
+        shipped.mapping_file(target, op)
+        if logic:
+            shipped.example(op)
+    except (SepTranError, StopIteration, OSError) as err:
+        return f"SepTran cannot run {op} on {device}: {err}"
+    return None

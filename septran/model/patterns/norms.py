@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from septran.model.patterns.base import Match, Pattern, Refusal, Result, val
-from septran.model.patterns.fx_match import dtype_problem, is_op, number, numel, plain_cast, unavailable
+from septran.model.patterns.nodes import dtype_problem, is_call, node_numel, number, plain_cast, unavailable
 
 aten = torch.ops.aten
 
@@ -34,9 +34,9 @@ class SoftmaxPattern(Pattern):
     name = "softmax"
 
     def match(self, node: fx.Node) -> Result:
-        if is_op(node, aten._softmax.default, aten._log_softmax.default):
+        if is_call(node, aten._softmax.default, aten._log_softmax.default):
             x, dim = node.args[0], node.args[1]
-        elif is_op(node, aten.softmax.int, aten.log_softmax.int):
+        elif is_call(node, aten.softmax.int, aten.log_softmax.int):
             x, dim = node.args[0], node.args[1]
         else:
             return None
@@ -50,21 +50,21 @@ class SoftmaxPattern(Pattern):
             return Refusal(self.name, node, unavailable("softmax", val(x).device))
         what = "log_softmax" if log else "softmax"
         return Match(self.name, (node,), node, _ops().softmax.default, (x, int(dim), log, val(node).dtype),
-                     kernel=f"examples/softmax ({what}, dim {int(dim)})", flops=5 * numel(node))
+                     kernel=f"examples/softmax ({what}, dim {int(dim)})", flops=5 * node_numel(node))
 
 
 class LayerNormPattern(Pattern):
     name = "layer_norm"
 
     def match(self, node: fx.Node) -> Result:
-        if is_op(node, operator.getitem) and is_op(node.args[0], aten.native_layer_norm.default):
+        if is_call(node, operator.getitem) and is_call(node.args[0], aten.native_layer_norm.default):
             ln = node.args[0]
             if node.args[1] != 0:
                 return None
             if any(u is not node for u in ln.users):
                 return Refusal(self.name, ln, "its mean and rstd are used too (training): left to torch")
             nodes = (ln, node)
-        elif is_op(node, aten.layer_norm.default):
+        elif is_call(node, aten.layer_norm.default):
             ln, nodes = node, (node,)
         else:
             return None
@@ -83,7 +83,7 @@ class LayerNormPattern(Pattern):
         n = math.prod(int(s) for s in shape)
         kind = ", ".join(k for k, t in (("weight", w), ("bias", b)) if t is not None) or "no affine"
         return Match(self.name, nodes, node, _ops().layer_norm.default, (x, n, w, b, number(eps)),
-                     kernel=f"examples/layernorm ({kind})", flops=8 * numel(node))
+                     kernel=f"examples/layernorm ({kind})", flops=8 * node_numel(node))
 
 
 class RMSNormPattern(Pattern):
@@ -109,13 +109,13 @@ class RMSNormPattern(Pattern):
         n = math.prod(int(s) for s in xv.shape[xv.dim() - k:])
         return Match(self.name, tuple(nodes), node, _ops().rms_norm.default, (x, n, w, eps, val(node).dtype),
                      kernel="examples/rmsnorm" + ("" if w is not None else " (no weight)"),
-                     flops=4 * numel(node))
+                     flops=4 * node_numel(node))
 
     def _fused(self, node):
         fused, plain = _opt("_fused_rms_norm"), _opt("rms_norm")
-        if is_op(node, operator.getitem) and fused is not None and is_op(node.args[0], fused) and node.args[1] == 0:
+        if is_call(node, operator.getitem) and fused is not None and is_call(node.args[0], fused) and node.args[1] == 0:
             op, nodes = node.args[0], [node.args[0], node]
-        elif plain is not None and is_op(node, plain):
+        elif plain is not None and is_call(node, plain):
             op, nodes = node, [node]
         else:
             return None
@@ -135,7 +135,7 @@ class RMSNormPattern(Pattern):
         core = _core(inner)
         if core is not None:
             return _finish(nodes + core[0], core, None)
-        if not is_op(inner, aten.mul.Tensor):
+        if not is_call(inner, aten.mul.Tensor):
             return None
         for a, w in (inner.args, inner.args[::-1]):
             a2, mid = _strip_cast(a)
@@ -159,23 +159,23 @@ def _strip_cast(node):
 
 def _core(node) -> Optional[tuple]:
     """``A * rsqrt(mean(A^2) + eps)`` (either order) or ``A / sqrt(mean(A^2) + eps)``: (nodes, A, dims, eps)."""
-    if is_op(node, aten.mul.Tensor):
-        pairs = [(a, r) for a, r in (node.args, node.args[::-1]) if is_op(r, aten.rsqrt.default)]
-    elif is_op(node, aten.div.Tensor) and is_op(node.args[1], aten.sqrt.default) and not node.kwargs:
+    if is_call(node, aten.mul.Tensor):
+        pairs = [(a, r) for a, r in (node.args, node.args[::-1]) if is_call(r, aten.rsqrt.default)]
+    elif is_call(node, aten.div.Tensor) and is_call(node.args[1], aten.sqrt.default) and not node.kwargs:
         pairs = [node.args]
     else:
         return None
     for a, r in pairs:
         s = r.args[0]
-        if not is_op(s, aten.add.Tensor, aten.add.Scalar) or s.kwargs.get("alpha", 1) != 1:
+        if not is_call(s, aten.add.Tensor, aten.add.Scalar) or s.kwargs.get("alpha", 1) != 1:
             continue
         m, eps = (s.args[0], number(s.args[1])) if isinstance(s.args[0], fx.Node) else (s.args[1], number(s.args[0]))
-        if eps is None or not is_op(m, aten.mean.dim) or m.kwargs.get("dtype") is not None:
+        if eps is None or not is_call(m, aten.mean.dim) or m.kwargs.get("dtype") is not None:
             continue
         keep = m.args[2] if len(m.args) > 2 else m.kwargs.get("keepdim", False)
         p = m.args[0]
-        squares = (is_op(p, aten.pow.Tensor_Scalar) and p.args[0] is a and number(p.args[1]) == 2.0) or (
-            is_op(p, aten.mul.Tensor) and p.args[0] is a and p.args[1] is a)
+        squares = (is_call(p, aten.pow.Tensor_Scalar) and p.args[0] is a and number(p.args[1]) == 2.0) or (
+            is_call(p, aten.mul.Tensor) and p.args[0] is a and p.args[1] is a)
         if not squares or not keep:
             continue
         return [node, r, s, m, p], a, list(m.args[1]), eps
