@@ -22,6 +22,7 @@ from septran.errors import LoweringError, MappingError
 from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Context
+from septran.lowering.overhang import whole_tile
 from septran.lowering.two_kernels import two_kernels
 from septran.lowering.writes import _regions
 
@@ -59,22 +60,10 @@ def _atomic(stmts, shared: set, entry, shapes):
             continue
         names = {r.of.name for _, r in _regions(s)} & shared
         if names:
-            s = _guarded(_atomic_leaf(s, names, entry), shapes)
+            s = _atomic_leaf(s, names, entry)
+            s = whole_tile(s, shapes[s.store.of])
         body.append(s)
     return tuple(body)
-
-
-def _guarded(s: ir.LeafCall, shapes) -> ir.LeafCall:
-    """Where the stored tile overhangs its tensor, the loop runs over the whole tile and each atomic add is guarded
-    (``if bx * BN + j < N: T.atomic_add(..)``): TileLang refuses a T.Parallel of a symbolic extent (the in-bounds
-    part, T.min(BN, N - bx * BN)) that indexes a fragment, as the partial sum held in registers is."""
-    name, out = s.args[0]
-    over = [d for d, (v, e) in enumerate(zip(out.valid, out.extents)) if v != e]
-    if out.of != s.store.of or not over:
-        return s
-    guard = tuple((s.store.index[d], shapes[out.of][d]) for d in over)
-    args = ((name, dataclasses.replace(out, valid=())),) + s.args[1:]  # (): the loop covers the whole tile
-    return dataclasses.replace(s, args=args, guard=guard)
 
 
 def _atomic_leaf(s, names, entry):

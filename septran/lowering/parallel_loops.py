@@ -29,6 +29,7 @@ from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Context
 from septran.lowering.linear import linear
+from septran.lowering.overhang import whole_tile
 from septran.lowering.writes import _separates
 
 
@@ -85,7 +86,7 @@ class _Pass:
                      for v in leaves(i) if isinstance(v, Var)}
         if not set(s.loop) <= stored_at:  # a reduction's loop: several of its own iterations store one element
             return None, f"its body ({s.impl}) stores one element from several iterations of its own loop"
-        name, out = s.args[0]
+        _, out = s.args[0]
         if out.of != s.store.of or not all(self.number(e) for e in out.extents):
             return None, f"the tile {s.store.of.name} it stores has no size in numbers"
         loops = {f.var: self.value(f.extent) - 1 for f in nest}
@@ -97,11 +98,7 @@ class _Pass:
         for e in el.nodes(s.expr):
             if isinstance(e, el.Elt) and e.of == s.store.of and tuple(map(str, e.index)) != stored:
                 return None, f"it reads {s.store.of.name} at another element than the one it stores"
-        over = [d for d, (v, e) in enumerate(zip(out.valid, out.extents)) if v != e]
-        if over:  # the loop over the whole tile (a number), the store guarded
-            guard = s.guard + tuple((s.store.index[d], self.shapes[out.of][d]) for d in over)
-            s = dataclasses.replace(s, args=((name, dataclasses.replace(out, valid=())),) + s.args[1:], guard=guard)
-        return s, None
+        return whole_tile(s, self.shapes[out.of]), None  # the loop over the whole tile (a number), the store guarded
 
     def apart(self, region: ir.Region, var: Sym, loops: dict) -> bool:
         """Whether iterations that differ in ``var`` store into disjoint boxes of ``region``'s buffer. In the nest,

@@ -22,7 +22,7 @@ import dataclasses
 from septran.errors import MappingError
 from septran.expr import BinOp, Const, Var
 from septran.frontend import elementwise as el
-from septran.lowering import tile_ir as ir
+from septran.lowering import overhang, tile_ir as ir
 from septran.lowering.constants import Context, Names
 from septran.lowering.linear import linear
 from septran.lowering.writes import _regions
@@ -72,8 +72,7 @@ def two_kernels(ctx: Context, program: ir.TileProgram, shared: dict, entry, addi
     def slot(index, at) -> tuple:  # Y's element -> its slot in the workspace, for grid index value ``at``
         return (BinOp("+", BinOp("*", at, rows), index[0]),) + tuple(index[1:])
 
-    over = [d for d, (v, x) in enumerate(zip(region.valid, region.extents)) if v != x]
-    guard = tuple((store.index[d], param.shape[d]) for d in over)  # the loops run over whole tiles (combine.py)
+    guard = overhang.guard(region, store.index, param.shape)  # the loops run over whole tiles
     whole = dataclasses.replace(region, valid=())
     write = dataclasses.replace(
         s, args=((name, dataclasses.replace(whole, of=parts, offsets=slot(region.offsets, Var(g)))),) + s.args[1:],
