@@ -38,13 +38,8 @@ def attention_kernel(target: str, causal: bool, gqa: bool, mask: str, decode: bo
     few queries (the target's ``attention_decode`` mapping, where it has one)."""
     op = "attention_decode" if decode and _has_mapping(target, "attention_decode") else "attention"
 
-    def make():
-        import septran
-
-        logic = shipped.example("attention").attention(causal=causal, gqa=gqa, mask="bool" if mask == "bool" else "add")
-        return septran.compile(logic, mapping=shipped.mapping(target, op, DYNAMIC), target=target)
-
-    return kernels.kernel((op, target, causal, gqa, mask), make)
+    return shipped.kernel((op, target, causal, gqa, mask), target, op, lambda: shipped.example("attention").attention(
+        causal=causal, gqa=gqa, mask="bool" if mask == "bool" else "add"), DYNAMIC)
 
 
 @functools.lru_cache(maxsize=None)

@@ -60,12 +60,9 @@ def elementwise(inputs: List[torch.Tensor], spec: str, out_dtype: torch.dtype) -
         return y
     cols = shape[-1] if len(shape) else 1
     rows = math.prod(shape) // cols
-    import septran
-
     target = kernels.target_for(y.device)
-    key = ("elementwise_chain", target, ops, kinds)
-    k = kernels.kernel(key, lambda: septran.compile(chain_logic(ops, kinds),
-                                                    shipped.mapping(target, "elementwise_chain"), target=target))
+    k = shipped.kernel(("elementwise_chain", target, ops, kinds), target, "elementwise_chain",
+                       lambda: chain_logic(ops, kinds))
     k(*(_view(x, kd, rows, cols, y.device) for x, kd in zip(inputs, kinds)), Y=y.view(rows, cols))
     return y
 

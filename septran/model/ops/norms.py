@@ -19,11 +19,8 @@ _ROWS = (("X", (0,)),)  # the folded rows: any count, one build
 
 
 def _kernel(op: str, device, variant: tuple, logic_fn, dynamic=_ROWS):
-    import septran
-
     target = kernels.target_for(device)
-    key = (op, target, variant, "rows dynamic")
-    return kernels.kernel(key, lambda: septran.compile(logic_fn(), shipped.mapping(target, op, dynamic), target=target))
+    return shipped.kernel((op, target, variant, "rows dynamic"), target, op, logic_fn, dynamic)
 
 
 _CONSTANTS: dict = {}

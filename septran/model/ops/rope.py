@@ -19,13 +19,7 @@ DYNAMIC = (("X", (1,)), ("C", (0,)), ("S", (0,)))  # the sequence length
 
 
 def rope_kernel(target: str):
-    def make():
-        import septran
-
-        logic = shipped.example("rope").rope_logic
-        return septran.compile(logic, mapping=shipped.mapping(target, "rope", DYNAMIC), target=target)
-
-    return kernels.kernel(("rope", target), make)
+    return shipped.kernel(("rope", target), target, "rope", lambda: shipped.example("rope").rope_logic, DYNAMIC)
 
 
 def _tables(t: torch.Tensor, s: int, d: int) -> torch.Tensor:

@@ -46,3 +46,12 @@ def mapping(target: str, op: str, dynamic: tuple = ()) -> Mapping:
         axes = ", ".join(f"{p}: [{', '.join(str(int(a)) for a in dims)}]" for p, dims in dynamic)
         text += "\ndynamic: {" + axes + "}\n"
     return parse_mapping(text, str(path))
+
+
+def kernel(key: tuple, target: str, op: str, logic, dynamic: tuple = ()):
+    """The kernel cached under ``key``: ``logic()`` compiled with ``op``'s shipped mapping on ``target``, ``dynamic``
+    added (``logic`` is called only on the first use)."""
+    import septran
+    from septran.model import kernels
+
+    return kernels.kernel(key, lambda: septran.compile(logic(), mapping(target, op, dynamic), target=target))

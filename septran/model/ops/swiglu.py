@@ -15,13 +15,8 @@ DYNAMIC = (("X", (0,)),)  # the tokens
 
 
 def swiglu_kernel(target: str, transposed: bool):
-    def make():
-        import septran
-
-        logic = shipped.example("swiglu_mlp").swiglu_mlp(transpose_b=transposed)
-        return septran.compile(logic, mapping=shipped.mapping(target, "swiglu_mlp", DYNAMIC), target=target)
-
-    return kernels.kernel(("swiglu_mlp", target, transposed), make)
+    return shipped.kernel(("swiglu_mlp", target, transposed), target, "swiglu_mlp",
+                          lambda: shipped.example("swiglu_mlp").swiglu_mlp(transpose_b=transposed), DYNAMIC)
 
 
 @torch.library.custom_op("septran::swiglu", mutates_args=())
