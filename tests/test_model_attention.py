@@ -13,6 +13,7 @@ from septran.model import kernels
 from septran.model.patterns.attention import Attention
 from septran.model.patterns.base import Match, Refusal
 from support.model_graphs import apply, capture, compile_with, matches
+from support.model_graphs import count_builds as _count_builds
 
 torch.manual_seed(0)
 
@@ -211,13 +212,6 @@ class Decode(torch.nn.Module):
         return F.scaled_dot_product_attention(q, repeat_kv(k_cache, 3), repeat_kv(v_cache, 3))
 
 
-def _count_builds(monkeypatch) -> list:
-    from septran.runtime import c_build
-
-    built = []
-    real = c_build.build
-    monkeypatch.setattr(c_build, "build", lambda *a, **k: built.append(1) or real(*a, **k))
-    return built
 
 
 def test_decode_at_32_cache_lengths_builds_once(monkeypatch):

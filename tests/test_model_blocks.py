@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conftest import REPO, load_module
+from support.model_graphs import count_builds as _count_builds
 
 model_runner = load_module(REPO / "examples" / "model_runner.py")
 pytestmark = pytest.mark.skipif(model_runner.unavailable("septran") is not None,
@@ -25,14 +26,6 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def _count_builds(monkeypatch) -> list:
-    """Every kernel SepTran builds from now on (its C build: the cpu target's)."""
-    from septran.runtime import c_build
-
-    built = []
-    real = c_build.build
-    monkeypatch.setattr(c_build, "build", lambda *a, **k: built.append(a[0].name) or real(*a, **k))
-    return built
 
 
 @pytest.mark.parametrize("script, sizes", [

@@ -14,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 import septran
 from septran.model import kernels
 from septran.model.ops.gemm import reference as gemm_reference
+from support.model_graphs import count_builds as _count_builds
 
 torch.manual_seed(0)
 
@@ -25,13 +26,6 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def _count_builds(monkeypatch) -> list:
-    from septran.runtime import c_build
-
-    built = []
-    real = c_build.build
-    monkeypatch.setattr(c_build, "build", lambda *a, **k: built.append(1) or real(*a, **k))
-    return built
 
 
 def assert_flash_close(out, ref64, torch_out) -> None:

@@ -15,6 +15,7 @@ from septran.model import kernels
 from septran.model.patterns import PATTERNS
 from septran.model.patterns.base import Match, Refusal
 from support.model_graphs import assert_flash_rule, compiled
+from support.model_graphs import count_builds as _count_builds
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 ops = torch.ops.septran
@@ -60,13 +61,6 @@ def test_rms_norm_over_two_dims_and_into_another_dtype():
     assert (out.double() - ref).abs().max().item() < 1e-5
 
 
-def _count_builds(monkeypatch) -> list:
-    from septran.runtime import c_build
-
-    built = []
-    real = c_build.build
-    monkeypatch.setattr(c_build, "build", lambda *a, **k: built.append(1) or real(*a, **k))
-    return built
 
 
 def test_thirty_two_row_counts_build_once(monkeypatch):

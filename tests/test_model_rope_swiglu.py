@@ -13,6 +13,7 @@ from septran.model.patterns.base import Match, Refusal
 from septran.model.patterns.rope import Rope
 from septran.model.patterns.swiglu import SwiGLU
 from support.model_graphs import capture, compile_with, matches
+from support.model_graphs import count_builds as _count_builds
 
 
 def _rand(*shape, seed, dtype=torch.float32):
@@ -161,15 +162,6 @@ def test_swiglu_comes_before_the_plain_gemm():
     names = [type(p).__name__ for p in PATTERNS]
     gemm = [i for i, n in enumerate(names) if "gemm" in n.lower() or "linear" in n.lower() or "matmul" in n.lower()]
     assert all(names.index("SwiGLU") < i for i in gemm)
-
-
-def _count_builds(monkeypatch) -> list:
-    from septran.runtime import c_build
-
-    built = []
-    real = c_build.build
-    monkeypatch.setattr(c_build, "build", lambda *a, **k: built.append(1) or real(*a, **k))
-    return built
 
 
 def test_32_lengths_build_once(monkeypatch):

@@ -120,3 +120,13 @@ def compile_with(module, *patterns, dynamic=None, record=None):
 
     torch._dynamo.reset()
     return torch.compile(module, backend=aot_autograd(fw_compiler=rewrite), dynamic=dynamic, fullgraph=True)
+
+
+def count_builds(monkeypatch) -> list:
+    """Every kernel SepTran builds from now on (its C build: the cpu target's), by name."""
+    from septran.runtime import c_build
+
+    built = []
+    real = c_build.build
+    monkeypatch.setattr(c_build, "build", lambda *a, **k: built.append(a[0].name) or real(*a, **k))
+    return built
