@@ -19,7 +19,8 @@ from septran.errors import (
 )
 from septran.frontend import task
 from septran.runtime.api import JITKernel, compile, jit
-from septran.runtime.kernel import Kernel, Variant
+from septran.runtime.kernel import Kernel
+from septran.runtime.variant import Variant
 from septran.target import available_targets
 from septran.tuning.api import TuneResult, tune
 
