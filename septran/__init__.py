@@ -24,7 +24,7 @@ from septran.runtime.variant import Variant
 from septran.target import available_targets
 from septran.tuning.api import TuneResult, tune
 
-__version__ = "0.1.0"
+from septran.version import __version__
 
 _MODEL = ("compile_model", "explain_model")  # the model level imports torch._dynamo: only when asked for
 

@@ -35,7 +35,7 @@ register("db", "septran.tuning.cli_db", "list and export the tuning database's r
 
 
 def parser() -> argparse.ArgumentParser:
-    from septran import __version__
+    from septran.version import __version__
 
     top = argparse.ArgumentParser(prog="septran", description="SepTran: an operator's logic, mapped to each target.")
     top.add_argument("--version", action="version", version=f"septran {__version__}")

@@ -21,7 +21,7 @@ class Variant:
     """One specialisation of a kernel: fixed shapes and dtypes, one TileLang program."""
 
     def __init__(self, kernel: "Kernel", spec: Specialization, choice: points.Choice):
-        from septran import __version__
+        from septran.version import __version__
 
         self.kernel = kernel
         self.spec = spec

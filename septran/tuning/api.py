@@ -198,7 +198,7 @@ class _Tuner:
         return Kernel(self.kernel.graph, c.mapping, self.kernel.target)
 
     def _prebuild(self, cands: list[Candidate]) -> None:
-        from septran import __version__
+        from septran.version import __version__
         from septran.emit_tilelang import emit
 
         jobs = [(emit(c.program, __version__), c.program.name, self.kernel.target.name) for c in cands]

@@ -33,7 +33,7 @@ def sha256_text(text: str) -> str:
 
 
 def septran_version() -> str:
-    from septran import __version__
+    from septran.version import __version__
 
     return __version__
 
