@@ -11,7 +11,7 @@ import pytest
 import septran
 from conftest import GEMM_LOGIC, REPO, edited_mapping, needs_nvcc
 from septran.errors import MappingError
-from septran.tuning.db import TuningDB
+from septran.records.db import TuningDB
 from septran.tuning.search import search
 
 SHAPES = {"A": ((64, 48), "float32"), "B": ((48, 40), "float32")}
@@ -158,7 +158,7 @@ def test_nvcc_prunes_a_point_whose_registers_spill(tmp_path):
     path = edited_mapping(tmp_path, "sm90", "gemm", ("    threads: 256", "    threads: !tune [256, 128]"))
     kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
     shapes = {"A": ((1024, 512), "float16"), "B": ((512, 1024), "float16")}
-    _, spec = kernel._specialization(shapes, {})
+    spec = kernel.specialization(shapes, {})
     cands = prune_static(kernel.graph, kernel.shapes, kernel.mapping, kernel.target, spec)
     assert all(c.ok for c in cands)
     out = prune_resources(cands, kernel.target, lambda c: Kernel(kernel.graph, c.mapping, kernel.target).specialize(**shapes).device_source)
