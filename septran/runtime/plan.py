@@ -46,6 +46,8 @@ class Layout:
     # (a passed output is returned itself; an allocated one the program computes in another type, converted)
     outputs_passed: tuple[tuple[str, int], ...] = ()  # (name, pool index): checked for shared memory per call
     names: tuple[str, ...] = ()  # the passed tensors' names (for the shared-memory check's message)
+    nbytes: tuple[int, ...] = ()  # the passed tensors' sizes in bytes
+    overlap_pairs: tuple[tuple[int, int], ...] = ()  # (passed output, other passed tensor), both nonempty
 
 
 class Plan:
@@ -56,14 +58,18 @@ class Plan:
         self.layout, self.fn, self.device, self.variant = layout, fn, device, variant
         self.workspaces = workspaces  # (shape, torch dtype): zero-filled per call
         self.check_errors = check_errors
-        # a positional call that passes exactly the inputs, in order, all on the program's types: the common case
-        self._inputs_only = (layout.take == tuple(range(len(layout.take))) and not layout.convert and not layout.zero
-                             and not layout.reshape and not layout.outputs_passed and layout.order is None)
+        lay = layout
+        # the passed tensors are the call's first positional arguments, in order (a positional call)
+        self._leading = len(lay.take) if lay.take == tuple(range(len(lay.take))) else None
+        # nothing converted, zeroed, reshaped or copied back, and the pool in the program's order: most calls
+        self._direct = (fn is not None and lay.order is None and not lay.convert and not lay.zero and not lay.reshape
+                        and not lay.write_back and all(dtype is None for _, dtype in lay.results))
+        self._single = lay.results[0][0] if len(lay.results) == 1 else None
 
     def run(self, args: tuple, kwargs: dict):
         lay, device = self.layout, self.device
-        if self._inputs_only:
-            pool = list(args[: len(lay.take)])
+        if self._leading is not None:
+            pool = list(args[: self._leading])
         else:
             pool = [args[s] if s.__class__ is int else kwargs[s] for s in lay.take]
         for t in pool:
@@ -71,15 +77,32 @@ class Plan:
                 return None
         if lay.outputs_passed:
             _check_shared_memory(lay, pool)
-        given = pool[:] if lay.convert else pool
+        if self._direct:
+            # torch.empty(*shape, ...) costs half of torch.empty(shape, ...): for a small kernel, the call's
+            # overhead is mostly this allocation.
+            pool += [make(*shape, dtype=dtype, device=device) for make, shape, dtype in lay.allocate]
+            if self.workspaces:
+                self.fn(*pool, *[_zeros(shape, dtype, device) for shape, dtype in self.workspaces])
+            else:
+                self.fn(*pool)
+            if self.check_errors is not None:
+                self.check_errors()
+            if self._single is not None:
+                return pool[self._single]
+            return tuple([pool[i] for i, _ in lay.results])
+        return self._run(pool)
+
+    def _run(self, pool: list):
+        """The general case: types converted, accumulators zeroed, empty and rank-0 tensors reshaped, results
+        copied back into the caller's tensors or converted to the caller's types."""
+        lay, device = self.layout, self.device
+        given = pool[:]
         for i, dtype, fresh in lay.convert:
             t = given[i]
             pool[i] = t.new_empty(t.shape, dtype=dtype) if fresh else t.to(dtype)
-        # torch.empty(*shape, ...) costs half of torch.empty(shape, ...): for a small kernel, the call's overhead is
-        # mostly this allocation.
-        pool += [make(*shape, dtype=dtype, device=device) for make, shape, dtype in lay.allocate]
-        if given is not pool:
-            given += pool[len(given):]
+        allocated = [make(*shape, dtype=dtype, device=device) for make, shape, dtype in lay.allocate]
+        pool += allocated
+        given += allocated
         if self.fn is not None:
             for i in lay.zero:
                 pool[i].zero_()
@@ -91,14 +114,19 @@ class Plan:
                 self.check_errors()
         for i in lay.write_back:
             given[i].copy_(pool[i])
-        out = tuple(given[i] if dtype is None else pool[i].to(dtype) for i, dtype in lay.results)
+        out = tuple([given[i] if dtype is None else pool[i].to(dtype) for i, dtype in lay.results])
         return out[0] if len(out) == 1 else out
 
 
 def _check_shared_memory(lay: Layout, pool: list) -> None:
-    from septran.runtime.outputs import check_passed
+    """A passed output overlaps no other passed tensor (byte sizes are the signature's: only addresses vary)."""
+    ptrs = [t.data_ptr() for t in pool]
+    sizes = lay.nbytes
+    for o, j in lay.overlap_pairs:
+        if ptrs[j] < ptrs[o] + sizes[o] and ptrs[o] < ptrs[j] + sizes[j]:
+            from septran.runtime.outputs import check_passed
 
-    check_passed(dict(zip(lay.names, pool)), [name for name, _ in lay.outputs_passed])
+            check_passed(dict(zip(lay.names, pool)), [name for name, _ in lay.outputs_passed])  # says which
 
 
 def _zeros(shape, dtype, device):
@@ -150,7 +178,10 @@ def lay_out(params: tuple, sources: dict, tensors: dict, spec, user: dict, read_
             reshape.append((k, "empty"))
     results = tuple((index[n], None if n in sources or user[n] == spec.dtypes[n] else getattr(torch, user[n]))
                     for n, role in params if role == "output")
+    nbytes = tuple(tensors[n].numel() * tensors[n].element_size() for n in names)
     return Layout(take=tuple(sources[n] for n in names), allocate=tuple(allocate),
                   order=None if order == tuple(range(len(order))) else order, convert=tuple(convert), zero=tuple(zero),
                   reshape=tuple(reshape), write_back=tuple(write_back), results=results,
-                  outputs_passed=tuple((n, index[n]) for n in names if roles[n] == "output"), names=names)
+                  outputs_passed=tuple((n, index[n]) for n in names if roles[n] == "output"), names=names,
+                  nbytes=nbytes, overlap_pairs=tuple((index[o], index[n]) for o in names if roles[o] == "output" and nbytes[index[o]]
+                                                     for n in names if n != o and nbytes[index[n]]))
