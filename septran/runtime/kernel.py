@@ -65,6 +65,7 @@ class Kernel:
         self.inputs = tuple(a for a in self.args if a.role != "output")
         self.outputs = tuple(a for a in self.args if a.role == "output")
         self.scalars = {sp.name: sp.default for sp in entry.scalars}  # name -> default, after the inputs
+        self._input_names = frozenset(a.name for a in self.inputs)
         passed_outputs.check_declared(self)
         self._with_optional: dict[tuple, "Kernel"] = {}
         self._warned_first_point = False
@@ -247,7 +248,7 @@ class Kernel:
         # identity, then the epilogue runs; TileLang takes extents of 0). Only where there is nothing to
         # write is there nothing to run, and nothing to compile.
         runs = not written or any(math.prod(s) for s in written)
-        variant = self._variant(key, spec, described) if runs else None
+        variant = self._variant(*self._variant_key(key, spec, described, scalars)) if runs else None
         layout = lay_out(tuple((a.name, a.role) for a in self.inputs + self.outputs), sources, tensors, spec,
                          passed_outputs.user_dtypes(self, described),
                          variant.program.read_outputs if variant is not None else None)
@@ -258,6 +259,19 @@ class Kernel:
         check = (lambda: vendor.check_errors(self.target, variant.program.name)) \
             if vendor_lib is not None and vendor_lib.take_error is not None else None
         return Plan(layout, variant.build(), device, workspaces.shapes(variant.program), check, variant)
+
+    def _variant_key(self, key: tuple, spec: Specialization, described: dict, scalars: dict) -> tuple:
+        """A call that passes outputs the inputs already determine (same shapes, same types) runs the variant of
+        the call that does not: (key, spec, described) of the inputs alone, else the call's own."""
+        ins = {n: d for n, d in described.items() if n in self._input_names}
+        if len(ins) == len(described):
+            return key, spec, described
+        try:
+            own_key, own = self._specialization(ins, scalars)
+        except CallError:  # an output only a passed tensor gives the shape of
+            return key, spec, described
+        same = dict(own.shapes) == dict(spec.shapes) and dict(own.dtypes) == dict(spec.dtypes)
+        return (own_key, own, ins) if same else (key, spec, described)
 
     def _bind(self, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
         """name -> tensor, name -> where it was passed (position or keyword), and every scalar's value."""
