@@ -5,16 +5,12 @@ neither.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from septran.errors import MappingError, SourceLoc
 
-if TYPE_CHECKING:
-    from septran.mapping.yaml_source import LocatedDict
 
-
-def expand(spec: LocatedDict, loc: SourceLoc) -> tuple:
-    """``!tune {type: choice|range|pow2, ...}`` -> its values, in order."""
+def expand(spec, loc: SourceLoc) -> tuple:
+    """``!tune {type: choice|range|pow2, ...}`` -> its values, in order. ``spec``: the braces as the YAML reader
+    holds them (a ``yaml_source.LocatedDict``: each value located, ``key_locs`` for the keys)."""
     allowed = {"choice": ("type", "values"), "range": ("type", "min", "max", "step"), "pow2": ("type", "min", "max")}
     kind = spec["type"].value if "type" in spec else None
     if kind not in allowed:
