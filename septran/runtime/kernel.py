@@ -20,7 +20,7 @@ from septran.lowering import Specialization
 from septran.lowering.bind import check_mapping
 from septran.mapping.schema import Mapping
 from septran.records import TuningKey
-from septran.runtime import dynamic_dims, notebook, optional, outputs as passed_outputs, points, workspaces
+from septran.runtime import binding, dynamic_dims, notebook, optional, outputs as passed_outputs, points, workspaces
 from septran.runtime import scalars as scalar_args, vendor
 from septran.runtime.plan import Plan, call_key, lay_out
 from septran.runtime.points import Tuner
@@ -238,8 +238,10 @@ class Kernel:
         """The plan of a call like this one: its arguments bound and checked, its variant chosen and built."""
         import torch
 
-        tensors, sources, scalars = self._bind(args, kwargs)
-        self._check_tensors(tensors)
+        tensors, sources, given = binding.bind(self.graph.entry, [a.name for a in self.inputs], list(self.scalars),
+                                               [a.name for a in self.outputs], args, kwargs)
+        binding.check_tensors(tensors, self.target)
+        scalars = self.scalar_values(given)
         described = {n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}
         key, spec = self._specialization(described, scalars)  # shapes without lowering: empty outputs need no program
         passed_outputs.check_passed(tensors, [a.name for a in self.outputs if a.name in tensors])
@@ -272,59 +274,6 @@ class Kernel:
             return key, spec, described
         same = dict(own.shapes) == dict(spec.shapes) and dict(own.dtypes) == dict(spec.dtypes)
         return (own_key, own, ins) if same else (key, spec, described)
-
-    def _bind(self, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
-        """name -> tensor, name -> where it was passed (position or keyword), and every scalar's value."""
-        names = [a.name for a in self.inputs]
-        scalar_names = list(self.scalars)
-        if len(args) > len(names) + len(scalar_names):
-            raise CallError(
-                f"{self.graph.entry} takes {len(names)} inputs ({', '.join(names)})"
-                + (f" and the scalars {', '.join(scalar_names)}" if scalar_names else "") + f", got {len(args)} arguments",
-                hint="outputs (" + ", ".join(a.name for a in self.outputs) + ") are allocated and returned by the kernel, "
-                     "or passed by name (" + ", ".join(f"{a.name}=..." for a in self.outputs) + ")",
-            )
-        bound = dict(zip(names, args))
-        sources: dict = {n: i for i, n in enumerate(names[: len(args)])}
-        given = dict(zip(scalar_names, args[len(names):]))
-        for k in [k for k in kwargs if k in self.scalars]:
-            if k in given:
-                raise CallError(f"scalar {k} given twice")
-            given[k] = kwargs[k]
-        out_names = [a.name for a in self.outputs]
-        for k, v in kwargs.items():
-            if k in self.scalars:
-                continue
-            if k not in out_names:  # an output the caller passes: the kernel writes into it
-                if k not in names:
-                    raise CallError(f"{self.graph.entry} has no input or output {k!r}",
-                                    hint=f"inputs: {', '.join(names)}; outputs: {', '.join(out_names)}")
-                if k in bound:
-                    raise CallError(f"input {k} given twice")
-            bound[k], sources[k] = v, k
-        missing = [n for n in names if n not in bound]
-        if missing:
-            raise CallError(f"missing input {', '.join(missing)}", hint=f"call with ({', '.join(names)})")
-        return bound, sources, self.scalar_values(given)
-
-    def _check_tensors(self, tensors: dict) -> None:
-        import torch
-
-        device = None
-        for name, t in tensors.items():
-            if not isinstance(t, torch.Tensor):
-                raise CallError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-            if t.device.type != self.target.torch_device:
-                raise CallError(
-                    f"{name} is on {t.device}, but target {self.target.name} runs on {self.target.torch_device} tensors",
-                    hint=f"move it with .to('{self.target.torch_device}'), or compile for another target (SEPTRAN_TARGET)",
-                )
-            if not t.is_contiguous():
-                raise CallError(f"{name} is not contiguous", hint=f"pass {name}.contiguous()")
-            if device is not None and t.device != device[1]:
-                raise CallError(f"{name} is on {t.device}, {device[0]} on {device[1]}: a call's tensors share one device",
-                                hint=f"move {name} with .to('{device[1]}')")
-            device = device or (name, t.device)
 
     # inspection ------------------------------------------------------------------
     def _latest(self) -> Variant:
