@@ -37,7 +37,7 @@ QUICK = [CASES[0], CASES[3]]
 
 def _ok(kernel, point: dict, db) -> bool:
     """A point the exhaustive search measured and found right (pruned and wrong points are not in the sweep)."""
-    from septran.tuning.record import point_id
+    from septran.records.record import point_id
 
     pid = point_id(point)
     return any(r.point_id == pid and r.status == "ok" for r in db.all())
@@ -46,7 +46,7 @@ def _ok(kernel, point: dict, db) -> bool:
 def run_case(op: str, label: str, inputs: dict, folder: Path, rounds: int = 7) -> dict:
     import septran
     from septran.tuning.api import Measurer
-    from septran.tuning.db import TuningDB
+    from septran.records.db import TuningDB
 
     kernel = septran.compile(logic_file=REPO / "examples" / op / f"{op}.py", mapping_file=REPO / "mappings" / "cpu" / f"{op}.yaml")
     space = kernel.mapping.space
@@ -58,7 +58,7 @@ def run_case(op: str, label: str, inputs: dict, folder: Path, rounds: int = 7) -
     t2 = time.perf_counter()
     # The reference: every point of the space measured side by side, in interleaved rounds, so that a slow
     # moment of this shared machine hits every point alike; the tuned point and the hand mapping are two of them.
-    m = Measurer(kernel, {n: v for n, v in inputs.items()}, kernel._scalar_values({}), seed=1)
+    m = Measurer(kernel, {n: v for n, v in inputs.items()}, kernel.scalar_values({}), seed=1)
     m.reference(space.first)
     points = [p for p in space.points() if _ok(kernel, p, exhaustive_db)]
     sweep = m.interleaved(points, rounds=rounds)

@@ -18,7 +18,7 @@ from septran.errors import (
     SourceLoc,
 )
 from septran.frontend import task
-from septran.runtime.api import JITKernel, compile, jit
+from septran.api import JITKernel, compile, jit
 from septran.runtime.kernel import Kernel
 from septran.runtime.variant import Variant
 from septran.target import available_targets

@@ -22,7 +22,7 @@ def test_a_passed_output_is_written_and_returned(gemm):
 
 
 def test_positional_calls_stay_right_around_passed_outputs(gemm):
-    """The positional fast path (_Plan) allocates; a call with C= in between does not disturb it."""
+    """A positional call's plan allocates; a call with C= (its own plan) in between does not disturb it."""
     a, b = torch.randn(8, 8), torch.randn(8, 8)
     first = gemm(a, b)
     c = torch.empty(8, 8)
@@ -115,3 +115,48 @@ def test_a_passed_accumulator_starts_from_zeros(tmp_path):
     c = torch.full((30, 26), 5.0)
     assert k(a, b, C=c) is c
     torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-3)
+    c.fill_(5.0)  # the second call runs the signature's plan: it zeroes the accumulator again
+    assert k(a, b, C=c) is c
+    torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_keyword_calls_are_planned_as_positional_ones(gemm):
+    """One plan per call signature (positional, keyword, keyword output), all running the one variant."""
+    a, b, c = torch.randn(12, 8), torch.randn(8, 4), torch.empty(12, 4)
+    before = len(gemm._plans)
+    for _ in range(3):
+        torch.testing.assert_close(gemm(a, b), a @ b, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(gemm(A=a, B=b), a @ b, rtol=1e-4, atol=1e-4)
+        assert gemm(a, b, C=c) is c and gemm(a, B=b, C=c) is c
+        torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+    plans = list(gemm._plans.values())[before:]
+    assert len(plans) == 4 and len({id(p.variant) for p in plans}) == 1 and gemm.latest is plans[0].variant
+
+
+def test_a_planned_signature_still_checks_each_call(gemm):
+    """What the signature does not fix is checked per call: shared memory, layout, device."""
+    a, b, c = torch.randn(16, 16), torch.randn(16, 16), torch.empty(16, 16)
+    gemm(a, b, C=c)
+    with pytest.raises(septran.CallError, match="output C shares memory with A"):
+        gemm(a, b, C=a)
+    with pytest.raises(septran.CallError, match="output C shares memory with B"):
+        gemm(a, b, C=b.view(16, 16))
+    with pytest.raises(septran.CallError, match="C is not contiguous"):
+        gemm(a, b, C=torch.empty(16, 16).t())
+    with pytest.raises(septran.CallError, match="A is not contiguous"):
+        gemm(torch.randn(16, 16).t(), b)
+    torch.testing.assert_close(gemm(a, b, C=c), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_converted_types_are_planned_too(gemm):
+    """bfloat16 on the cpu target is computed in float32: a plan converts the inputs, and a passed bfloat16
+    output gets the result copied back; allocated outputs come back as bfloat16."""
+    a, b = torch.randn(20, 12).bfloat16(), torch.randn(12, 8).bfloat16()
+    want = (a.float() @ b.float()).bfloat16()
+    for _ in range(2):
+        out = gemm(a, b)
+        assert out.dtype == torch.bfloat16
+        torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-2)
+        c = torch.full((20, 8), float("nan"), dtype=torch.bfloat16)
+        assert gemm(a, b, C=c) is c
+        torch.testing.assert_close(c, want, rtol=2e-2, atol=2e-2)

@@ -11,7 +11,7 @@ import pytest
 import septran
 from conftest import GEMM_LOGIC, REPO, edited_mapping, needs_nvcc
 from septran.errors import MappingError
-from septran.tuning.db import TuningDB
+from septran.records.db import TuningDB
 from septran.tuning.search import search
 
 SHAPES = {"A": ((64, 48), "float32"), "B": ((48, 40), "float32")}
@@ -158,9 +158,39 @@ def test_nvcc_prunes_a_point_whose_registers_spill(tmp_path):
     path = edited_mapping(tmp_path, "sm90", "gemm", ("    threads: 256", "    threads: !tune [256, 128]"))
     kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
     shapes = {"A": ((1024, 512), "float16"), "B": ((512, 1024), "float16")}
-    _, spec = kernel._specialization(shapes, {})
+    spec = kernel.specialization(shapes, {})
     cands = prune_static(kernel.graph, kernel.shapes, kernel.mapping, kernel.target, spec)
     assert all(c.ok for c in cands)
     out = prune_resources(cands, kernel.target, lambda c: Kernel(kernel.graph, c.mapping, kernel.target).specialize(**shapes).device_source)
     assert out[0].ok and out[0].resources["spill_stores"] == 0
     assert out[1].rule == "nvcc: registers spill" and out[1].resources["spill_stores"] > 0
+
+
+def test_the_runtime_calls_only_the_tuner_it_is_handed(tmp_path, db):
+    """The runtime stands below the tuner: a Kernel given a tuner calls it for a shape the database lacks (once per
+    variant), one given none runs the first point; the tuner sees the kernel's public specialisation API."""
+    import torch
+    from septran.runtime.kernel import Kernel
+    from septran.runtime.points import Tuned
+
+    plain, _ = _space(tmp_path)
+    seen = []
+
+    def tuner(kernel, described, scalars):
+        seen.append(described)
+        spec = kernel.specialization(described, kernel.scalar_values(scalars))
+        assert kernel.tuning_key(spec).shapes == (("A", (64, 48)), ("B", (48, 40)), ("C", (64, 40)))
+        return Tuned({BM: 32, "task_mappings.gemm_host.tunables.BN": 16}, "handed in")
+
+    kernel = Kernel(plain.graph, plain.mapping, plain.target, tuner=tuner, logic=plain.logic)
+    a, b = torch.randn(64, 48), torch.randn(48, 40)
+    torch.testing.assert_close(kernel(a, b), a @ b)
+    torch.testing.assert_close(kernel(A=a, B=b), a @ b)
+    assert kernel.tuning == {"point": {BM: 32, "task_mappings.gemm_host.tunables.BN": 16}, "source": "handed in",
+                             "space": 4}
+    assert seen == [{"A": ((64, 48), "float32"), "B": ((48, 40), "float32")}]
+    assert plain.tuner is None
+    plain(a, b)
+    assert plain.tuning["source"].startswith("the space's first point") and db.all() == []
+    point = kernel.at(kernel.tuning["point"])
+    assert point.mapping.space is None and point.specialize(A=a, B=b).choice.source == "the mapping has no !tune"

@@ -14,7 +14,7 @@ import pytest
 
 import septran
 from septran.cli import main as septran_main
-from septran.tuning import Timing, TuningDB, TuningKey, TuningRecord, device_identity, device_string
+from septran.records import Timing, TuningDB, TuningKey, TuningRecord, device_identity, device_string
 from septran.tuning.cli_db import short_point
 
 from conftest import REPO
@@ -133,7 +133,7 @@ def test_damaged_lines_are_skipped_with_one_warning(db, caplog):
         good.to_line() + b"not json\n" + b"[1, 2]\n" + b'{"schema": 99}\n' + b"\xff\xfe\n\n"
         + json.dumps(dict(json.loads(other), status="melted")).encode() + b"\n" + other[:40]
     )
-    with caplog.at_level(logging.WARNING, logger="septran.tuning"):
+    with caplog.at_level(logging.WARNING, logger="septran.records"):
         assert TuningDB(db.path).records(key) == [good]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "skipped 6 line(s)" in warnings[0].getMessage() and "unfinished" in warnings[0].getMessage()
@@ -261,7 +261,7 @@ def test_a_gpu_identity_tells_an_h100_from_an_h200(monkeypatch):
 
     import torch
 
-    from septran.tuning import device as device_module
+    from septran.records import device as device_module
 
     def identity_of(name: str, sms: int, memory: int) -> dict:
         props = types.SimpleNamespace(name=name, major=9, minor=0, multi_processor_count=sms, total_memory=memory)

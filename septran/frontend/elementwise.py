@@ -13,7 +13,7 @@ import math
 from typing import Optional
 
 from septran.errors import FrontendError, SourceLoc
-from septran.frontend.index_expr import Affine
+from septran.frontend.index_expr import Affine, Gather, Index, IndexEntry  # noqa: F401 (el.Index: the logic's loop index)
 
 # name -> (arity, meaning); the TileLang spelling is the emitter's business
 FUNCTIONS = {
@@ -164,33 +164,19 @@ class Elt(Elem):
         self.of, self.index = of, index
 
 
-class Index:
-    """A loop index of ``task.compute``: it indexes tiles, shifted or scaled (``X[i, j + 1]``)."""
+def entry(index, what: str) -> IndexEntry:
+    """One dimension of a read as the logic wrote it; TypeError says what is wrong."""
+    from septran.expr import Expr, as_expr
 
-    def __init__(self, name: str):
-        self.name = name
-
-    def _affine(self):
-        from septran.frontend.index_expr import Affine
-        from septran.expr import Const
-
-        return Affine(self.name, 1, Const(0))
-
-    def __add__(self, o): return self._affine() + o
-    def __radd__(self, o): return o + self._affine()
-    def __sub__(self, o): return self._affine() - o
-    def __rsub__(self, o): return o - self._affine()
-    def __mul__(self, o): return self._affine() * o
-    def __rmul__(self, o): return o * self._affine()
-    def __neg__(self): return -self._affine()
-
-    def _refuse(self, *_):
-        raise TypeError(f"index {self.name} is not a value; compare task.global_index(X, axis, {self.name}) instead")
-
-    __lt__ = __gt__ = __le__ = __ge__ = _refuse
-
-    def __repr__(self) -> str:
-        return self.name
+    if isinstance(index, Index):
+        return index.name
+    if isinstance(index, Affine):
+        return index.name if index.plain() else index
+    if isinstance(index, (int, Expr)) and not isinstance(index, bool):
+        return Affine(None, 0, as_expr(index))
+    if isinstance(index, Elem):
+        return Gather(index)
+    raise TypeError(f"{what}[...] takes indices of the compute (i, j + 1, 0, T[i]), not {type(index).__name__}")
 
 
 def as_elem(value) -> Elem:

@@ -27,9 +27,7 @@ class Affine:
         self.name, self.scale, self.offset = name, scale, offset
 
     def _shift(self, other, sign: int) -> "Affine":
-        from septran.frontend import elementwise as el
-
-        if isinstance(other, (Affine, el.Index)):
+        if isinstance(other, (Affine, Index)):
             raise TypeError("an index expression moves with one index (j + 1, j + half, 2 * j); "
                             "it cannot add two indices")
         if isinstance(other, bool) or not isinstance(other, (int, Expr)):
@@ -86,22 +84,33 @@ class Gather:
         self.value = value
 
 
+class Index:
+    """A loop index of ``task.compute``: it indexes tiles, shifted or scaled (``X[i, j + 1]``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def _affine(self):
+        return Affine(self.name, 1, Const(0))
+
+    def __add__(self, o): return self._affine() + o
+    def __radd__(self, o): return o + self._affine()
+    def __sub__(self, o): return self._affine() - o
+    def __rsub__(self, o): return o - self._affine()
+    def __mul__(self, o): return self._affine() * o
+    def __rmul__(self, o): return o * self._affine()
+    def __neg__(self): return -self._affine()
+
+    def _refuse(self, *_):
+        raise TypeError(f"index {self.name} is not a value; compare task.global_index(X, axis, {self.name}) instead")
+
+    __lt__ = __gt__ = __le__ = __ge__ = _refuse
+
+    def __repr__(self) -> str:
+        return self.name
+
+
 IndexEntry = Union[str, Affine, Gather]
-
-
-def entry(index, what: str) -> IndexEntry:
-    """One dimension of a read as the logic wrote it; TypeError says what is wrong."""
-    from septran.frontend import elementwise as el
-
-    if isinstance(index, el.Index):
-        return index.name
-    if isinstance(index, Affine):
-        return index.name if index.plain() else index
-    if isinstance(index, (int, Expr)) and not isinstance(index, bool):
-        return Affine(None, 0, as_expr(index))
-    if isinstance(index, el.Elem):
-        return Gather(index)
-    raise TypeError(f"{what}[...] takes indices of the compute (i, j + 1, 0, T[i]), not {type(index).__name__}")
 
 
 def name_of(e: IndexEntry) -> Optional[str]:

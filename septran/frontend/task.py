@@ -24,7 +24,6 @@ from septran.frontend.types_api import cast, temp_dtype, with_dtypes as _with_dt
 from septran.frontend import launch_args, tracer
 from septran.frontend.tracer import TaskFunction, caller_loc
 from septran.frontend.scalar_index import as_index
-from septran.frontend.windows import window
 
 __all__ = ["define", "partition", "window", "parallel_range", "range", "launch", "call_primitive", "temp", "compute",
            "global_index", "global_size", "global_offset", "ceildiv", "cast", "as_index", *el.FUNCTIONS, "TaskFunction"]
@@ -90,6 +89,22 @@ def partition(tensor, by: str = "blocks", tile: tuple = ()):
     part = Partition(fresh(_partition_name(loc, source)), source, tuple(entries), loc, by)
     frame.partitions.append(part)
     return tracer.PartitionHandle(part)
+
+
+def window(tensor, start: tuple = (), shape: tuple = ()):
+    """The box of ``tensor`` of extents ``shape`` that starts at element ``start``:
+    ``task.window(X, start=(n, h + kh, w + kw, 0), shape=(1, 1, "BW", None))``.
+
+    ``shape`` is as a partition's ``tile`` (an int, a tunable's name, None for the whole dimension,
+    whose start is 0). Windows may overlap. One may run past the end of its tensor (those elements
+    read as 0, as a tile's do), never past the end of a tile it is cut from, and never start before
+    0: the verification proves it for the shapes of each call.
+    """
+    if not isinstance(start, (tuple, list)) or not isinstance(shape, (tuple, list)) or len(start) != len(shape):
+        raise FrontendError("task.window: start and shape are tuples with one entry per dimension "
+                            f"(got {len(start) if isinstance(start, (tuple, list)) else start!r} and "
+                            f"{len(shape) if isinstance(shape, (tuple, list)) else shape!r})", caller_loc())
+    return partition(tensor, by="windows", tile=tuple(shape))[tuple(start)]
 
 
 def _partition_name(loc, source) -> Optional[str]:

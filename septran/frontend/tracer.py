@@ -197,7 +197,8 @@ class TensorHandle:
     def __getitem__(self, index):
         """``X[i, j]`` inside ``task.compute``: the element at the compute's indices."""
         from septran.frontend import elementwise as el
-        from septran.frontend.index_expr import Affine, entry
+        from septran.frontend.index_expr import Affine
+        from septran.frontend.elementwise import entry
 
         index = index if isinstance(index, tuple) else (index,)
         if not any(isinstance(i, (el.Index, Affine)) for i in index) and not all(isinstance(i, (int, el.Elem)) for i in index):

@@ -1,4 +1,4 @@
-"""Windows: tiles at element offsets (``task.window``, ``task.partition(..., by="windows")``).
+"""Windows: tiles at element offsets (``task.window``, ``task.partition(..., by="windows")``): their starts.
 
 A tile of ``task.partition(X, by="blocks", tile=(BM, BK))`` starts at a
 multiple of its size; a window starts at any element. A convolution as an
@@ -17,25 +17,6 @@ from __future__ import annotations
 from septran.errors import FrontendError, SourceLoc
 from septran.expr import Const
 from septran.frontend.ir import FULL, Partition
-from septran.frontend.tracer import caller_loc
-
-
-def window(tensor, start: tuple = (), shape: tuple = ()):
-    """The box of ``tensor`` of extents ``shape`` that starts at element ``start``:
-    ``task.window(X, start=(n, h + kh, w + kw, 0), shape=(1, 1, "BW", None))``.
-
-    ``shape`` is as a partition's ``tile`` (an int, a tunable's name, None for the whole dimension,
-    whose start is 0). Windows may overlap. One may run past the end of its tensor (those elements
-    read as 0, as a tile's do), never past the end of a tile it is cut from, and never start before
-    0: the verification proves it for the shapes of each call.
-    """
-    from septran.frontend.task import partition  # task imports this module
-
-    if not isinstance(start, (tuple, list)) or not isinstance(shape, (tuple, list)) or len(start) != len(shape):
-        raise FrontendError("task.window: start and shape are tuples with one entry per dimension "
-                            f"(got {len(start) if isinstance(start, (tuple, list)) else start!r} and "
-                            f"{len(shape) if isinstance(shape, (tuple, list)) else shape!r})", caller_loc())
-    return partition(tensor, by="windows", tile=tuple(shape))[tuple(start)]
 
 
 def check_starts(part: Partition, index: tuple, loc: SourceLoc) -> tuple:

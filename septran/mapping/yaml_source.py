@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import yaml
 
 from septran.errors import MappingError, SourceLoc
+from septran.mapping.tune_spellings import expand
 
 # Bounds on what a mapping file may hold: any byte sequence becomes a mapping or a located error.
 MAX_FILE_BYTES = 1 << 20
@@ -112,8 +113,6 @@ def _convert(file: str, loader: _Loader, node: yaml.Node) -> Located:
     if node.tag == "!tune":
         if isinstance(node, yaml.MappingNode):  # !tune {type: range, min: 16, max: 256, step: 16}
             node.tag = "tag:yaml.org,2002:map"
-            from septran.mapping.space import expand  # the spellings of a dimension live with the space
-
             choices = expand(_convert(file, loader, node).value, loc)
         elif isinstance(node, yaml.SequenceNode) and node.value:
             choices = tuple(_convert(file, loader, n).value for n in node.value)

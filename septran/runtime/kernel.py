@@ -1,4 +1,10 @@
-"""The compiled operator a user calls: argument checks, output allocation, per-shape variants."""
+"""The compiled operator a user calls: one call path (bind, plan, run) and per-shape variants.
+
+A call's signature (its arguments' places, shapes, dtypes and scalar values) names a plan
+(``septran.runtime.plan``): the first call of a signature binds its arguments, checks them, chooses and
+builds the variant, and lays out what to pass, allocate and copy back; every call then runs the plan.
+Positional and keyword calls take the same path.
+"""
 from __future__ import annotations
 
 import logging
@@ -13,8 +19,11 @@ from septran.frontend.shapes import ShapeRelations
 from septran.lowering import Specialization
 from septran.lowering.bind import check_mapping
 from septran.mapping.schema import Mapping
-from septran.runtime import dynamic_dims, notebook, optional, outputs as passed_outputs, points, workspaces
+from septran.records import TuningKey
+from septran.runtime import binding, dynamic_dims, notebook, optional, outputs as passed_outputs, points, workspaces
 from septran.runtime import scalars as scalar_args, vendor
+from septran.runtime.plan import Plan, call_key, lay_out
+from septran.runtime.points import Tuner
 from septran.runtime.variant import Variant
 from septran.target import Target
 
@@ -32,62 +41,23 @@ class _Arg:
     privilege: Privilege
 
 
-def _call_key(args) -> tuple:
-    """A positional call's plan: tensors' shapes and dtypes, scalars' types and exact values (True == 1, -0.0 == 0.0)."""
-    return tuple([(a.shape, a.dtype) if hasattr(a, "data_ptr") else (type(a), repr(a)) for a in args])
-
-
-class _Plan:
-    """A call whose shapes, dtypes and scalars were seen before: only what must be checked again per call
-    (the tensors' device and layout), the outputs' allocation and the kernel's call."""
-
-    def __init__(self, kernel: "Kernel", variant: Variant, outputs: dict, device):
-        import torch
-
-        self.kernel, self.variant, self.fn = kernel, variant, variant.build()
-        self.n_inputs = len(kernel.inputs)
-        self.device = device  # the call's (a kernel whose outputs are all read-write allocates none)
-        zeros = variant.program.read_outputs
-        self.outputs = tuple((torch.zeros if a.name in zeros else torch.empty, tuple(outputs[a.name].shape), outputs[a.name].dtype)
-                             for a in kernel.outputs)
-        vendor_lib = kernel.target.vendor
-        self.checks_errors = vendor_lib is not None and vendor_lib.take_error is not None
-
-    def __call__(self, args):
-        ins = args[: self.n_inputs]
-        device = self.device
-        for t in ins:
-            if t.device != device or not t.is_contiguous():
-                return None  # the full path explains what is wrong
-        # torch.empty(*shape, ...) costs half of torch.empty(shape, ...): for a small kernel, the call's overhead is
-        # mostly this allocation.
-        outs = [make(*shape, dtype=dtype, device=device) for make, shape, dtype in self.outputs]
-        self.fn(*ins, *outs, *workspaces.allocate(self.variant.program, device))
-        if self.checks_errors:
-            vendor.check_errors(self.kernel.target, self.variant.program.name)
-        self.kernel._last = self.variant
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-
 class Kernel:
-    """``septran.compile``'s result: call it on torch tensors."""
+    """``septran.compile``'s result: call it on torch tensors.
 
-    def __init__(self, graph: TaskGraph, mapping: Mapping, target: Target, autotune: Optional[bool] = None, logic=None):
+    ``tuner``: called for a shape the tuning database holds no point for (``septran.compile(..., autotune=True)``
+    hands ``septran.tuning``'s); without one, the search space's first point runs.
+    """
+
+    def __init__(self, graph: TaskGraph, mapping: Mapping, target: Target, tuner: Optional[Tuner] = None, logic=None):
         self.graph = graph
         self.logic = logic  # the entry task function: traced again for a call that passes optional tensors
         self.optional = graph.entry_task.absent  # the optional tensors (M=None); `graph` is the trace without them
-        self._with_optional: dict[tuple, "Kernel"] = {}
         self.mapping = mapping  # for a search space (!tune): its first point, with .space
         self.target = target
-        self.autotune = env.autotune() if autotune is None else autotune
-        self._warned_first_point = False
+        self.tuner = tuner
         check_mapping(graph, mapping, target)  # mapping mistakes surface at compile time, not at the first call
         self.shapes = ShapeRelations(graph)
         self.dynamic = dynamic_dims.dynamic_axes(mapping, self.shapes)  # (param, axis) that stay symbolic
-        self._specs: dict[tuple, Specialization] = {}
-        self._variants: dict[tuple, Variant] = {}
-        self._last: Optional[Variant] = None
-        self._plans: dict[tuple, _Plan] = {}  # positional calls seen before -> what to allocate and run
         entry = graph.entry_task
         self.args = tuple(
             _Arg(p.name, graph.privilege(entry.name, p.name).role, graph.privilege(entry.name, p.name)) for p in entry.params
@@ -95,7 +65,14 @@ class Kernel:
         self.inputs = tuple(a for a in self.args if a.role != "output")
         self.outputs = tuple(a for a in self.args if a.role == "output")
         self.scalars = {sp.name: sp.default for sp in entry.scalars}  # name -> default, after the inputs
+        self._input_names = frozenset(a.name for a in self.inputs)
         passed_outputs.check_declared(self)
+        self._with_optional: dict[tuple, "Kernel"] = {}
+        self._warned_first_point = False
+        self._specs: dict[tuple, Specialization] = {}
+        self._variants: dict[tuple, Variant] = {}
+        self._last: Optional[Variant] = None
+        self._plans: dict[tuple, Plan] = {}  # call signature -> what to pass, allocate and run
 
     def signature(self) -> str:
         """``entry(inputs, M=None, eps=1e-05) -> (outputs)``: how it is called."""
@@ -108,6 +85,27 @@ class Kernel:
 
     def _repr_markdown_(self) -> str:  # Jupyter
         return notebook.kernel_markdown(self)
+
+    # kernels it stands for ---------------------------------------------------------
+    def at(self, point: dict) -> "Kernel":
+        """The kernel at one point of the mapping's search space (an ordinary mapping: what the tuner measures)."""
+        return Kernel(self.graph, self.mapping.at(point), self.target, logic=self.logic)
+
+    def with_optional(self, present: tuple) -> "Kernel":
+        """The kernel for calls that pass the optional tensors ``present`` (traced on first use)."""
+        from septran.frontend.graph import build_graph
+
+        sub = self._with_optional.get(present)
+        if sub is None:
+            if self.logic is None:
+                raise CallError(f"this kernel was built from a task graph: it cannot take the optional tensors "
+                                f"{', '.join(present)}", hint="compile it with septran.compile(logic, ...)")
+            graph = build_graph(self.logic, absent=frozenset(self.optional) - set(present))
+            sub = Kernel(graph, self.mapping, self.target, self.tuner)
+            sub.optional = ()  # it takes exactly these; this kernel routes
+            optional.check_roles(sub, present)
+            self._with_optional[present] = sub
+        return sub
 
     # specialisation ------------------------------------------------------------
     def specialize(self, **args) -> Variant:
@@ -132,19 +130,44 @@ class Kernel:
             else:
                 shape, dtype = val
                 described[a.name] = (tuple(int(s) for s in shape), _dtype_name(dtype))
-        scalars = self._scalar_values({k: args.pop(k) for k in list(args) if k in self.scalars})
+        scalars = self.scalar_values({k: args.pop(k) for k in list(args) if k in self.scalars})
         if args:
             raise CallError(f"specialize() got unknown arguments {', '.join(args)}")
-        return self._variant(described, scalars)
+        return self.variant(described, scalars)
 
-    def _scalar_values(self, given: dict) -> dict[str, float]:
+    def scalar_values(self, given: dict) -> dict[str, float]:
+        """Every scalar's value for a call that gives ``given`` (name -> number): checked, defaults filled in."""
         out = dict(self.scalars)
         for name, value in given.items():
             out[name] = scalar_args.value(name, value)
         return out
 
-    def _specialization(self, described: dict[str, tuple[tuple[int, ...], str]], scalars: dict) -> tuple[tuple, Specialization]:
-        """Every parameter's shape and dtype for these inputs, checked; cheap (no lowering), cached."""
+    def specialization(self, described: dict[str, tuple[tuple[int, ...], str]], scalars: dict) -> Specialization:
+        """Every parameter's shape and dtype for these inputs ({name: (shape, dtype)}), checked; cheap (no
+        lowering), cached. ``scalars``: every scalar's value (``scalar_values``)."""
+        return self._specialization(described, scalars)[1]
+
+    def tuning_key(self, spec: Specialization) -> TuningKey:
+        """Where the tuning database keeps this specialisation's records (this kernel's search space)."""
+        return points.record_key(self, spec)
+
+    def variant(self, described: dict[str, tuple[tuple[int, ...], str]], scalars: Optional[dict] = None) -> Variant:
+        """The variant for these inputs ({name: (shape, dtype)}) and scalars (default: the defaults): its point
+        chosen (the tuning database, else the tuner handed in, else the space's first point) and lowered."""
+        key, spec = self._specialization(described, scalars if scalars is not None else dict(self.scalars))
+        return self._variant(key, spec, described)
+
+    @property
+    def latest(self) -> Optional[Variant]:
+        """The variant of the latest call or specialisation (None before the first)."""
+        return self._last
+
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        """Every variant made so far, in the order made."""
+        return tuple(self._variants.values())
+
+    def _specialization(self, described: dict, scalars: dict) -> tuple[tuple, Specialization]:
         # A scalar is part of the program (like Triton's constexpr): a new value is a new variant.
         key = tuple(sorted(described.items())) + tuple(sorted((k, scalar_args.key(v)) for k, v in scalars.items()))
         spec = self._specs.get(key)
@@ -154,18 +177,23 @@ class Kernel:
             spec = self._specs[key] = Specialization(shapes, passed_outputs.program_dtypes(self, described), scalars)
         return key, spec
 
-    def _variant(self, described: dict[str, tuple[tuple[int, ...], str]], scalars: Optional[dict] = None) -> Variant:
-        key, spec = self._specialization(described, scalars if scalars is not None else dict(self.scalars))
+    def _variant(self, key: tuple, spec: Specialization, described: dict) -> Variant:
         if self.dynamic:  # one variant serves every size of the dynamic dimensions
             dynamic_dims.check_sizes(spec.shapes, self.dynamic)
             key = tuple(sorted(dynamic_dims.masked_described(described, self.dynamic).items())) + key[len(described):]
         variant = self._variants.get(key)
         if variant is None:
+            choice = points.choose(self, spec, described, self.tuner, self._first_point_warning)
             spec = dynamic_dims.any_size(spec, self.dynamic)  # (the spec itself where nothing is dynamic)
-            variant = self._variants[key] = Variant(self, spec, points.choose(self, spec, described))
+            variant = self._variants[key] = Variant(self, spec, choice)
             log.info("specialised %s for %s", self.graph.entry, key)
         self._last = variant
         return variant
+
+    def _first_point_warning(self) -> bool:
+        """True the first time only: the untuned first point is announced once per kernel."""
+        first, self._warned_first_point = not self._warned_first_point, True
+        return first
 
     def _check_described(self, described) -> None:
         for name, (shape, dtype) in described.items():
@@ -179,105 +207,73 @@ class Kernel:
                     hint="convert the tensor, e.g. x.to(torch.float16)",
                 )
 
-    # calling -------------------------------------------------------------------
+    # calling: bind, plan, run ---------------------------------------------------
     def __call__(self, *args, **kwargs):
         if self.optional:  # one trace per set of optional tensors passed
             kernel, args, kwargs = optional.route(self, args, kwargs)
             if kernel is not self:
                 out = kernel(*args, **kwargs)
-                self._last = kernel._last
+                self._last = kernel.latest
                 return out
-        if not kwargs:  # a call like an earlier one: no binding, no shape solving, no lookup of the variant
-            try:
-                plan = self._plans.get(_call_key(args))
-            except TypeError:  # an unhashable argument: the full path says what is wrong with it
-                plan = None
-            if plan is not None:
-                done = plan(args)
-                if done is not None:
-                    return done
-        return self._call(args, kwargs)
+        try:
+            key = call_key(args, kwargs)
+            plan = self._plans.get(key)
+        except TypeError:  # an unhashable argument: binding says what is wrong with it
+            key = plan = None
+        if plan is not None:
+            out = plan.run(args, kwargs)
+            if out is not None:
+                if plan.variant is not None:
+                    self._last = plan.variant
+                return out
+        plan = self.plan(args, kwargs)
+        if key is not None:
+            self._plans[key] = plan
+        out = plan.run(args, kwargs)
+        if plan.variant is not None:
+            self._last = plan.variant
+        return out
 
-    def _call(self, args, kwargs):
+    def plan(self, args: tuple, kwargs: dict) -> Plan:
+        """The plan of a call like this one: its arguments bound and checked, its variant chosen and built."""
         import torch
 
-        positional = not kwargs  # before _bind takes the scalars out of kwargs
-        tensors, scalars = self._bind(args, kwargs)
-        for name, t in tensors.items():
-            if not isinstance(t, torch.Tensor):
-                raise CallError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-            if t.device.type != self.target.torch_device:
-                raise CallError(
-                    f"{name} is on {t.device}, but target {self.target.name} runs on {self.target.torch_device} tensors",
-                    hint=f"move it with .to('{self.target.torch_device}'), or compile for another target (SEPTRAN_TARGET)",
-                )
-            if not t.is_contiguous():
-                raise CallError(f"{name} is not contiguous", hint=f"pass {name}.contiguous()")
+        tensors, sources, given = binding.bind(self.graph.entry, [a.name for a in self.inputs], list(self.scalars),
+                                               [a.name for a in self.outputs], args, kwargs)
+        binding.check_tensors(tensors, self.target)
+        scalars = self.scalar_values(given)
         described = {n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}
-        _, spec = self._specialization(described, scalars)  # shapes without lowering: empty outputs need no program
-        passed_outputs.check_passed(self, tensors)
-        given, user = tensors, passed_outputs.user_dtypes(self, described)
-        tensors, write_back = passed_outputs.to_program(self, tensors, spec.dtypes)
-        device = next(iter(tensors.values())).device if tensors else torch.device(self.target.torch_device)
-        written = [spec.shapes[a.name] for a in self.outputs] + [tensors[a.name].shape for a in self.inputs if a.role == "inout"]
+        key, spec = self._specialization(described, scalars)  # shapes without lowering: empty outputs need no program
+        passed_outputs.check_passed(tensors, [a.name for a in self.outputs if a.name in tensors])
+        written = [spec.shapes[a.name] for a in self.outputs] + [spec.shapes[a.name] for a in self.inputs if a.role == "inout"]
         # Empty inputs do not stop the program: a nonempty output still needs it (a sum over K = 0 is its
         # identity, then the epilogue runs; TileLang takes extents of 0). Only where there is nothing to
         # write is there nothing to run, and nothing to compile.
-        variant = self._variant(described, scalars) if not written or any(math.prod(s) for s in written) else None
-        outputs = {}
-        for a in (a for a in self.outputs if a.name in tensors and variant is not None):
-            if a.name in variant.program.read_outputs:  # a passed accumulator starts from zero, as an allocated one
-                tensors[a.name].zero_()
-        for a in (a for a in self.outputs if a.name not in tensors):
-            # Only an output the program reads before writing it (an accumulator kept in global memory) needs a
-            # first value: zeros, a sum's identity. Filling the others would cost a pass over memory per call.
-            zero = variant is not None and a.name in variant.program.read_outputs
-            make = torch.zeros if zero else torch.empty
-            outputs[a.name] = make(spec.shapes[a.name], dtype=getattr(torch, spec.dtypes[a.name]), device=device)
-        if variant is not None:
-            every = [tensors[a.name] if a.name in tensors else outputs[a.name] for a in self.inputs + self.outputs]
-            every = [t.reshape(1) if t.dim() == 0 else t for t in every]  # the program holds a rank-0 tensor as (1,)
-            variant.build()(*map(passed_outputs.row_major, every), *workspaces.allocate(variant.program, device))
-            vendor.check_errors(self.target, variant.program.name)
-            if positional and not write_back and given is tensors and all(t.numel() and t.dim() for t in every):
-                self._plans[_call_key(args)] = _Plan(self, variant, outputs, device)
-        for name, t in write_back.items():
-            t.copy_(tensors[name])
-        result = tuple(given[a.name] if a.name in given else outputs[a.name].to(getattr(torch, user[a.name]))
-                       for a in self.outputs)
-        return result[0] if len(result) == 1 else result
+        runs = not written or any(math.prod(s) for s in written)
+        variant = self._variant(*self._variant_key(key, spec, described, scalars)) if runs else None
+        layout = lay_out(tuple((a.name, a.role) for a in self.inputs + self.outputs), sources, tensors, spec,
+                         passed_outputs.user_dtypes(self, described),
+                         variant.program.read_outputs if variant is not None else None)
+        device = next(iter(tensors.values())).device if tensors else torch.device(self.target.torch_device)
+        if variant is None:
+            return Plan(layout, None, device, (), None, None)
+        vendor_lib = self.target.vendor
+        check = (lambda: vendor.check_errors(self.target, variant.program.name)) \
+            if vendor_lib is not None and vendor_lib.take_error is not None else None
+        return Plan(layout, variant.build(), device, workspaces.shapes(variant.program), check, variant)
 
-    def _bind(self, args, kwargs) -> tuple[dict, dict]:
-        names = [a.name for a in self.inputs]
-        scalar_names = list(self.scalars)
-        if len(args) > len(names) + len(scalar_names):
-            raise CallError(
-                f"{self.graph.entry} takes {len(names)} inputs ({', '.join(names)})"
-                + (f" and the scalars {', '.join(scalar_names)}" if scalar_names else "") + f", got {len(args)} arguments",
-                hint="outputs (" + ", ".join(a.name for a in self.outputs) + ") are allocated and returned by the kernel, "
-                     "or passed by name (" + ", ".join(f"{a.name}=..." for a in self.outputs) + ")",
-            )
-        bound = dict(zip(names, args))
-        given = dict(zip(scalar_names, args[len(names):]))
-        for k in [k for k in kwargs if k in self.scalars]:
-            if k in given:
-                raise CallError(f"scalar {k} given twice")
-            given[k] = kwargs.pop(k)
-        out_names = [a.name for a in self.outputs]
-        for k, v in kwargs.items():
-            if k in out_names:  # an output the caller passes: the kernel writes into it
-                bound[k] = v
-                continue
-            if k not in names:
-                raise CallError(f"{self.graph.entry} has no input or output {k!r}",
-                                hint=f"inputs: {', '.join(names)}; outputs: {', '.join(out_names)}")
-            if k in bound:
-                raise CallError(f"input {k} given twice")
-            bound[k] = v
-        missing = [n for n in names if n not in bound]
-        if missing:
-            raise CallError(f"missing input {', '.join(missing)}", hint=f"call with ({', '.join(names)})")
-        return bound, self._scalar_values(given)
+    def _variant_key(self, key: tuple, spec: Specialization, described: dict, scalars: dict) -> tuple:
+        """A call that passes outputs the inputs already determine (same shapes, same types) runs the variant of
+        the call that does not: (key, spec, described) of the inputs alone, else the call's own."""
+        ins = {n: d for n, d in described.items() if n in self._input_names}
+        if len(ins) == len(described):
+            return key, spec, described
+        try:
+            own_key, own = self._specialization(ins, scalars)
+        except CallError:  # an output only a passed tensor gives the shape of
+            return key, spec, described
+        same = dict(own.shapes) == dict(spec.shapes) and dict(own.dtypes) == dict(spec.dtypes)
+        return (own_key, own, ins) if same else (key, spec, described)
 
     # inspection ------------------------------------------------------------------
     def _latest(self) -> Variant:

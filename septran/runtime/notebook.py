@@ -14,6 +14,6 @@ def variant_markdown(variant) -> str:
 def kernel_markdown(kernel) -> str:
     """A kernel: its signature, target and mapping; and its latest variant, if it has run or been specialised."""
     head = (f"**SepTran kernel** `{kernel.signature()}` on `{kernel.target.name}` "
-            f"({kernel.target.description}), mapping `{kernel.mapping.file}`; {len(kernel._variants)} variant(s)\n\n")
-    latest = kernel._last
+            f"({kernel.target.description}), mapping `{kernel.mapping.file}`; {len(kernel.variants)} variant(s)\n\n")
+    latest = kernel.latest
     return head + (variant_markdown(latest) if latest is not None else "_not specialised yet: call it, or kernel.specialize(...)_\n")

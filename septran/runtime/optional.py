@@ -26,7 +26,7 @@ def route(kernel, args: tuple, kwargs: dict):
     present = tuple(name for name in names if passed.get(name) is not None)
     if not present:
         return kernel, rest, kwargs
-    sub = with_optional(kernel, present)
+    sub = kernel.with_optional(present)
     bound = dict(zip([a.name for a in kernel.inputs], rest[:n])) | {k: v for k, v in kwargs.items() if k not in kernel.scalars}
     bound |= {name: passed[name] for name in present}
     missing = [a.name for a in sub.inputs if a.name not in bound]
@@ -36,30 +36,17 @@ def route(kernel, args: tuple, kwargs: dict):
     return sub, tuple(bound.pop(a.name) for a in sub.inputs) + tuple(rest[n:]), bound | scalars
 
 
-def with_optional(kernel, present: tuple):
-    """The kernel for the call that passes the optional tensors ``present`` (traced on first use)."""
-    from septran.frontend.graph import build_graph
-    from septran.runtime.kernel import Kernel
-
-    sub = kernel._with_optional.get(present)
-    if sub is None:
-        if kernel.logic is None:
-            raise CallError(f"this kernel was built from a task graph: it cannot take the optional tensors {', '.join(present)}",
-                            hint="compile it with septran.compile(logic, ...)")
-        graph = build_graph(kernel.logic, absent=frozenset(kernel.optional) - set(present))
-        sub = Kernel(graph, kernel.mapping, kernel.target, kernel.autotune)
-        sub.optional = ()  # it takes exactly these; the parent routes
-        for name in present:
-            role = next((a.role for a in sub.args if a.name == name), "input")
-            if role == "output":
-                raise CallError(f"optional tensor {name} is written but never read by the logic; an optional tensor "
-                                "is an input (or read-write)", graph.entry_task.loc)
-        kernel._with_optional[present] = sub
-    return sub
+def check_roles(sub, present: tuple) -> None:
+    """An optional tensor is read (an input, or read-write): one the logic only writes is refused."""
+    for name in present:
+        role = next((a.role for a in sub.args if a.name == name), "input")
+        if role == "output":
+            raise CallError(f"optional tensor {name} is written but never read by the logic; an optional tensor "
+                            "is an input (or read-write)", sub.graph.entry_task.loc)
 
 
 def specialize_args(kernel, args: dict):
     """``kernel.specialize(...)`` with optional tensors: the kernel for those given, and the arguments left."""
     present = tuple(name for name in kernel.optional if args.get(name) is not None)
     args = {k: v for k, v in args.items() if k not in kernel.optional or args[k] is not None}
-    return (with_optional(kernel, present) if present else kernel), args
+    return (kernel.with_optional(present) if present else kernel), args

@@ -35,11 +35,10 @@ def check_declared(kernel) -> None:
                             kernel.graph.entry_task.loc)
 
 
-def check_passed(kernel, tensors: dict) -> None:
-    """A passed output shares no memory with another tensor of the call: the kernel reads its inputs while it
-    writes the outputs, in an order no caller can rely on."""
-    outs = [a.name for a in kernel.outputs if a.name in tensors]
-    for name in outs:
+def check_passed(tensors: dict, outputs: list) -> None:
+    """A passed output (``outputs``: their names) shares no memory with another tensor of the call (``tensors``:
+    name -> tensor): the kernel reads its inputs while it writes the outputs, in an order no caller can rely on."""
+    for name in outputs:
         t = tensors[name]
         lo, hi = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
         for other, u in tensors.items():
@@ -49,26 +48,6 @@ def check_passed(kernel, tensors: dict) -> None:
             if ulo < hi and lo < ulo + u.numel() * u.element_size():
                 raise CallError(f"output {name} shares memory with {other}",
                                 hint=f"pass a separate tensor as {name}, or let the kernel allocate it")
-
-
-def to_program(kernel, tensors: dict, dtypes: dict) -> tuple[dict, dict]:
-    """The tensors as the program takes them, and the passed outputs to copy the results back into."""
-    import torch
-
-    roles = {a.name: a.role for a in kernel.args}
-    converted, write_back = dict(tensors), {}
-    for name, t in tensors.items():
-        want = getattr(torch, dtypes[name])
-        if t.dtype == want:
-            continue
-        if roles[name] == "output":
-            converted[name] = torch.empty(t.shape, dtype=want, device=t.device)
-        else:
-            converted[name] = t.to(want)
-        if roles[name] != "input":  # written: the caller's tensor gets the result
-            write_back[name] = t
-    same = all(converted[n] is t for n, t in tensors.items())
-    return (tensors if same else converted), write_back
 
 
 def row_major(t):

@@ -1,19 +1,41 @@
 """Which point of a mapping's search space a kernel runs, for each call's shapes.
 
 A mapping without ``!tune`` is its own point. For a search space: the best
-point the tuning database holds for exactly these shapes, dtypes, scalars,
-device and versions; else, when the kernel was compiled with
-``autotune=True`` (or ``SEPTRAN_AUTOTUNE=1``), a search now; else the space's
-first point, the hand-written mapping, with one warning per kernel.
+point the tuning database (``septran.records``) holds for exactly these
+shapes, dtypes, scalars, device and versions; else, when the kernel was
+handed a tuner (``septran.compile(..., autotune=True)`` or
+``SEPTRAN_AUTOTUNE=1`` hands it ``septran.tuning``'s), a search now; else the
+space's first point, the hand-written mapping, with one warning per kernel.
+
+The runtime stands below the tuner: it knows a tuner only as the callable
+it was handed (``Tuner``), never by import.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
 
+from septran import env
 from septran.mapping.schema import Mapping
+from septran.records import TuningKey, default_db, device_identity
+from septran.runtime.dynamic_dims import masked
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """What a tuner hands back: the point it chose and, for ``kernel.tuning``, how it chose it."""
+
+    point: dict
+    source: str
+
+
+# (kernel, described inputs {name: (shape, dtype)}, scalars {name: value}) -> the point to run
+Tuner = Callable[..., Tuned]
 
 
 @dataclass(frozen=True)
@@ -24,32 +46,48 @@ class Choice:
     checked: bool = False  # the kernel's compile checked this mapping already (its own, or its space's first point)
 
 
-def choose(kernel, spec, described: dict) -> Choice:
+def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_point: Callable[[], bool]) -> Choice:
+    """The point for one specialisation. ``warn_first_point()`` says (once per kernel) whether to warn that the
+    untuned first point runs."""
     mapping = kernel.mapping
     if mapping.space is None:
         return Choice(mapping, {}, "the mapping has no !tune", checked=True)
-    from septran import env
-
     if _device_present(kernel.target):
-        from septran.tuning.api import tuning_key
-        from septran.tuning.db import default_db
-
-        record = default_db().best(tuning_key(kernel, spec))
+        record = default_db().best(record_key(kernel, spec))
         if record is not None:
             return _choice(mapping, dict(record.point), f"the tuning database ({env.tuning_db()}): "
                                                         f"{record.median_s * 1e3:.4g} ms, recorded {record.created}")
-        if kernel.autotune:
-            from septran.tuning.api import tune
-
-            result = tune(kernel, described, scalars=dict(spec.scalars))
-            return _choice(mapping, result.best, f"tuned now: {result.measured} points measured, "
-                                                 f"{result.best_s * 1e3:.4g} ms")
-    if not kernel._warned_first_point:
-        kernel._warned_first_point = True
+        if tuner is not None:
+            tuned = tuner(kernel, described, dict(spec.scalars))
+            return _choice(mapping, dict(tuned.point), tuned.source)
+    if warn_first_point():
         log.warning("%s: a search space of %d points (!tune) with no tuned point for these shapes: running its first "
                     "point; tune with septran.compile(..., autotune=True), SEPTRAN_AUTOTUNE=1 or `septran tune`",
                     mapping.file, mapping.space.size)
     return Choice(mapping, dict(mapping.space.first), "the space's first point (not tuned)", checked=True)
+
+
+def record_key(kernel, spec) -> TuningKey:
+    """Where a record holds; a dynamic dimension is -1 (any size) whether ``spec`` is a call's or a variant's."""
+    shapes = masked(spec.shapes, kernel.dynamic)
+    return TuningKey(logic_hash=logic_hash(kernel.graph), space_hash=kernel.mapping.space.digest(),
+                     target=kernel.target.name, device=device_identity(kernel.target.torch_device),
+                     dtypes=dict(spec.dtypes), shapes={k: tuple(v) for k, v in shapes.items()},
+                     scalars=dict(spec.scalars))
+
+
+def logic_hash(graph) -> str:
+    """The logic file's bytes (every task of the graph comes from it), else the printed task graph."""
+    from septran.frontend.printer import format_graph
+
+    files = sorted({t.loc.file for t in graph.tasks.values()})
+    digest = hashlib.sha256()
+    for f in files:
+        try:
+            digest.update(Path(f).read_bytes())
+        except OSError:
+            digest.update(format_graph(graph).encode())
+    return digest.hexdigest()
 
 
 def _choice(mapping: Mapping, point: dict, source: str) -> Choice:

@@ -6,7 +6,9 @@ program writes adds nothing), on the device of the call's tensors.
 from __future__ import annotations
 
 
-def allocate(program, device) -> list:
+def shapes(program) -> tuple:
+    """(shape, torch dtype) of each workspace: what a call's plan allocates."""
     import torch
 
-    return [torch.zeros(shape, dtype=getattr(torch, dtype), device=device) for _, shape, dtype in program.workspaces]
+    return tuple((tuple(shape), getattr(torch, dtype)) for _, shape, dtype in program.workspaces)
+

@@ -11,21 +11,19 @@ nothing.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import statistics
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
-from septran.errors import InternalError, MappingError, SepTranError
+from septran.errors import MappingError, SepTranError
+from septran.records.db import TuningDB, default_db
+from septran.records.record import Timing, TuningRecord, point_id
+from septran.runtime.points import Tuned
 from septran.tuning import measure as ms
-from septran.tuning.db import TuningDB, default_db
-from septran.tuning.device import device_identity
-from septran.tuning.key import TuningKey
+from septran.tuning.measurer import Measurer
 from septran.tuning.prune import Candidate, most_common_rule, prune_resources, prune_static
-from septran.tuning.record import Timing, TuningRecord, point_id
 from septran.tuning.search import default_budget, search
 
 log = logging.getLogger(__name__)
@@ -67,29 +65,11 @@ def tune(kernel, inputs: dict, scalars: Optional[dict] = None, budget: Optional[
     return tuner.run(budget, force, sampler)
 
 
-def tuning_key(kernel, spec) -> TuningKey:
-    """Where a record holds; a dynamic dimension is -1 (any size) whether ``spec`` is a call's or a variant's."""
-    from septran.runtime.dynamic_dims import masked
-
-    space = kernel.mapping.space
-    shapes = masked(spec.shapes, kernel.dynamic)
-    return TuningKey(logic_hash=logic_hash(kernel.graph), space_hash=space.digest(), target=kernel.target.name,
-                     device=device_identity(kernel.target.torch_device), dtypes=dict(spec.dtypes),
-                     shapes={k: tuple(v) for k, v in shapes.items()}, scalars=dict(spec.scalars))
-
-
-def logic_hash(graph) -> str:
-    """The logic file's bytes (every task of the graph comes from it), else the printed task graph."""
-    from septran.frontend.printer import format_graph
-
-    files = sorted({t.loc.file for t in graph.tasks.values()})
-    digest = hashlib.sha256()
-    for f in files:
-        try:
-            digest.update(Path(f).read_bytes())
-        except OSError:
-            digest.update(format_graph(graph).encode())
-    return digest.hexdigest()
+def autotuner(kernel, described: dict, scalars: dict) -> Tuned:
+    """The tuner ``septran.compile(..., autotune=True)`` hands a kernel: a search now, for a shape the tuning
+    database holds no point for (the runtime calls it; it never imports this module)."""
+    result = tune(kernel, described, scalars=scalars)
+    return Tuned(result.best, f"tuned now: {result.measured} points measured, {result.best_s * 1e3:.4g} ms")
 
 
 class _Tuner:
@@ -102,9 +82,9 @@ class _Tuner:
         self.kernel, self.db, self.progress, self.seed = kernel, db, progress, seed
         self.jobs = jobs or os.cpu_count() or 1
         self.described = {n: _describe(v) for n, v in inputs.items()}
-        self.scalars = kernel._scalar_values(scalars)
-        _, self.spec = kernel._specialization(self.described, self.scalars)
-        self.key = tuning_key(kernel, self.spec)
+        self.scalars = kernel.scalar_values(scalars)
+        self.spec = kernel.specialization(self.described, self.scalars)
+        self.key = kernel.tuning_key(self.spec)
         self.measurer = Measurer(kernel, self.described, self.scalars, seed)
         self.build_all = ms.build_all
         self.estimates: dict[str, object] = {}  # point id -> the cost model's Estimate
@@ -193,9 +173,7 @@ class _Tuner:
         return prune_resources(survivors, self.kernel.target, cuda, limit=limit)
 
     def _kernel_for(self, c: Candidate):
-        from septran.runtime.kernel import Kernel
-
-        return Kernel(self.kernel.graph, c.mapping, self.kernel.target)
+        return self.kernel.at(c.point)
 
     def _prebuild(self, cands: list[Candidate]) -> None:
         from septran.version import __version__
@@ -235,45 +213,6 @@ class _Tuner:
         return rank_correlation(*zip(*pairs)) if len(pairs) >= 3 else None
 
 
-class Measurer:
-    """Runs points of a kernel's space on one device: the reference answer, each candidate checked and timed.
-
-    In this process by default; ``septran.tuning.distributed`` runs the same class as a Ray actor.
-    """
-
-    def __init__(self, kernel, described: dict, scalars: dict, seed: int):
-        self.kernel, self.scalars = kernel, scalars
-        self.tensors = _random_inputs(kernel, described, kernel.target.torch_device, seed)
-        self.expected = None
-
-    def _kernel(self, point: dict):
-        from septran.runtime.kernel import Kernel
-
-        return Kernel(self.kernel.graph, self.kernel.mapping.at(point), self.kernel.target)
-
-    def _call(self, kernel):
-        return kernel(*self.tensors, **self.scalars)
-
-    def reference(self, point: dict) -> None:
-        self.expected = self._call(self._kernel(point))
-
-    def measure(self, point: dict):
-        """(status, timing, rule): the point's answer checked against the reference, then timed."""
-        try:
-            kernel = self._kernel(point)
-            out = self._call(kernel)
-        except (SepTranError, InternalError) as err:
-            return "compile_error", None, str(err)[:2000]
-        differs = ms.same_answer(out, self.expected)
-        if differs:
-            return "wrong", None, differs
-        return "ok", ms.time_call(lambda: self._call(kernel), self.kernel.target.torch_device), None
-
-    def interleaved(self, points: list, rounds: int = 7) -> list:
-        kernels = [self._kernel(p) for p in points]
-        return ms.interleaved([lambda k=k: self._call(k) for k in kernels], self.kernel.target.torch_device, rounds=rounds)
-
-
 def _rules(pruned: list[Candidate]) -> dict:
     out: dict[str, int] = {}
     for c in pruned:
@@ -286,18 +225,6 @@ def _describe(value) -> tuple[tuple[int, ...], str]:
         return tuple(value.shape), str(value.dtype).removeprefix("torch.")
     shape, dtype = value
     return tuple(int(s) for s in shape), str(dtype).removeprefix("torch.")
-
-
-def _random_inputs(kernel, described: dict, device: str, seed: int) -> list:
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for a in kernel.inputs:
-        shape, dtype = described[a.name]
-        t = torch.randn(shape, generator=gen, dtype=torch.float32).to(getattr(torch, dtype))
-        out.append(t.to(device))
-    return out
 
 
 def _bar(enabled: bool, total: int, desc: str):

@@ -20,10 +20,10 @@ from typing import Any, Optional
 
 from septran.env import SettingError
 from septran.paths import check_user_path
-from septran.tuning.db import TuningDB, best_of
-from septran.tuning.device import device_label, device_string
-from septran.tuning.key import canonical_json
-from septran.tuning.record import TuningRecord
+from septran.records.db import TuningDB, best_of
+from septran.records.device import device_label, device_string
+from septran.records.key import canonical_json
+from septran.records.record import TuningRecord
 
 CSV_COLUMNS = (
     "key", "op", "logic_hash", "space_hash", "target", "device", "dtypes", "shapes", "scalars",

@@ -57,7 +57,7 @@ def parse_scalars(items) -> dict:
 
 def run(args) -> int:
     import septran
-    from septran.tuning.db import TuningDB
+    from septran.records.db import TuningDB
 
     kernel = septran.compile(logic_file=args.logic, mapping_file=args.mapping)
     result = septran.tune(kernel, parse_inputs(args.input), scalars=parse_scalars(args.scalar), budget=args.budget,

@@ -53,11 +53,11 @@ def attach(tuner, address: Optional[str]) -> None:
 
 
 class _RemoteMeasurer:
-    """The actor: the kernel rebuilt from its files, then septran.tuning.api.Measurer's work."""
+    """The actor: the kernel rebuilt from its files, then septran.tuning.measurer.Measurer's work."""
 
     def __init__(self, logic_file, mapping_file, target, described, scalars, seed):
         import septran
-        from septran.tuning.api import Measurer
+        from septran.tuning.measurer import Measurer
 
         kernel = septran.compile(logic_file=logic_file, mapping_file=mapping_file, target=target)
         self.inner = Measurer(kernel, described, scalars, seed)

@@ -27,8 +27,8 @@ from typing import Iterable, Optional, Union
 
 from septran import env
 from septran.paths import check_user_path
-from septran.tuning.key import TuningKey
-from septran.tuning.record import STATUSES, Timing, TuningRecord, point_id
+from septran.records.key import TuningKey
+from septran.records.record import STATUSES, Timing, TuningRecord, point_id
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Optional
 
-from septran.tuning.key import TuningKey, canonical_json, sha256_text
+from septran.records.key import TuningKey, canonical_json, sha256_text
 
 SCHEMA = 1
 STATUSES = ("ok", "pruned", "compile_error", "wrong", "timeout", "error")

@@ -1,4 +1,8 @@
-"""The front door: ``septran.compile`` and ``@septran.jit``."""
+"""The front door: ``septran.compile`` and ``@septran.jit``.
+
+It stands above the runtime and the tuner: a kernel compiled with ``autotune=True`` is handed the tuner
+(``septran.tuning``), which the runtime calls for a shape the tuning database holds no point for.
+"""
 from __future__ import annotations
 
 import functools
@@ -6,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Optional, Union
 
+from septran import env
 from septran.errors import MappingError
 from septran.frontend.graph import build_graph
 from septran.frontend.tracer import TaskFunction
@@ -53,7 +58,16 @@ def compile(  # noqa: A001 - the name users expect, as tilelang.compile
     tgt = load_target(m.target.value, m.target.loc)
     entry = m.instance(m.entrypoint.value)
     entry_fn = find_task(names, file, logic, entry.task_name.value, entry.task_name.loc)
-    return Kernel(build_graph(entry_fn), m, tgt, autotune=autotune, logic=entry_fn)
+    return Kernel(build_graph(entry_fn), m, tgt, tuner=_tuner(autotune), logic=entry_fn)
+
+
+def _tuner(autotune: Optional[bool]):
+    """The tuner a kernel is handed: ``septran.tuning``'s with ``autotune`` (default: SEPTRAN_AUTOTUNE), else none."""
+    if not (env.autotune() if autotune is None else autotune):
+        return None
+    from septran.tuning.api import autotuner
+
+    return autotuner
 
 
 class JITKernel:
