@@ -100,13 +100,12 @@ class Variant:
     @property
     def device_source(self) -> str:
         """CUDA, HIP or C source; generated without building when the kernel has not been built."""
-        job = self.job
-        first = job.cached_text(job.builder.device) is None
-        text = job.text(job.builder.device)
+        first = not self.job.has_device_source()
+        text = self.job.device_source()
         if first:
             self._dump_device()
         return text
 
     def _dump_device(self) -> None:
         if env.dump_dir() is not None:
-            self._dump(f"device.{self.kernel.target.device_source_ext}", self.job.text(self.job.builder.device))
+            self._dump(f"device.{self.kernel.target.device_source_ext}", self.job.device_source())
