@@ -174,3 +174,26 @@ def test_build_many_builds_in_parallel(tmp_path, monkeypatch):
         c = torch.empty(40 + k, 8)
         fn(a, b, c)
         torch.testing.assert_close(c, a @ b)
+
+
+_DEVICE_CHILD = """
+import json, sys
+import septran
+kernel = septran.compile(logic_file=sys.argv[1], mapping_file=sys.argv[2])
+source = kernel.specialize(A=((256, 128), "float16"), B=((128, 256), "float16")).device_source
+print("RESULT " + json.dumps({"tilelang": "tilelang" in sys.modules, "source": source}))
+"""
+
+
+def test_a_warm_process_shows_gpu_device_source_without_tilelang(tmp_path):
+    """The tilelang builder's device-source stage is cached under the key: kernel.device_source needs no TileLang."""
+    env = dict(os.environ, SEPTRAN_CACHE_DIR=str(tmp_path / "septran"), TILELANG_CACHE_DIR=str(tmp_path / "tilelang"))
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", _DEVICE_CHILD, str(GEMM_LOGIC), str(mapping_path("sm90"))], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-4000:]
+        runs.append(json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:]))
+    cold, warm = runs
+    assert cold["tilelang"] and not warm["tilelang"]
+    assert warm["source"] == cold["source"] and "__global__" in warm["source"]
