@@ -81,9 +81,6 @@ class Job:
         """The builder's device source (CUDA, HIP, C): cached, or made (TileLang lowers it, nothing is built)."""
         return self.text(self.builder.device)
 
-    def has_device_source(self) -> bool:
-        return self.cached_text(self.builder.device) is not None
-
     def binary(self):
         """The last stage's output: a callable kernel. Built once per job (thread-safe)."""
         with self._lock:

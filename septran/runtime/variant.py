@@ -42,6 +42,7 @@ class Variant:
             self.tilelang_source = emit(self.program, __version__)
         self._job: Optional[Job] = None
         self._lock = threading.Lock()
+        self._device_dumped = False
         self._dump("06-tileprogram.txt", self.explain)
         self._dump("tilelang.py", self.tilelang_source)
 
@@ -91,21 +92,19 @@ class Variant:
 
     def build(self):
         """Builds the program once (or loads it from the cache); returns the callable kernel. Thread-safe."""
-        first = self.job._binary is None
         compiled = self.job.binary()
-        if first:
-            self._dump_device()
+        self._dump_device()
         return compiled
 
     @property
     def device_source(self) -> str:
         """CUDA, HIP or C source; generated without building when the kernel has not been built."""
-        first = not self.job.has_device_source()
         text = self.job.device_source()
-        if first:
-            self._dump_device()
+        self._dump_device()
         return text
 
     def _dump_device(self) -> None:
-        if env.dump_dir() is not None:
+        """Once per variant, whether the device source was made here or found in the cache."""
+        if not self._device_dumped and env.dump_dir() is not None:
+            self._device_dumped = True
             self._dump(f"device.{self.kernel.target.device_source_ext}", self.job.device_source())
