@@ -8,8 +8,11 @@ this hash: a pair of entries swapped with their sidecars, an entry renamed,
 truncated or overwritten, a directory or a foreign file where the entry
 should be, is rebuilt with one warning, never used. Nothing in a key or a
 sidecar is an absolute path, so a cache folder moved elsewhere still hits.
-Every file is written whole (a temporary sibling, then a rename), the entry
-before its sidecar: a reader between the two sees a mismatch, never half a file.
+Every file is written whole (a temporary sibling, then a rename), the sidecar
+before its entry: a reader between the two finds the entry missing (and builds
+it too, to the same content) or, where a damaged entry is being replaced, a
+mismatch; never half a file, and no warning for an entry another process is
+creating at the same moment.
 """
 from __future__ import annotations
 
@@ -55,20 +58,19 @@ class Entries:
         return None if found is None else found[1]
 
     def write(self, ext: str, data: bytes, **meta) -> Path:
-        """Stores ``data`` as the entry, then its sidecar; returns the entry's path."""
+        """Stores ``data`` as the entry (its sidecar first); returns the entry's path."""
         path = self.path(ext)
         self.folder.mkdir(parents=True, exist_ok=True)
-        integrity.write_atomic(path, data)
         self._record(path, integrity.sha256_bytes(data), meta)
+        integrity.write_atomic(path, data)
         return path
 
     def adopt(self, ext: str, built: Path, **meta) -> Path:
-        """Moves a file built beside the entry (``temporary()``) into place, then writes its sidecar."""
+        """Moves a file built beside the entry (``temporary()``) into place, its sidecar first."""
         path = self.path(ext)
-        digest = integrity.sha256_file(built)
+        self._record(path, integrity.sha256_file(built), meta)
         integrity.clear(path)
         os.replace(built, path)  # a process that mapped the old library keeps its inode: replace, never overwrite
-        self._record(path, digest, meta)
         return path
 
     def temporary(self, ext: str) -> Path:
