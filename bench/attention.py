@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO / "examples"))
 sys.path.insert(0, str(REPO / "examples" / "attention"))
 
 import septran  # noqa: E402
-from septran.runtime import build  # noqa: E402
+from septran.build import tilelang_api as build  # noqa: E402
 from attention import attention  # noqa: E402
 from reference.handwritten_attention import tilelang_example  # noqa: E402
 from runner import median_seconds  # noqa: E402

@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "examples"))
 
 import septran  # noqa: E402
-from septran.runtime import build  # noqa: E402
+from septran.build import tilelang_api as build  # noqa: E402
 from reference.handwritten_gemm import handwritten_gemm, handwritten_gemm_cpu  # noqa: E402
 from runner import median_seconds  # noqa: E402
 

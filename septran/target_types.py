@@ -152,7 +152,7 @@ class Target:
     dynamic_pipeline_stages: Optional[int] = None
     vendor: Optional[Vendor] = None
     # "tilelang": TileLang builds and calls the kernel; "c": TileLang lowers it to C and SepTran builds it
-    # (runtime/c_build.py: the grid's programs on every core, a call without TileLang's adapter).
+    # (build/c_builder.py: the grid's programs on every core, a call without TileLang's adapter).
     builder: str = "tilelang"
     copy_options: tuple[str, ...] = ()  # the T.copy keywords a mapping's `copy:` may pass (besides `via`)
     perf: Optional[Perf] = None  # speeds for the cost model (septran.tuning.cost); None: not given

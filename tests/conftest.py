@@ -89,7 +89,7 @@ def forbid_tilelang(monkeypatch, what: str) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError(what)
 
-    from septran.runtime import build
+    from septran.build import tilelang_api as build
 
     for name in ("load_prim_func", "compile_kernel", "lower_device_source"):
         monkeypatch.setattr(build, name, refuse)

@@ -1,4 +1,4 @@
-"""The CPU target's vendor library (backends/cpu/vendor): built through septran.runtime.vendor from a target file
+"""The CPU target's vendor library (backends/cpu/vendor): built through septran.build.vendor from a target file
 written here, called through ctypes on torch tensors, checked against float64 references; the vendor mechanism's
 third-party libraries and force-included headers; the math header compiled the way a kernel is."""
 from __future__ import annotations
@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from conftest import REPO
 from septran.errors import BuildError
-from septran.runtime import vendor
+from septran.build import vendor
+from septran.runtime import vendor as vendor_errors
 from septran.target import load_target_file
 
 VENDOR = REPO / "backends/cpu/vendor"
@@ -105,8 +106,8 @@ def test_missing_package_names_the_pip_install(tmp_path):
 
 def test_a_vendor_without_an_error_channel_is_never_asked(target, monkeypatch):
     assert target.vendor.take_error is None
-    monkeypatch.setattr(vendor, "library", lambda t: pytest.fail("check_errors loaded the library"))
-    vendor.check_errors(target, "kernel")
+    monkeypatch.setattr(vendor_errors, "library", lambda t: pytest.fail("check_errors loaded the library"))
+    vendor_errors.check_errors(target, "kernel")
 
 
 def test_openblas_runs_in_the_callers_thread(target, lib):

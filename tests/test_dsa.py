@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import septran
-from septran.runtime import build, vendor
+from septran.build import tilelang_api as build
+from septran.runtime import vendor
 from conftest import GEMM_LOGIC, assert_gemm_close, mapping_path
 
 # Per DSA: the prefix of its vendor calls, and the call that completes transfers.

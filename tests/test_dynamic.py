@@ -24,7 +24,7 @@ def _attention(target: str, dynamic: str = "dynamic: {Q: [2], K: [2]}\n"):
 
 
 def _count_builds(monkeypatch) -> list:
-    from septran.runtime import c_build
+    from septran.build import c_builder as c_build
 
     built = []
     real = c_build.build

@@ -5,7 +5,7 @@ import pytest
 
 import septran
 import septran.frontend.printer
-from conftest import GEMM_LOGIC, REPO, mapping_path
+from conftest import GEMM_LOGIC, REPO, load_module, mapping_path
 
 TARGETS = ["cpu", "sm80", "sm90", "gfx942"]
 
@@ -57,3 +57,16 @@ def test_sm90_reads_like_tilelang_example():
         "            T.gemm(A_shared, B_shared, C_local)\n"
         "        T.copy(C_local, C[by * BM, bx * BN])\n"
     )
+
+
+def _softmax_cpu():
+    softmax = load_module(REPO / "examples" / "softmax" / "softmax.py")
+    kernel = septran.compile(softmax.softmax(), mapping_file=mapping_path("cpu", "softmax"))
+    return kernel.specialize(X=((8, 300), "float32"))
+
+
+@pytest.mark.parametrize("name", ["gemm", "softmax"])
+def test_cpu_c_matches_golden(name, golden):
+    """The C the cpu target builds (TileLang's C with SepTran's OpenMP pragma): a TileLang upgrade shows as a diff."""
+    variant = _specialize("cpu")[1] if name == "gemm" else _softmax_cpu()
+    golden(f"{name}.cpu.c", variant.device_source)

@@ -49,16 +49,3 @@ def any_size(spec, axes: frozenset):
     if not axes:
         return spec
     return dataclasses.replace(spec, shapes=MappingProxyType(masked(spec.shapes, axes)))
-
-
-def c_arguments(program) -> list[tuple[str, int, int]]:
-    """(name, parameter index, axis) of each dynamic dimension: the C function takes its value after the tensors."""
-    out = []
-    for c in program.consts:
-        if c.value is not None:
-            continue
-        found = next(((k, a) for k, p in enumerate(program.params) for a, e in enumerate(p.shape)
-                      if getattr(e, "sym", None) is c.sym), None)
-        if found is not None:  # a dimension no tensor holds as a whole is no argument of the C either
-            out.append((c.sym.name, *found))
-    return out

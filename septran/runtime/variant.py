@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import logging
+import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from septran import env
+from septran.build import Job
 from septran.errors import internal_errors
 from septran.lowering import Specialization, explain, lower
 from septran.emit_tilelang import emit
-from septran.runtime import build, c_build, notebook, points
+from septran.runtime import notebook, points
 from septran.runtime import scalars as scalar_args
 
 if TYPE_CHECKING:
@@ -18,7 +21,11 @@ log = logging.getLogger(__name__)
 
 
 class Variant:
-    """One specialisation of a kernel: fixed shapes and dtypes, one TileLang program."""
+    """One specialisation of a kernel: fixed shapes and dtypes, one TileLang program.
+
+    Lowering and emitting are SepTran's own (no TileLang); the build (``septran.build``: the target's builder,
+    its stages cached under a key of the emitted text) starts when the variant is first built or shown, and
+    in a process that finds it cached never imports TileLang."""
 
     def __init__(self, kernel: "Kernel", spec: Specialization, choice: points.Choice):
         from septran.version import __version__
@@ -33,11 +40,10 @@ class Variant:
                                  dump=lambda name, make: self._dump(f"{name}.txt", make), checked=choice.checked)
         with internal_errors("emitter", f"{kernel.graph.entry} for {kernel.target.name} with {shapes}"):
             self.tilelang_source = emit(self.program, __version__)
-        self.source_path = build.source_file(self.tilelang_source, self.program.name)
-        self._prim_func = None
-        self._compiled = None
-        self._device_source: Optional[str] = None
-        self._dump("06-tileprogram.txt", self.explain())
+        self._job: Optional[Job] = None
+        self._lock = threading.Lock()
+        self._device_dumped = False
+        self._dump("06-tileprogram.txt", self.explain)
         self._dump("tilelang.py", self.tilelang_source)
 
     def __repr__(self) -> str:
@@ -68,31 +74,37 @@ class Variant:
         return explain(self.program)
 
     @property
+    def job(self) -> Job:
+        """The build of this variant (its key computed, SepTran's own stages stored); made on first use."""
+        with self._lock:
+            if self._job is None:
+                self._job = Job(self.program, self.tilelang_source, self.explain(), self.kernel.target)
+            return self._job
+
+    @property
+    def source_path(self) -> Path:
+        """The cached TileLang source file (the build's ``tilelang`` stage)."""
+        return self.job.path("tilelang")
+
+    @property
     def prim_func(self):
-        if self._prim_func is None:
-            self._prim_func = build.load_prim_func(self.tilelang_source, self.program.name)
-        return self._prim_func
+        return self.job.prim_func()
 
     def build(self):
-        """Compiles the program (nvcc for CUDA, g++ for the CPU) once; returns the callable kernel."""
-        if self._compiled is None:
-            target = self.kernel.target
-            if target.builder == "c":  # the C that device_source shows is the C that is built
-                self._compiled = c_build.build(self.program, self.device_source, target)
-            else:
-                self._compiled = build.compile_kernel(self.prim_func, target, str(self.source_path))
-                self._device_source = self._compiled.get_kernel_source()
-                self._dump_device()
-        return self._compiled
+        """Builds the program once (or loads it from the cache); returns the callable kernel. Thread-safe."""
+        compiled = self.job.binary()
+        self._dump_device()
+        return compiled
 
     @property
     def device_source(self) -> str:
         """CUDA, HIP or C source; generated without building when the kernel has not been built."""
-        if self._device_source is None:
-            source = build.lower_device_source(self.prim_func, self.kernel.target, str(self.source_path))
-            self._device_source = c_build.c_source(self.program, source) if self.kernel.target.builder == "c" else source
-            self._dump_device()
-        return self._device_source
+        text = self.job.device_source()
+        self._dump_device()
+        return text
 
     def _dump_device(self) -> None:
-        self._dump(f"device.{self.kernel.target.device_source_ext}", self._device_source)
+        """Once per variant, whether the device source was made here or found in the cache."""
+        if not self._device_dumped and env.dump_dir() is not None:
+            self._device_dumped = True
+            self._dump(f"device.{self.kernel.target.device_source_ext}", self.job.device_source())

@@ -41,7 +41,7 @@ def _build_one(job: tuple[str, str, str]) -> Optional[str]:
     """In a worker: compile one generated program into the caches; the error text, or None."""
     source, name, target_name = job
     try:
-        from septran.runtime import build
+        from septran.build import tilelang_api as build
         from septran.target import load_target
 
         target = load_target(target_name)

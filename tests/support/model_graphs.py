@@ -124,7 +124,7 @@ def compile_with(module, *patterns, dynamic=None, record=None):
 
 def count_builds(monkeypatch) -> list:
     """Every kernel SepTran builds from now on (its C build: the cpu target's), by name."""
-    from septran.runtime import c_build
+    from septran.build import c_builder as c_build
 
     built = []
     real = c_build.build

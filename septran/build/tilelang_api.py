@@ -1,4 +1,10 @@
-"""Generated TileLang source -> a TileLang prim_func -> a compiled kernel or device source.
+"""TileLang itself: generated source -> a TileLang prim_func -> a compiled kernel or device source.
+
+The one module of SepTran that imports TileLang (besides ``tl_cache``'s eviction
+from TileLang's memory), and only inside its functions: a process that finds
+its builds cached never calls them. TileLang's parsing and lowering hold the
+GIL and keep state per thread, so they run one at a time (``_LOCK``); the
+compilers they start run in parallel.
 
 TileLang parses ``@T.prim_func`` bodies from their source file, so the
 generated program is written to a content-addressed file under the cache
@@ -12,14 +18,17 @@ import hashlib
 import importlib.util
 import logging
 import sys
+import threading
 from pathlib import Path
 
 from septran import env
 from septran.errors import BuildError, InternalError
-from septran.runtime import integrity, tl_cache, vendor
+from septran.build import integrity, tl_cache, vendor
 from septran.target import Target
 
 log = logging.getLogger(__name__)
+
+_LOCK = threading.RLock()
 
 
 def source_file(source: str, name: str) -> Path:
@@ -40,11 +49,15 @@ def source_file(source: str, name: str) -> Path:
     return path
 
 
-def load_prim_func(source: str, name: str):
-    """Imports the generated module and returns its prim_func."""
+def load_prim_func(source: str, name: str, path: Path | None = None):
+    """Imports the generated module (from ``path``, a file holding exactly ``source``) and returns its prim_func."""
+    with _LOCK:
+        return _load_prim_func(source, name, path or source_file(source, name))
+
+
+def _load_prim_func(source: str, name: str, path: Path):
     import tilelang  # noqa: F401  (registers TileLang's TVM before the module imports its dialect)
 
-    path = source_file(source, name)
     module_name = f"septran_generated.{path.stem}"
     if module_name in sys.modules:
         return getattr(sys.modules[module_name], name)
@@ -84,10 +97,11 @@ def lower_device_source(prim_func, target: Target, path_hint: str) -> str:
     import tilelang
     import tvm
 
-    t = tvm.target.Target(_tl_target(target))
     try:
-        with tvm.transform.PassContext(opt_level=3, config=dict(target.pass_configs)), t:
-            return tilelang.lower(prim_func, target=t).kernel_source
+        with _LOCK:
+            t = tvm.target.Target(_tl_target(target))
+            with tvm.transform.PassContext(opt_level=3, config=dict(target.pass_configs)), t:
+                return tilelang.lower(prim_func, target=t).kernel_source
     except Exception as err:
         raise _rejected(err, "lower", path_hint, target) from err
 

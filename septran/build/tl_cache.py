@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Optional
 
-from septran.runtime import integrity
+from septran.build import integrity
 
 log = logging.getLogger(__name__)
 

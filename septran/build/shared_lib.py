@@ -1,4 +1,4 @@
-"""Shared objects built once per content into the cache: a kernel built from C, a vendor library.
+"""Shared objects built once per content into the cache: a vendor library (kernels go through ``store``).
 
 The file's name holds the hash of what it is built from; a sidecar
 ``<lib>.sha256``, written after the library, holds the hash of the library
@@ -18,9 +18,28 @@ from typing import Callable, Optional
 
 from septran import env
 from septran.errors import BuildError
-from septran.runtime import integrity
+from septran.build import integrity
 
 log = logging.getLogger(__name__)
+
+
+def run_compiler(cmd: list[str], what: str) -> None:
+    """Runs a compiler; any failure (missing, refused, killed) is a BuildError with the compiler's own message."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as err:
+        raise BuildError(f"building {what} failed: {' '.join(cmd)}: {err}",
+                         hint="check that the compiler is installed") from err
+    if done.returncode:
+        raise BuildError(f"building {what} failed (exit status {done.returncode}): {' '.join(cmd)}\n"
+                         f"{(done.stderr or done.stdout)[-4000:]}")
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def built(kind: str, name: str, digest: str, command: Callable[[str, Optional[str]], list[str]], what: str,
@@ -35,6 +54,7 @@ def built(kind: str, name: str, digest: str, command: Callable[[str, Optional[st
         return lib
     if lib.exists():
         log.warning("cached %s %s %s; rebuilding it", what, lib, why)
+    integrity.clear(lib)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{lib.name}.", suffix=".so")
     os.close(fd)
     src = None
@@ -42,19 +62,14 @@ def built(kind: str, name: str, digest: str, command: Callable[[str, Optional[st
         fd, src = tempfile.mkstemp(dir=folder, prefix=f".{lib.name}.", suffix=source[0])
         with os.fdopen(fd, "w") as f:
             f.write(source[1])
-    cmd = command(tmp, src)
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as err:
-        os.unlink(tmp)
-        raise BuildError(f"building {what} failed: {' '.join(cmd)}: {err}",
-                         hint="check that the compiler is installed") from err
+        run_compiler(command(tmp, src), what)
+    except BaseException:
+        _remove(tmp)  # the linker may have removed its output already
+        raise
     finally:
         if src is not None:
-            os.unlink(src)
-    if done.returncode:
-        os.unlink(tmp)
-        raise BuildError(f"building {what} failed: {' '.join(cmd)}\n{done.stderr[-4000:]}")
+            _remove(src)
     digest_of_lib = integrity.sha256_file(Path(tmp))
     # The library first, then its hash: a reader between the two sees a mismatch and rebuilds, never trusts a
     # half-written file. A process that mapped the old library keeps its inode (replace, never overwrite).

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Optional
 
 SIDECAR = ".sha256"
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def sha256_file(path: Path) -> Optional[str]:
@@ -33,6 +38,7 @@ def sha256_file(path: Path) -> Optional[str]:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Writes ``data`` to ``path`` so that a reader sees the old file or the whole new one, never a part."""
+    clear(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -63,10 +69,20 @@ def recorded(path: Path) -> Optional[str]:
     return text if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else None
 
 
+def clear(path: Path) -> None:
+    """Removes a directory (or anything but a plain file) where a file is to be written."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() and not path.is_file():
+        path.unlink()
+
+
 def problem(path: Path) -> Optional[str]:
     """Why ``path`` cannot be trusted against its sidecar (missing, unreadable, no hash, another hash), or None."""
     if not path.exists():
         return "is missing"
+    if not path.is_file():
+        return "is not a file"
     want = recorded(path)
     if want is None:
         return "has no recorded hash"
