@@ -181,8 +181,6 @@ def _builder_tests_outside_build() -> list[str]:
             for n, line in enumerate(p.read_text().splitlines(), 1) if "builder ==" in line or "builder !=" in line]
 
 
-@pytest.mark.xfail(bool(_builder_tests_outside_build()), strict=False,
-                   reason="the build stages move into septran/build/ on another branch (issue 19, item 1)")
 def test_only_the_build_package_tests_which_builder():
     """Which builder makes a binary is the build package's business: nobody else branches on it."""
     found = _builder_tests_outside_build()

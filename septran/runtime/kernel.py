@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from septran import env
 from septran.errors import CallError
 from septran.frontend.ir import Privilege, TaskGraph
 from septran.frontend.shapes import ShapeRelations
