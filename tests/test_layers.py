@@ -10,7 +10,6 @@ import ast
 from functools import lru_cache
 from pathlib import Path
 
-import pytest
 
 from conftest import REPO
 
