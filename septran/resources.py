@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from importlib import metadata
 from pathlib import Path
+from typing import Optional
 
 from septran import env
 from septran.names import name_problem
@@ -44,6 +45,15 @@ def target_folders() -> dict[str, Path]:
         else:
             log.warning("target plugin %s points at %s, which has no target.yaml", ep.name, folder)
     return found
+
+
+def target_folder(name: str) -> Optional[Path]:
+    """One target's folder, or None. A shipped target wins over a plugin of the same name (as in
+    ``target_folders``), so it is found without the entry-point scan: 20 ms of a warm process's first compile."""
+    shipped = _packaged("backends") / name
+    if (shipped / "target.yaml").is_file():
+        return shipped
+    return target_folders().get(name)
 
 
 def mapping_folders() -> list[Path]:

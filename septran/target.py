@@ -252,9 +252,11 @@ def available_targets() -> list[str]:
 def check_target_name(name, loc: Optional[SourceLoc] = None, source: str = "",
                       error: type[SepTranError] = MappingError) -> Path:
     """The folder of target ``name``: a name from the registry, never a path (``../x``, ``/tmp/x``)."""
+    if isinstance(name, str) and name_problem(name) is None:  # a plain name, never a path, before it is joined
+        folder = resources.target_folder(name)
+        if folder is not None:
+            return folder
     folders = resources.target_folders()
-    if isinstance(name, str) and name_problem(name) is None and name in folders:
-        return folders[name]
     import difflib
 
     shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:60] + "..."

@@ -15,14 +15,14 @@ import json
 
 from septran.build import toolchain, vendor
 from septran.target import Target
-from septran.version import __version__
+from septran.version import __version__, tilelang_version
 
 
 def build_key(source: str, builder: str, target: Target, compiler: bool) -> str:
     """64 hex digits. ``compiler``: the builder runs the C++ compiler itself (its version and the CPU count)."""
     facts = {
         "septran": __version__,
-        "tilelang": toolchain.tilelang_version(),
+        "tilelang": tilelang_version(),
         "builder": builder,
         "tilelang_target": target.tilelang_target if isinstance(target.tilelang_target, str) else dict(target.tilelang_target),
         "execution_backend": target.execution_backend,

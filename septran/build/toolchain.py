@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 import logging
@@ -41,15 +40,6 @@ def cxx() -> str:
             if os.path.isfile(path) and os.access(path, os.X_OK):
                 return path
     return "g++"
-
-
-@functools.lru_cache(maxsize=None)
-def tilelang_version() -> str:
-    """The installed TileLang's version, read from its distribution's metadata (never by importing it)."""
-    try:
-        return importlib.metadata.version("tilelang")
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
 
 
 @functools.lru_cache(maxsize=None)

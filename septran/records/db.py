@@ -108,6 +108,10 @@ class TuningDB:
             out.setdefault(record.point_id, []).append(record)
         return out
 
+    def empty(self) -> bool:
+        """No readable record: a caller need not compute a key (a logic hash, a device identity) to look one up."""
+        return not self._refresh().records
+
     def best(self, key: TuningKey) -> Optional[TuningRecord]:
         """The ok record of this key with the lowest median (ties: the earliest), or None.
 

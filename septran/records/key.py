@@ -13,12 +13,13 @@ measured (each point names its own values).
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Union
+
+from septran.version import tilelang_version
 
 Pairs = tuple[tuple[str, Any], ...]
 
@@ -36,14 +37,6 @@ def septran_version() -> str:
     from septran.version import __version__
 
     return __version__
-
-
-def tilelang_version() -> str:
-    """TileLang's installed version, read from its metadata (importing tilelang takes seconds)."""
-    try:
-        return importlib.metadata.version("tilelang")
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def scalar_text(value: Union[float, int, str]) -> str:

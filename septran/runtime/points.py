@@ -53,7 +53,8 @@ def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_poi
     if mapping.space is None:
         return Choice(mapping, {}, "the mapping has no !tune", checked=True)
     if _device_present(kernel.target):
-        record = default_db().best(record_key(kernel, spec))
+        db = default_db()
+        record = None if db.empty() else db.best(record_key(kernel, spec))
         if record is not None:
             return _choice(mapping, dict(record.point), f"the tuning database ({env.tuning_db()}): "
                                                         f"{record.median_s * 1e3:.4g} ms, recorded {record.created}")
