@@ -50,6 +50,6 @@ def test_readme_softmax_excerpt_is_the_example():
     """The README quotes the online-softmax leaf; every line of the quote is in examples/softmax/softmax.py."""
     readme = (REPO / "README.md").read_text()
     block = readme.split("The online-softmax step of `examples/softmax/softmax.py`", 1)[1].split("```python", 1)[1].split("```", 1)[0]
-    source = {line.strip() for line in (REPO / "examples" / "softmax" / "softmax.py").read_text().splitlines()}
+    source = {line.strip() for line in (REPO / "septran" / "ops" / "logic" / "softmax.py").read_text().splitlines()}
     quoted = [line.strip() for line in block.splitlines() if line.strip()]
     assert len(quoted) >= 8 and all(line in source for line in quoted), [q for q in quoted if q not in source]

@@ -13,9 +13,8 @@ from typing import List
 
 import torch
 
-from septran.model import kernels
-from septran.model.ops import shipped
-from septran.model.ops.elementwise_logic import chain_logic, check, kind_of
+from septran.ops import kernels
+from septran.ops.logic.elementwise_chain import chain_logic, check, kind_of
 
 
 def parse(spec: str) -> tuple:
@@ -61,7 +60,7 @@ def elementwise(inputs: List[torch.Tensor], spec: str, out_dtype: torch.dtype) -
     cols = shape[-1] if len(shape) else 1
     rows = math.prod(shape) // cols
     target = kernels.target_for(y.device)
-    k = shipped.kernel(("elementwise_chain", target, ops, kinds), target, "elementwise_chain",
+    k = kernels.kernel(("elementwise_chain", target, ops, kinds), target, "elementwise_chain",
                        lambda: chain_logic(ops, kinds))
     k(*(_view(x, kd, rows, cols, y.device) for x, kd in zip(inputs, kinds)), Y=y.view(rows, cols))
     return y
