@@ -38,7 +38,9 @@ def table() -> str:
     for op in OPERATORS:
         maps = [str(code_lines(REPO / "mappings" / t / f"{op}.yaml")) if (REPO / "mappings" / t / f"{op}.yaml").exists() else "-"
                 for t in TARGETS]
-        rows.append(f"| {op} | {code_lines(REPO / 'examples' / op / f'{op}.py')} | " + " | ".join(maps) + " |")
+        library = REPO / "septran" / "ops" / "logic" / f"{op}.py"  # the kernel library's logic, which the example imports
+        logic = library if library.exists() else REPO / "examples" / op / f"{op}.py"
+        rows.append(f"| {op} | {code_lines(logic)} | " + " | ".join(maps) + " |")
     return "\n".join(rows)
 
 
