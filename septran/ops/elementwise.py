@@ -1,6 +1,6 @@
 """``torch.ops.septran.elementwise``: a fused chain of elementwise ops as one generated SepTran kernel.
 
-The chain travels as ``spec``, JSON of the ops (``elementwise_logic``'s format), checked against the op table
+The chain travels as ``spec``, JSON of the ops (``logic/elementwise_chain``'s format), checked against the op table
 before anything is generated. The output is the inputs' broadcast shape, viewed as (rows, last dimension); each
 input is viewed as its kind says. Kernels are cached by the chain's structure and its inputs' kinds; dtypes
 are the kernel's variants, and the mapping's rows and columns are dynamic, so every size shares one build.
