@@ -10,7 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).resolve().parent / "golden"
-GEMM_LOGIC = REPO / "examples" / "gemm" / "gemm.py"
+GEMM_LOGIC = REPO / "septran" / "ops" / "logic" / "gemm.py"  # the kernel library's; examples/gemm imports it
 
 
 def pytest_addoption(parser):

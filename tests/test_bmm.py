@@ -8,7 +8,7 @@ import septran
 from conftest import REPO, assert_gemm_close, first_point_text, mapping_path, needs_nvcc
 from support.cuda_tools import nvcc_resource_usage
 
-BMM_LOGIC = REPO / "examples" / "bmm" / "bmm.py"
+BMM_LOGIC = REPO / "septran" / "ops" / "logic" / "bmm.py"
 SHAPES = [(1, 64, 64, 64), (5, 33, 17, 70), (3, 129, 65, 95)]  # (batch, M, N, K)
 
 

@@ -8,7 +8,7 @@ from conftest import SOFTMAX_WITHOUT_TEMPS, REPO, edited_mapping, forbid_tilelan
 from septran.frontend import build_graph
 from test_errors_logic import check, load
 
-SOFTMAX = REPO / "examples" / "softmax" / "softmax.py"
+SOFTMAX = REPO / "septran" / "ops" / "logic" / "softmax.py"
 
 
 @pytest.mark.parametrize("function, marker, phrases", [

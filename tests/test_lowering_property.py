@@ -163,7 +163,7 @@ SOFTMAX_EDITS = (
 
 
 def softmax_source(delta: int, off: int) -> str:
-    text = (Path(__file__).resolve().parents[1] / "examples" / "softmax" / "softmax.py").read_text()
+    text = (Path(__file__).resolve().parents[1] / "septran" / "ops" / "logic" / "softmax.py").read_text()
     for old, new in SOFTMAX_EDITS:
         assert old in text
         text = text.replace(old, new.format(delta=_plus(delta), off=_plus(off)))
@@ -213,7 +213,7 @@ ATTENTION_EDITS = (
 
 
 def attention_source(delta: int, off: int) -> str:
-    text = (Path(__file__).resolve().parents[1] / "examples" / "attention" / "attention.py").read_text()
+    text = (Path(__file__).resolve().parents[1] / "septran" / "ops" / "logic" / "attention.py").read_text()
     for old, new in ATTENTION_EDITS:
         assert text.count(old) == 1
         text = text.replace(old, new.format(delta=_plus(delta), off=_plus(off)))

@@ -9,7 +9,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from conftest import assert_flash_rule
-from septran.model import kernels
+from septran.ops import kernels
 from septran.model.patterns.attention import Attention
 from septran.model.patterns.base import Match, Refusal
 from support.model_graphs import apply, capture, compile_with, matches
@@ -362,7 +362,7 @@ def test_bottom_right_causal_mask_is_the_logics_causal(monkeypatch):
 @pytest.mark.xfail(strict=True, reason="sm90: TileLang's lowering stops on the bool mask when the sequence lengths "
                                        "are dynamic (\"Check failed: (0) is false: bool\"); static lengths lower")
 def test_sm90_program_with_a_bool_mask_and_dynamic_lengths():
-    from septran.model.ops.attention import attention_kernel
+    from septran.ops.attention import attention_kernel
 
     f16 = "float16"
     variant = attention_kernel("sm90", False, True, "bool").specialize(
@@ -388,7 +388,7 @@ def test_unused_log_sum_exp_goes_with_the_call_and_a_used_one_is_refused():
 
 def test_few_queries_run_the_decode_mapping():
     """Up to 8 queries use mappings/<target>/attention_decode.yaml (blocks of a few rows), more the prefill one."""
-    from septran.model.ops.attention import attention_kernel
+    from septran.ops.attention import attention_kernel
 
     kernels.clear()
     q, k = _rand(1, 2, 8, 16, seed=1), _rand(1, 2, 30, 16, seed=2)

@@ -11,9 +11,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
-from septran.model import kernels
-from septran.model.ops import elementwise as ew
-from septran.model.ops.elementwise_logic import OPS, check
+from septran.ops import kernels
+from septran.ops import elementwise as ew
+from septran.ops.logic.elementwise_chain import OPS, check
 from septran.model.patterns import PATTERNS
 from septran.model.patterns.base import Match, Refusal
 from support.model_graphs import assert_flash_rule, compiled
@@ -242,13 +242,12 @@ def test_the_op_passes_opcheck_and_exports():
 def test_gpu_targets_lower_a_chain_with_every_input_kind(target):
     """The generated logic with the GPU mappings lowers to CUDA / HIP (running it needs the GPU)."""
     import septran
-    from septran.model.ops import shipped
-    from septran.model.ops.elementwise_logic import chain_logic
+    from septran.ops.logic.elementwise_chain import chain_logic
 
     ops_ = (("mul", ("i", 0), ("c", 2.0)), ("add", ("v", 0), ("i", 1)), ("sigmoid", ("v", 1)),
             ("mul", ("v", 2), ("i", 2)), ("where", ("i", 4), ("v", 3), ("i", 3)))
     kernel = septran.compile(chain_logic(ops_, ("full", "col", "row", "one", "full")),
-                             shipped.mapping(target, "elementwise_chain"), target=target)
+                             kernels.mapping(target, "elementwise_chain"), target=target)
     v = kernel.specialize(X0=((37, 40), "bfloat16"), X1=((40,), "bfloat16"), X2=((37,), "float32"),
                           X3=((1,), "bfloat16"), X4=((37, 40), "bool"), Y=((37, 40), "bfloat16"))
     assert 'T.dynamic("X0_dim0"' in v.tilelang_source and "T.Parallel" in v.tilelang_source

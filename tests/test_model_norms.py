@@ -10,8 +10,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import septran.model.ops.norms  # noqa: F401 - registers torch.ops.septran.*
-from septran.model import kernels
+import septran.ops.norms  # noqa: F401 - registers torch.ops.septran.*
+from septran.ops import kernels
 from septran.model.patterns import PATTERNS
 from septran.model.patterns.base import Match, Refusal
 from support.model_graphs import assert_flash_rule, compiled
@@ -207,10 +207,8 @@ def test_a_block_at_32_sequence_lengths_builds_each_kernel_once(monkeypatch):
 @pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm"])
 def test_gpu_targets_lower_the_rows_dynamic_norms(target, op):
     import septran
-    from septran.model.ops import shipped
-
     logic = {"softmax": lambda m: m.softmax(), "layernorm": lambda m: m.layernorm(), "rmsnorm": lambda m: m.rmsnorm()}
-    kernel = septran.compile(logic[op](shipped.example(op)), shipped.mapping(target, op, (("X", (0,)),)), target=target)
+    kernel = septran.compile(logic[op](kernels.logic(op)), kernels.mapping(target, op, (("X", (0,)),)), target=target)
     x, v = ((37, 4097), "float16"), ((4097,), "float16")
     shapes = {"softmax": {"X": x}, "layernorm": {"X": x, "W": v, "B": v}, "rmsnorm": {"X": x, "W": v}}[op]
     v = kernel.specialize(**shapes)
@@ -240,12 +238,10 @@ def test_the_undecomposed_forms_torch_export_keeps():
 
 def test_a_missing_mapping_is_a_refusal_and_the_model_still_runs(monkeypatch):
     from septran.errors import MappingError
-    from septran.model.ops import shipped
-
     def missing(target, op):
         raise MappingError(f"no mapping of operator {op!r} for target {target!r}")
 
-    monkeypatch.setattr(shipped, "mapping_file", missing)
+    monkeypatch.setattr(kernels, "mapping_file", missing)
     f = lambda x: F.softmax(x, -1) * 2  # noqa: E731
     x, results = _x((3, 9), torch.float32), []
     with torch.no_grad():

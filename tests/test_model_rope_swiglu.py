@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import assert_flash_rule, needs_nvcc
-from septran.model import kernels
+from septran.ops import kernels
 from septran.model.patterns import PATTERNS
 from septran.model.patterns.base import Match, Refusal
 from septran.model.patterns.rope import Rope
@@ -208,8 +208,8 @@ def test_empty_sizes_are_torchs():
 @pytest.mark.parametrize("target, arch", [("sm90", "sm_90a"), ("sm80", "sm_80")])
 def test_gpu_programs_build_with_dynamic_lengths(target, arch):
     """The model's variants (weights (N, K), dynamic tokens and sequence) make GPU programs without spills."""
-    from septran.model.ops.rope import rope_kernel
-    from septran.model.ops.swiglu import swiglu_kernel
+    from septran.ops.rope import rope_kernel
+    from septran.ops.swiglu import swiglu_kernel
     from support.cuda_tools import nvcc_resource_usage
 
     f16 = "float16"

@@ -1,51 +1,7 @@
-"""GEMM with a fused epilogue: C = act(op(A) @ op(B) + bias), act in relu / gelu / gelu_tanh / silu or
-"none", op(X) = X or X transposed. The algorithm only; mappings/<target>/gemm_epilogue.yaml say how.
+"""GEMM with a fused epilogue: the example's logic file, which the kernel library ships.
 
-``gemm_epilogue(...)`` builds the operator for one activation and layout; the
-task names do not change with them, so one mapping per target serves all.
+The logic lives in ``septran/ops/logic/gemm_epilogue.py`` (installed with SepTran; the model level compiles it too).
+This file is where the example finds it: ``septran.compile(logic_file="examples/gemm_epilogue/gemm_epilogue.py")`` and
+``run_gemm_epilogue.py`` read the tasks imported here, and the mapping is ``mappings/<target>/gemm_epilogue.yaml`` as before.
 """
-from septran import task
-
-GEMMS = {(False, False): "gemm", (True, False): "gemm_at", (False, True): "gemm_bt"}
-
-
-def gemm_epilogue(activation: str = "relu", transpose_a: bool = False, transpose_b: bool = False):
-    """The entry task; A is (K, M) when transpose_a, B is (N, K) when transpose_b."""
-    gemm = GEMMS[(transpose_a, transpose_b)]
-
-    @task.define(leaf=True)
-    def epi_gemm_leaf(C, A, B):
-        task.call_primitive(gemm, C, A, B)
-
-    @task.define(leaf=True)
-    def epi_bias_leaf(C, bias):
-        task.call_primitive("add_bias", C, bias)
-
-    @task.define(leaf=True)
-    def epi_act_leaf(C):
-        task.call_primitive(activation, C)
-
-    @task.define
-    def epi_block_logic(C, A, B, bias):
-        Ap = task.partition(A, by="blocks", tile=("BK", "BM") if transpose_a else ("BM", "BK"))
-        Bp = task.partition(B, by="blocks", tile=("BN", "BK") if transpose_b else ("BK", "BN"))
-        for k in task.range(Ap.shape[0] if transpose_a else Ap.shape[1]):  # sequential: may be pipelined
-            task.launch(epi_gemm_leaf, C, Ap[k, 0] if transpose_a else Ap[0, k], Bp[0, k] if transpose_b else Bp[k, 0])
-        task.launch(epi_bias_leaf, C, bias)  # the epilogue, on the finished tile
-        if activation != "none":  # "none": bias only; the mapping then binds no epi_act_leaf
-            task.launch(epi_act_leaf, C)
-
-    @task.define
-    def gemm_epilogue_logic(C, A, B, bias):
-        Cp = task.partition(C, by="blocks", tile=("BM", "BN"))
-        Ap = task.partition(A, by="blocks", tile=(None, "BM") if transpose_a else ("BM", None))
-        Bp = task.partition(B, by="blocks", tile=("BN", None) if transpose_b else (None, "BN"))
-        biasp = task.partition(bias, by="blocks", tile=("BN",))
-        for i, j in task.parallel_range(Cp.shape):  # parallel: may become the grid
-            task.launch(epi_block_logic, Cp[i, j], Ap[0, i] if transpose_a else Ap[i, 0],
-                        Bp[j, 0] if transpose_b else Bp[0, j], biasp[j])
-
-    return gemm_epilogue_logic
-
-
-gemm_epilogue_logic = gemm_epilogue()  # what `septran.compile(logic_file=...)` finds: relu, no transposes
+from septran.ops.logic.gemm_epilogue import *  # noqa: F401,F403 - the logic's tasks and builders

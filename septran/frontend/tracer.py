@@ -8,7 +8,6 @@ between the opening and the closing of the loop.
 from __future__ import annotations
 
 import inspect
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -18,18 +17,16 @@ from septran.errors import FrontendError, SourceLoc
 from septran.expr import Expr, fresh
 from septran.frontend.bounds import check_axis, check_index_expr
 from septran.frontend.ir import FULL, Arg, Param, Partition, ScalarParam, TaskDef, Temp, TileRef, source_dim
-from septran.frontend.user_errors import as_frontend_error
+from septran.frontend.user_errors import as_frontend_error, is_internal
 from septran.names import check_name, is_safe_name
 from septran.paths import path_problem
 
-_FRONTEND_DIR = os.path.dirname(os.path.abspath(__file__))
-_SEPTRAN_DIR = os.path.dirname(_FRONTEND_DIR)
 
 
 def caller_loc() -> SourceLoc:
     """The first frame outside SepTran: the user's line that called Task Lang."""
     frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_SEPTRAN_DIR + os.sep):
+    while frame is not None and is_internal(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:  # pragma: no cover - only from inside SepTran itself
         return SourceLoc("<unknown>", 0)

@@ -16,6 +16,9 @@ from typing import Optional
 from septran.errors import FrontendError, SepTranError, SourceLoc
 
 _SEPTRAN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# The kernel library's logic files (septran/ops/logic/) are Task Lang as a user writes it: their lines are the
+# user's lines of a trace and of an error, though they ship inside the package.
+_LOGIC_DIR = os.path.join(_SEPTRAN_DIR, "ops", "logic") + os.sep
 MAX_MESSAGE_CHARS = 500
 
 _HINTS = {
@@ -25,8 +28,10 @@ _HINTS = {
 }
 
 
-def _is_septran(file: str) -> bool:
-    return os.path.abspath(file).startswith(_SEPTRAN_DIR)
+def is_internal(file: str) -> bool:
+    """Whether ``file`` is SepTran's own code (not a logic file of its kernel library)."""
+    path = os.path.abspath(file)
+    return path.startswith(_SEPTRAN_DIR) and not path.startswith(_LOGIC_DIR)
 
 
 def user_line(tb: Optional[types.TracebackType], logic_file: Optional[str]) -> Optional[SourceLoc]:
@@ -37,7 +42,7 @@ def user_line(tb: Optional[types.TracebackType], logic_file: Optional[str]) -> O
         file = code.co_filename
         if logic_file is not None and os.path.abspath(file) == os.path.abspath(logic_file):
             in_logic = SourceLoc(file, tb.tb_lineno)
-        elif not _is_septran(file) and not file.startswith(("<frozen", sys.prefix, sys.base_prefix)):
+        elif not is_internal(file) and not file.startswith(("<frozen", sys.prefix, sys.base_prefix)):
             outside = SourceLoc(file, tb.tb_lineno)
         tb = tb.tb_next
     return in_logic or outside
@@ -56,7 +61,7 @@ def as_frontend_error(err: Exception, logic_file: Optional[str], fallback: Optio
     """``err`` (raised while ``doing``) as a FrontendError at the user's line; a SepTranError is kept as it is."""
     if isinstance(err, SepTranError):
         return err
-    if isinstance(err, SyntaxError) and err.filename and not _is_septran(err.filename):
+    if isinstance(err, SyntaxError) and err.filename and not is_internal(err.filename):
         loc = SourceLoc(err.filename, err.lineno or 1, err.offset or 0)
         return FrontendError(f"{doing}: SyntaxError: {err.msg}", loc)
     loc = user_line(err.__traceback__, logic_file) or fallback

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping as TMapping, Optional, Union
+from typing import Mapping as TMapping, Optional, Sequence, Union
 
 from septran.errors import MappingError, SourceLoc
+from septran.mapping import edits
 from septran.mapping.halo import Halo, parse_halo
 from septran.mapping.space import SearchSpace, collect
 from septran.mapping.yaml_source import Located, LocatedDict, load_located, read_mapping_text
@@ -21,7 +23,7 @@ from septran.names import check_name
 from septran.paths import check_user_path
 
 TOP_KEYS = ("target", "entrypoint", "task_mappings")
-OPTIONAL_TOP_KEYS = ("dynamic",)  # entry parameter -> axes that stay symbolic
+OPTIONAL_TOP_KEYS = ("dynamic", "static")  # entry parameter -> axes that stay symbolic / that stay numbers
 INSTANCE_KEYS = (
     "task_name", "proc", "mems", "tunables", "calls", "pipeline",
     "leaf_task_bindings", "threads", "copy", "accum_dtype", "schedule", "halo",
@@ -85,6 +87,12 @@ class Mapping:
     # logic in septran.lowering.dynamic.
     dynamic: TMapping[str, tuple[Located, ...]] = dataclasses.field(default_factory=dict)
     dynamic_loc: Optional[SourceLoc] = None
+    # Entry parameter -> axes that stay numbers of each build even where a caller asks for them dynamic
+    # (``with_dynamic``): where a symbolic size costs more than a build per size on this target.
+    static: TMapping[str, tuple[Located, ...]] = dataclasses.field(default_factory=dict)
+    # The located file this mapping was parsed from (a point's: its !tune values resolved): what typed edits
+    # rewrite. Not part of the mapping's value: two mappings that say the same are equal wherever they came from.
+    source: Optional[Located] = dataclasses.field(default=None, compare=False, repr=False)
 
     def instance(self, name: str) -> InstanceMapping:
         return self.instances[name]
@@ -95,6 +103,38 @@ class Mapping:
         if self.space is None:
             raise MappingError("this mapping has no !tune dimensions", SourceLoc(self.file, 1))
         return dataclasses.replace(_point(self.space, point), space=None)
+
+    def with_dynamic(self, axes: TMapping[str, Sequence[int]], loc: Optional[SourceLoc] = None) -> "Mapping":
+        """This mapping with the entry parameters' ``axes`` (``{"X": [0]}``) dynamic too, as if the file's
+        ``dynamic:`` listed them: one build serves every size of them; an axis the file's ``static:`` names stays a
+        number. A new frozen mapping; the file's values keep their lines, the added axes are located at ``loc``
+        (default: the caller's line)."""
+        where = loc or _caller()
+        return self._edited(lambda root: edits.add_dynamic(root, axes, where))
+
+    def without_binding(self, leaf: str, instance: Optional[str] = None, loc: Optional[SourceLoc] = None) -> "Mapping":
+        """This mapping without the ``leaf_task_bindings`` entry of logic task ``leaf`` (in every instance that
+        binds it, or in ``instance``): for a variant of the logic that never launches that leaf. A new frozen
+        mapping; a MappingError at ``loc`` (default: the caller's line) where nothing binds ``leaf``."""
+        where = loc or _caller()
+        return self._edited(lambda root: edits.drop_binding(root, leaf, where, instance))
+
+    def _edited(self, edit) -> "Mapping":
+        """The mapping parsed again from ``edit`` of its located file (every check runs again); a search space is
+        edited as a whole, and the current point keeps the values of the dimensions still there."""
+        if self.space is not None:
+            space = collect(edit(self.space.root), self.file)
+            paths = {d.path for d in space.dimensions}
+            if not paths:  # the edit removed the last !tune: an ordinary mapping
+                return _parse_located(space.root, self.file)
+            return _point(space, {p: v for p, v in self.point.items() if p in paths})
+        return _parse_located(edit(self.source), self.file)
+
+
+def _caller() -> SourceLoc:
+    """The line of Python that called a ``Mapping`` edit (two frames up: the edit method, then its caller)."""
+    frame = sys._getframe(2)
+    return SourceLoc(frame.f_code.co_filename, frame.f_lineno)
 
 
 def _did_you_mean(word: str, choices) -> str:
@@ -264,27 +304,33 @@ def _parse_located(root: Located, file: str) -> Mapping:
                 inst.loc,
                 hint="name it in some instance's `calls`, or delete it",
             )
-    dynamic = _dynamic(top.get("dynamic"))
+    dynamic, static = _axes(top.get("dynamic"), "dynamic"), _axes(top.get("static"), "static")
+    for param, axes in dynamic.items():
+        pinned = {a.value for a in static.get(param, ())}
+        for axis in axes:
+            if axis.value in pinned:
+                raise MappingError(f"dynamic.{param} names axis {axis.value}, which static.{param} keeps a number",
+                                   axis.loc, hint="name the axis in one of dynamic and static")
     return Mapping(file, top["target"], top["entrypoint"], MappingProxyType(instances), dynamic=dynamic,
-                   dynamic_loc=top.key_locs["dynamic"] if "dynamic" in top else None)
+                   dynamic_loc=top.key_locs["dynamic"] if "dynamic" in top else None, static=static, source=root)
 
 
 MAX_RANK = 64  # far above any tensor's rank; the logic's ranks are checked where mapping and logic meet
 
 
-def _dynamic(val: Optional[Located]) -> TMapping[str, tuple[Located, ...]]:
-    """``dynamic: {Q: [2], K: [2]}``: entry parameter names -> lists of distinct axes (integers >= 0)."""
+def _axes(val: Optional[Located], key: str) -> TMapping[str, tuple[Located, ...]]:
+    """``dynamic: {Q: [2], K: [2]}`` (or ``static:``): entry parameter names -> lists of distinct axes (integers >= 0)."""
     out = {}
-    for param, axes in _name_table(val, "dynamic", values_are_names=False).items():
+    for param, axes in _name_table(val, key, values_are_names=False).items():
         items = axes.value if isinstance(axes.value, list) else None
         if not items:
-            raise MappingError(f"dynamic.{param} must be a list of axes of {param} (integers from 0), got {axes.value!r}",
-                               axes.loc, hint=f"e.g. `dynamic: {{{param}: [0]}}`")
+            raise MappingError(f"{key}.{param} must be a list of axes of {param} (integers from 0), got {axes.value!r}",
+                               axes.loc, hint=f"e.g. `{key}: {{{param}: [0]}}`")
         seen = set()
         for item in items:
-            _positive_int(item, f"an axis of dynamic.{param}", minimum=0, maximum=MAX_RANK - 1)
+            _positive_int(item, f"an axis of {key}.{param}", minimum=0, maximum=MAX_RANK - 1)
             if item.value in seen:
-                raise MappingError(f"dynamic.{param} names axis {item.value} twice", item.loc)
+                raise MappingError(f"{key}.{param} names axis {item.value} twice", item.loc)
             seen.add(item.value)
         out[param] = tuple(items)
     return MappingProxyType(out)

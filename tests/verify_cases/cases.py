@@ -37,6 +37,7 @@ import septran  # noqa: E402
 from conftest import assert_flash_rule, assert_gemm_close, edited_mapping, mapping_path  # noqa: E402
 
 EXAMPLES = REPO / "examples"
+LIBRARY = REPO / "septran" / "ops" / "logic"  # the logic files examples/<op>/<op>.py import (edited as text here)
 SEPTRAN_DIR = str(Path(septran.__file__).resolve().parent) + os.sep
 _INTERNAL = re.compile(r"septran/(lowering|frontend|runtime|emit_tilelang|mapping|errors|target)|Traceback")
 
@@ -124,7 +125,7 @@ ROW_TILES = ("{BM: 1, BN: 1024}", "{BM: 8, BN: 64}")  # not square: 8 rows, 64 c
 
 def case_softmax_swapped_lambda(tmp: Path) -> None:
     """``lambda j, i:`` on an 8 x 64 tile: i runs to 63 over X's tile of 8 rows. SIGSEGV today when run."""
-    logic = edited_file(tmp, EXAMPLES / "softmax" / "softmax.py", "softmax_swapped.py",
+    logic = edited_file(tmp, LIBRARY / "softmax.py", "softmax_swapped.py",
                         (SOFTMAX_WRITE, SOFTMAX_WRITE.replace("lambda i, j:", "lambda j, i:")))
     mapping = edited_mapping(tmp, "cpu", "softmax", ROW_TILES)
     err = refused(compile_and_specialize(logic, mapping, X=((7, 1000), "float32")))
@@ -133,7 +134,7 @@ def case_softmax_swapped_lambda(tmp: Path) -> None:
 
 def case_rmsnorm_swapped_lambda(tmp: Path) -> None:
     """The same swap in rmsnorm's write. SIGSEGV today when run."""
-    logic = edited_file(tmp, EXAMPLES / "rmsnorm" / "rmsnorm.py", "rmsnorm_swapped.py",
+    logic = edited_file(tmp, LIBRARY / "rmsnorm.py", "rmsnorm_swapped.py",
                         (RMS_WRITE, RMS_WRITE.replace("lambda i, j:", "lambda j, i:")))
     mapping = edited_mapping(tmp, "cpu", "rmsnorm", ROW_TILES)
     err = refused(compile_and_specialize(logic, mapping, X=((7, 1000), "float32"), W=((1000,), "float32")))
@@ -145,7 +146,7 @@ def case_rmsnorm_swapped_lambda(tmp: Path) -> None:
 
 def case_bmm_batch_index_far_outside(tmp: Path) -> None:
     """``Bp[1000000, 0, j]`` with 2 batch entries: Bp's grid has 2 rows of tiles. SIGSEGV today when run."""
-    logic = edited_file(tmp, EXAMPLES / "bmm" / "bmm.py", "bmm_far.py", ("Bp[b, 0, j]", "Bp[1000000, 0, j]"))
+    logic = edited_file(tmp, LIBRARY / "bmm.py", "bmm_far.py", ("Bp[b, 0, j]", "Bp[1000000, 0, j]"))
     err = refused(compile_and_specialize(logic, mapping_path("cpu", "bmm"),
                                          A=((2, 64, 64), "float32"), B=((2, 64, 64), "float32")))
     assert_located(err, logic, line_of(logic, "Bp[1000000, 0, j]"), r"1000000|1,000,000|1e\+?0?6", r"\b2\b")
@@ -159,7 +160,7 @@ GEMM_SHAPES = dict(A=((64, 64), "float32"), B=((64, 64), "float32"))  # BK = 32:
 
 
 def _gemm_variant(tmp: Path, name: str, old: str, new: str) -> Path:
-    return edited_file(tmp, EXAMPLES / "gemm" / "gemm.py", f"{name}.py", (old, new))
+    return edited_file(tmp, LIBRARY / "gemm.py", f"{name}.py", (old, new))
 
 
 def _gemm_index_refused(tmp: Path, name: str, new_launch: str, *patterns: str) -> None:
@@ -282,7 +283,7 @@ EPI_TILES = ("{BM: 256, BN: 256, BK: 512}", "{BM: 32, BN: 16, BK: 32}")
 
 def _epilogue_with_bias(tmp: Path, name: str, index: str) -> Path:
     compute = f"task.compute(C, lambda i, j: C[i, j] + bias[{index}])"
-    return edited_file(tmp, EXAMPLES / "gemm_epilogue" / "gemm_epilogue.py", f"{name}.py", (BIAS_PRIMITIVE, compute))
+    return edited_file(tmp, LIBRARY / "gemm_epilogue.py", f"{name}.py", (BIAS_PRIMITIVE, compute))
 
 
 def case_epilogue_bias_by_column_correct(tmp: Path) -> None:
@@ -428,7 +429,7 @@ def _same_source(one: str, two: str, what: str) -> None:
 def case_source_independent_of_cwd(tmp: Path) -> None:
     """The same program compiled from two working directories: the same TileLang source (one cache entry).
     Today the header's paths are relative to the working directory when the file lies under it."""
-    logic, mapping = EXAMPLES / "gemm" / "gemm.py", mapping_path("cpu", "gemm")
+    logic, mapping = LIBRARY / "gemm.py", mapping_path("cpu", "gemm")
     _same_source(source_from(REPO, logic, mapping), source_from(REPO / "examples", logic, mapping), "examples/gemm")
     own = tmp / "own"
     own.mkdir()

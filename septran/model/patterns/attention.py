@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-import septran.model.ops.attention  # noqa: F401  (defines torch.ops.septran.attention)
+import septran.ops.attention  # noqa: F401  (defines torch.ops.septran.attention)
 from septran.model.patterns.base import Match, Pattern, Refusal, Result, val
 from septran.model.patterns.nodes import (aten, arguments, device_problem, float_dtype_problem, is_call, num, same,
                                           same_shape, seq_major, through_full_slices)

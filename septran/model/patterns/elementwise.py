@@ -16,7 +16,7 @@ import torch.fx as fx
 
 from septran.model.patterns.base import Match, Pattern, Refusal, Result, val
 from septran.model.patterns.nodes import FLOATS, node_numel, number, plain_cast, unavailable
-from septran.model.ops.elementwise_logic import POW_EXPONENTS, kind_of
+from septran.ops.logic.elementwise_chain import POW_EXPONENTS, kind_of
 
 aten = torch.ops.aten
 
@@ -152,7 +152,7 @@ class ElementwisePattern(Pattern):
     # -- the call ------------------------------------------------------------------------------------------------
 
     def _build(self, sink, members, out) -> Result:
-        from septran.model.ops import elementwise as ew_ops
+        from septran.ops import elementwise as ew_ops
 
         index = {n: k for k, n in enumerate(members)}
         inputs, ops = [], []

@@ -43,7 +43,7 @@ def _transposed(b: fx.Node):
 
 
 def _refusal(node: fx.Node, *tensors) -> Refusal | None:
-    from septran.model import kernels
+    from septran.ops import kernels
     from septran.target import load_target
 
     for t in tensors:
@@ -120,7 +120,7 @@ class GemmPattern(Pattern):
         return self._match([lin] + ([node] if act else []), out, x, w, bias, True, act or "none")
 
     def _match(self, nodes, out, x, w, bias, trans, act):
-        import septran.model.ops.gemm  # noqa: F401 - registers torch.ops.septran.gemm
+        import septran.ops.gemm  # noqa: F401 - registers torch.ops.septran.gemm
 
         gemm = torch.ops.septran.gemm.default
         plain = bias is None and act == "none" and not trans
@@ -138,7 +138,7 @@ class BmmPattern(Pattern):
         refused = _refusal(node, a, b)
         if refused is not None:
             return Refusal("bmm", node, refused.why)
-        import septran.model.ops.bmm  # noqa: F401 - registers torch.ops.septran.bmm
+        import septran.ops.bmm  # noqa: F401 - registers torch.ops.septran.bmm
 
         return Match("bmm", (node,), node, torch.ops.septran.bmm.default, (a, b), kernel="examples/bmm", flops=node_flops(node))
 

@@ -153,14 +153,13 @@ def users_inside(node: fx.Node, inside: set) -> bool:
 def unavailable(op: str, device, logic: bool = True) -> Optional[str]:
     """Why ``op`` cannot run on ``device`` (no target, no mapping there, its logic file missing), or None."""
     from septran.errors import SepTranError
-    from septran.model import kernels
-    from septran.model.ops import shipped
+    from septran.ops import kernels
 
     try:
         target = kernels.target_for(device)
-        shipped.mapping_file(target, op)
+        kernels.mapping_file(target, op)
         if logic:
-            shipped.example(op)
-    except (SepTranError, StopIteration, OSError) as err:
+            kernels.logic(op)
+    except (SepTranError, StopIteration, OSError, ImportError) as err:
         return f"SepTran cannot run {op} on {device}: {err}"
     return None

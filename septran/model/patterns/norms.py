@@ -21,7 +21,7 @@ aten = torch.ops.aten
 
 
 def _ops():
-    from septran.model.ops import norms  # noqa: F401 - registers torch.ops.septran.{softmax,layer_norm,rms_norm}
+    from septran.ops import norms  # noqa: F401 - registers torch.ops.septran.{softmax,layer_norm,rms_norm}
 
     return torch.ops.septran
 

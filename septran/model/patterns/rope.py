@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-import septran.model.ops.rope  # noqa: F401  (defines torch.ops.septran.rope)
+import septran.ops.rope  # noqa: F401  (defines torch.ops.septran.rope)
 from septran.model.patterns.base import Match, Pattern, Refusal, Result, val
 from septran.model.patterns.nodes import (aten, arguments, device_problem, float_dtype_problem, is_call, numel,
                                           same, same_shape, seq_major)

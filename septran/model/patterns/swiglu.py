@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-import septran.model.ops.swiglu  # noqa: F401  (defines torch.ops.septran.swiglu)
+import septran.ops.swiglu  # noqa: F401  (defines torch.ops.septran.swiglu)
 from septran.model.patterns.base import Match, Pattern, Refusal, Result, val
 from septran.model.patterns.nodes import aten, device_problem, float_dtype_problem, is_call, num, same, same_shape
 

@@ -1,4 +1,5 @@
-"""``torch.ops.septran.rope``: Llama's ``x * cos + rotate_half(x) * sin`` as ``examples/rope``.
+"""``torch.ops.septran.rope``: Llama's ``x * cos + rotate_half(x) * sin`` as the library's RoPE
+(``septran/ops/logic/rope.py``).
 
 x is (B, H, S, D) as Llama and HF write it; cos and sin broadcast to (B or 1, 1, S, D). The shipped logic
 takes X as (batch, seq, heads, D) and the tables as (seq, D): both of x's usual layouts are read in place,
@@ -11,15 +12,14 @@ from __future__ import annotations
 
 import torch
 
-from septran.model import kernels
-from septran.model.ops import shipped
-from septran.model.ops.heads import empty_heads, in_layout
+from septran.ops import kernels
+from septran.ops.heads import empty_heads, in_layout
 
 DYNAMIC = (("X", (1,)), ("C", (0,)), ("S", (0,)))  # the sequence length
 
 
 def rope_kernel(target: str):
-    return shipped.kernel(("rope", target), target, "rope", lambda: shipped.example("rope").rope_logic, DYNAMIC)
+    return kernels.kernel(("rope", target), target, "rope", lambda: kernels.logic("rope").rope_logic, DYNAMIC)
 
 
 def _tables(t: torch.Tensor, s: int, d: int) -> torch.Tensor:

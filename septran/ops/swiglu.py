@@ -1,5 +1,5 @@
 """``torch.ops.septran.swiglu``: ``silu(x @ Wg^T) * (x @ Wu^T)``, the gate and up projections of a SwiGLU MLP
-fused (``examples/swiglu_mlp``); the down projection stays a GEMM.
+fused (``septran/ops/logic/swiglu_mlp.py``); the down projection stays a GEMM.
 
 x is (..., K), the weights (N, K) as torch.nn.Linear keeps them (``transposed``) or (K, N); they are read in
 place. The tokens (x's leading dimensions, flattened) are a dynamic dimension: one build serves every length.
@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import torch
 
-from septran.model import kernels
-from septran.model.ops import shipped
+from septran.ops import kernels
 
 DYNAMIC = (("X", (0,)),)  # the tokens
 
 
 def swiglu_kernel(target: str, transposed: bool):
-    return shipped.kernel(("swiglu_mlp", target, transposed), target, "swiglu_mlp",
-                          lambda: shipped.example("swiglu_mlp").swiglu_mlp(transpose_b=transposed), DYNAMIC)
+    return kernels.kernel(("swiglu_mlp", target, transposed), target, "swiglu_mlp",
+                          lambda: kernels.logic("swiglu_mlp").swiglu_mlp(transpose_b=transposed), DYNAMIC)
 
 
 @torch.library.custom_op("septran::swiglu", mutates_args=())

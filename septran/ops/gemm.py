@@ -2,40 +2,31 @@
 
 ``w`` is (K, N), or (N, K) with ``w_transposed`` (a Linear's weight, read in place by the ``gemm_bt`` leaf).
 The leading dimensions of ``x`` fold into the rows M, which the model mappings keep dynamic: one build serves
-every batch and sequence length. Without bias and activation it is examples/gemm (B as stored); else
-examples/gemm_epilogue with a zero bias where there is none.
+every batch and sequence length. Without bias and activation it is the library's gemm logic (B as stored); else
+its gemm_epilogue logic with a zero bias where there is none (``septran/ops/logic/``).
 """
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 import torch
 
-from septran.model import kernels
-from septran.model.ops.shipped import example, mapping_file
+from septran.ops import kernels
 
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
+ROWS = (("A", (0,)),)  # M: a model's batch x sequence length, any size: one build
+
+
 def gemm_kernel(target: str, act: str, w_transposed: bool, plain: bool):
-    """The compiled kernel for one activation and layout (``plain``: examples/gemm, no epilogue)."""
-    import septran
-
+    """The compiled kernel for one activation and layout (``plain``: the gemm logic, no epilogue)."""
     if plain:
-        return kernels.kernel(("gemm", target, "plain", False),
-                              lambda: septran.compile(example("gemm"), mapping_file(target, "gemm_model", "gemm")))
-
-    def make():
-        logic = example("gemm_epilogue").gemm_epilogue(act, False, w_transposed)
-        path = mapping_file(target, "gemm_epilogue_model", "gemm_epilogue")
-        if act != "none":
-            return septran.compile(logic, path)
-        # no activation: the logic launches no epi_act_leaf, so the mapping binds none (YAML text, a newline in it)
-        text = re.sub(r",\s*epi_act_leaf:\s*[^,}\n]+", "", path.read_text())
-        return septran.compile(logic, text if "\n" in text else text + "\n")
-
-    return kernels.kernel(("gemm_epilogue", target, act, w_transposed), make)
+        return kernels.kernel(("gemm", target, "plain", False), target, "gemm", lambda: kernels.logic("gemm"), ROWS)
+    # no activation: the logic launches no epi_act_leaf, so the mapping binds none
+    unbound = ("epi_act_leaf",) if act == "none" else ()
+    return kernels.kernel(("gemm_epilogue", target, act, w_transposed), target, "gemm_epilogue",
+                          lambda: kernels.logic("gemm_epilogue").gemm_epilogue(act, False, w_transposed), ROWS, unbound)
 
 
 def _check_act(act: str) -> None:

@@ -12,15 +12,14 @@ from typing import Optional
 
 import torch
 
-from septran.model import kernels
-from septran.model.ops import shipped
+from septran.ops import kernels
 
 _ROWS = (("X", (0,)),)  # the folded rows: any count, one build
 
 
 def _kernel(op: str, device, variant: tuple, logic_fn, dynamic=_ROWS):
     target = kernels.target_for(device)
-    return shipped.kernel((op, target, variant, "rows dynamic"), target, op, logic_fn, dynamic)
+    return kernels.kernel((op, target, variant, "rows dynamic"), target, op, logic_fn, dynamic)
 
 
 _CONSTANTS: dict = {}
@@ -49,7 +48,7 @@ def softmax(x: torch.Tensor, dim: int, log: bool, out_dtype: torch.dtype) -> tor
     if y.numel() == 0:
         return y
     xc = x.contiguous()
-    mod = shipped.example("softmax")
+    mod = kernels.logic("softmax")
     if inner == 1:
         # Columns dynamic too: attention scores over a KV cache grow by one column at each decode step.
         k = _kernel("softmax", x.device, (bool(log), 2), lambda: mod.softmax(log=bool(log), axis=1, rank=2),
@@ -79,7 +78,7 @@ def layer_norm(x: torch.Tensor, n: int, weight: Optional[torch.Tensor], bias: Op
     rows = x.numel() // n
     w = weight.reshape(n) if weight is not None else _constant(1.0, n, x)
     b = bias.reshape(n) if bias is not None else _constant(0.0, n, x)
-    k = _kernel("layernorm", x.device, (), lambda: shipped.example("layernorm").layernorm(axis=1, rank=2))
+    k = _kernel("layernorm", x.device, (), lambda: kernels.logic("layernorm").layernorm(axis=1, rank=2))
     k(x.contiguous().view(rows, n), w.contiguous(), b.contiguous(), eps=float(eps), Y=y.view(rows, n))
     return y
 
@@ -101,7 +100,7 @@ def rms_norm(x: torch.Tensor, n: int, weight: Optional[torch.Tensor], eps: float
         return y
     rows = x.numel() // n
     w = weight.reshape(n) if weight is not None else _constant(1.0, n, x)
-    k = _kernel("rmsnorm", x.device, (), lambda: shipped.example("rmsnorm").rmsnorm(axis=1, rank=2))
+    k = _kernel("rmsnorm", x.device, (), lambda: kernels.logic("rmsnorm").rmsnorm(axis=1, rank=2))
     k(x.contiguous().view(rows, n), w.contiguous(), eps=float(eps), Y=y.view(rows, n))
     return y
 

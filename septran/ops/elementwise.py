@@ -1,6 +1,6 @@
 """``torch.ops.septran.elementwise``: a fused chain of elementwise ops as one generated SepTran kernel.
 
-The chain travels as ``spec``, JSON of the ops (``elementwise_logic``'s format), checked against the op table
+The chain travels as ``spec``, JSON of the ops (``logic/elementwise_chain``'s format), checked against the op table
 before anything is generated. The output is the inputs' broadcast shape, viewed as (rows, last dimension); each
 input is viewed as its kind says. Kernels are cached by the chain's structure and its inputs' kinds; dtypes
 are the kernel's variants, and the mapping's rows and columns are dynamic, so every size shares one build.
@@ -13,9 +13,8 @@ from typing import List
 
 import torch
 
-from septran.model import kernels
-from septran.model.ops import shipped
-from septran.model.ops.elementwise_logic import chain_logic, check, kind_of
+from septran.ops import kernels
+from septran.ops.logic.elementwise_chain import chain_logic, check, kind_of
 
 
 def parse(spec: str) -> tuple:
@@ -61,7 +60,7 @@ def elementwise(inputs: List[torch.Tensor], spec: str, out_dtype: torch.dtype) -
     cols = shape[-1] if len(shape) else 1
     rows = math.prod(shape) // cols
     target = kernels.target_for(y.device)
-    k = shipped.kernel(("elementwise_chain", target, ops, kinds), target, "elementwise_chain",
+    k = kernels.kernel(("elementwise_chain", target, ops, kinds), target, "elementwise_chain",
                        lambda: chain_logic(ops, kinds))
     k(*(_view(x, kd, rows, cols, y.device) for x, kd in zip(inputs, kinds)), Y=y.view(rows, cols))
     return y

@@ -1,4 +1,5 @@
-"""``torch.ops.septran.attention``: torch's scaled_dot_product_attention as ``examples/attention``'s FlashAttention.
+"""``torch.ops.septran.attention``: torch's scaled_dot_product_attention as the library's FlashAttention
+(``septran/ops/logic/attention.py``).
 
 Sequence lengths are dynamic dimensions of the kernel's mapping (``Q`` and ``K`` along axis 2): one build
 serves every prefill length and every decode step's cache length. The op keeps torch's meanings where the
@@ -16,17 +17,14 @@ shipped logic's differ:
 """
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from typing import Optional
 
 import torch
 
-from septran.errors import MappingError
-from septran.model import kernels
-from septran.model.ops import shipped
-from septran.model.ops.heads import empty_heads, in_layout
+from septran.ops import kernels
+from septran.ops.heads import empty_heads, in_layout
 
 log = logging.getLogger(__name__)
 DYNAMIC = (("Q", (2,)), ("K", (2,)))  # the sequence lengths of the queries and of the keys
@@ -36,19 +34,10 @@ DECODE_ROWS = 8  # up to this many queries, a target's attention_decode mapping 
 def attention_kernel(target: str, causal: bool, gqa: bool, mask: str, decode: bool = False):
     """The compiled kernel for a variant: ``mask`` is "none", "add" (a float mask) or "bool"; ``decode``: for a
     few queries (the target's ``attention_decode`` mapping, where it has one)."""
-    op = "attention_decode" if decode and _has_mapping(target, "attention_decode") else "attention"
+    op = "attention_decode" if decode and kernels.has_mapping(target, "attention_decode") else "attention"
 
-    return shipped.kernel((op, target, causal, gqa, mask), target, op, lambda: shipped.example("attention").attention(
+    return kernels.kernel((op, target, causal, gqa, mask), target, op, lambda: kernels.logic("attention").attention(
         causal=causal, gqa=gqa, mask="bool" if mask == "bool" else "add"), DYNAMIC)
-
-
-@functools.lru_cache(maxsize=None)
-def _has_mapping(target: str, op: str) -> bool:
-    try:
-        shipped.mapping_file(target, op)
-        return True
-    except MappingError:
-        return False
 
 
 def _mask4(mask: torch.Tensor, sq: int, sk: int) -> torch.Tensor:

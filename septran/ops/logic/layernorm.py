@@ -1,0 +1,158 @@
+"""LayerNorm over the last dimension: Y = (X - mean) / sqrt(var + eps) * W + B.
+
+The algorithm only; mappings/<target>/layernorm.yaml say how. A program takes
+a block of rows and walks them in column tiles: it sums X into a tile-shaped
+accumulator and reduces it once (the mean), does the same with (X - mean)^2
+(the variance, two passes as Triton's tutorial does, for accuracy), then
+writes the output tile by tile. ``eps`` is a scalar argument: kernel(x, w, b, eps=1e-6).
+"""
+from septran import task
+
+
+def layernorm(axis: int = -1, rank: int = 2):
+    """The entry task over ``axis`` of a tensor of ``rank`` dimensions (W and B have that axis's length)."""
+    if rank not in (2, 3, 4) or not -rank <= axis < rank:
+        raise ValueError(f"layernorm over axis {axis} of rank {rank}: rank is 2, 3 or 4 and axis one of its dimensions")
+    return layernorm_logic if (axis % rank, rank) == (1, 2) else _layernorm_any(axis % rank, rank)
+
+
+@task.define(leaf=True)
+def ln_clear(acc):
+    task.compute(acc, lambda i, j: 0.0)
+
+
+@task.define(leaf=True)
+def ln_add(acc, X):  # padding past the row's end is zero, so plain sums need no mask
+    task.compute(acc, lambda i, j: acc[i, j] + X[i, j])
+
+
+@task.define(leaf=True)
+def ln_add_square_dev(acc, X, mean):
+    inside = lambda j: task.global_index(X, 1, j) < task.global_size(X, 1)  # noqa: E731
+    task.compute(acc, lambda i, j: acc[i, j] + task.where(inside(j), (X[i, j] - mean[i]) * (X[i, j] - mean[i]), 0.0))
+
+
+@task.define(leaf=True)
+def ln_mean(mean, acc, X):  # X: only its row length is used
+    task.call_primitive("row_sum", mean, acc)
+    task.compute(mean, lambda i: mean[i] / task.global_size(X, 1))
+
+
+@task.define(leaf=True)
+def ln_rstd(rstd, acc, X, eps=1e-5):
+    task.call_primitive("row_sum", rstd, acc)
+    task.compute(rstd, lambda i: task.rsqrt(rstd[i] / task.global_size(X, 1) + eps))
+
+
+@task.define(leaf=True)
+def ln_write(Y, X, W, B, mean, rstd):
+    task.compute(Y, lambda i, j: (X[i, j] - mean[i]) * rstd[i] * W[j] + B[j])
+
+
+@task.define
+def layernorm_rows(Y, X, W, B, eps=1e-5):  # a block of rows, every column
+    Xp = task.partition(X, by="blocks", tile=(None, "BN"))
+    Yp = task.partition(Y, by="blocks", tile=(None, "BN"))
+    Wp = task.partition(W, by="blocks", tile=("BN",))
+    Bp = task.partition(B, by="blocks", tile=("BN",))
+    acc = task.temp(X.shape[0], "BN")
+    mean = task.temp(X.shape[0])
+    rstd = task.temp(X.shape[0])
+    task.launch(ln_clear, acc)
+    for k in task.range(Xp.shape[1]):
+        task.launch(ln_add, acc, Xp[0, k])
+    task.launch(ln_mean, mean, acc, X)
+    task.launch(ln_clear, acc)
+    for k in task.range(Xp.shape[1]):
+        task.launch(ln_add_square_dev, acc, Xp[0, k], mean)
+    task.launch(ln_rstd, rstd, acc, X, eps)
+    for k in task.range(Xp.shape[1]):
+        task.launch(ln_write, Yp[0, k], Xp[0, k], Wp[k], Bp[k], mean, rstd)
+
+
+@task.define
+def layernorm_logic(Y, X, W, B, eps=1e-5):
+    Yp = task.partition(Y, by="blocks", tile=("BM", None))
+    Xp = task.partition(X, by="blocks", tile=("BM", None))
+    for i in task.parallel_range(Yp.shape[0]):  # parallel: may become the grid
+        task.launch(layernorm_rows, Yp[i, 0], Xp[i, 0], W, B, eps)
+
+
+def each(rank: int, fn):
+    """``fn`` as a function of ``rank`` indices, the form ``task.compute`` takes."""
+    return [lambda a: fn(a), lambda a, b: fn(a, b), lambda a, b, c: fn(a, b, c),
+            lambda a, b, c, d: fn(a, b, c, d)][rank - 1]
+
+
+def _layernorm_any(axis: int, rank: int):
+    """The same algorithm over any axis: a program owns BM elements along the last kept dimension (one along the
+    others) and walks the normalised axis in tiles of BN; mean and rstd have X's kept dimensions."""
+    kept = [d for d in range(rank) if d != axis]
+    inner = kept[-1]
+
+    def drop(ix):  # the statistics' indices: X's less the normalised one
+        return tuple(i for d, i in enumerate(ix) if d != axis)
+
+    @task.define(leaf=True)
+    def ln_clear(acc):
+        task.compute(acc, each(rank, lambda *ix: 0.0))
+
+    @task.define(leaf=True)
+    def ln_add(acc, X):  # padding past the end is zero, so plain sums need no mask
+        task.compute(acc, each(rank, lambda *ix: acc[ix] + X[ix]))
+
+    @task.define(leaf=True)
+    def ln_add_square_dev(acc, X, mean):
+        inside = lambda ix: task.global_index(X, axis, ix[axis]) < task.global_size(X, axis)  # noqa: E731
+        dev = lambda ix: X[ix] - mean[drop(ix)]  # noqa: E731
+        task.compute(acc, each(rank, lambda *ix: acc[ix] + task.where(inside(ix), dev(ix) * dev(ix), 0.0)))
+
+    @task.define(leaf=True)
+    def ln_mean(mean, acc, X):  # X: only its length along the axis is used
+        task.compute(mean, each(rank - 1, lambda *ix: 0.0))
+        task.call_primitive("reduce_sum", mean, acc, axis=axis, rank=rank)
+        task.compute(mean, each(rank - 1, lambda *ix: mean[ix] / task.global_size(X, axis)))
+
+    @task.define(leaf=True)
+    def ln_rstd(rstd, acc, X, eps=1e-5):
+        task.compute(rstd, each(rank - 1, lambda *ix: 0.0))
+        task.call_primitive("reduce_sum", rstd, acc, axis=axis, rank=rank)
+        task.compute(rstd, each(rank - 1, lambda *ix: task.rsqrt(rstd[ix] / task.global_size(X, axis) + eps)))
+
+    @task.define(leaf=True)
+    def ln_write(Y, X, W, B, mean, rstd):
+        task.compute(Y, each(rank, lambda *ix: (X[ix] - mean[drop(ix)]) * rstd[drop(ix)] * W[ix[axis]] + B[ix[axis]]))
+
+    @task.define
+    def layernorm_rows(Y, X, W, B, eps=1e-5):  # BM elements along the last kept dimension, all of the axis
+        walk = tuple("BN" if d == axis else None for d in range(rank))
+        Xp = task.partition(X, by="blocks", tile=walk)
+        Yp = task.partition(Y, by="blocks", tile=walk)
+        Wp = task.partition(W, by="blocks", tile=("BN",))
+        Bp = task.partition(B, by="blocks", tile=("BN",))
+        acc = task.temp(*(X.shape[d] if d != axis else "BN" for d in range(rank)))
+        mean = task.temp(*(X.shape[d] for d in kept))
+        rstd = task.temp(*(X.shape[d] for d in kept))
+        at = lambda k: tuple(k if d == axis else 0 for d in range(rank))  # noqa: E731
+        task.launch(ln_clear, acc)
+        for k in task.range(Xp.shape[axis]):
+            task.launch(ln_add, acc, Xp[at(k)])
+        task.launch(ln_mean, mean, acc, X)
+        task.launch(ln_clear, acc)
+        for k in task.range(Xp.shape[axis]):
+            task.launch(ln_add_square_dev, acc, Xp[at(k)], mean)
+        task.launch(ln_rstd, rstd, acc, X, eps)
+        for k in task.range(Xp.shape[axis]):
+            task.launch(ln_write, Yp[at(k)], Xp[at(k)], Wp[k], Bp[k], mean, rstd)
+
+    @task.define
+    def layernorm_logic(Y, X, W, B, eps=1e-5):
+        tile = tuple("BM" if d == inner else None if d == axis else 1 for d in range(rank))
+        Yp = task.partition(Y, by="blocks", tile=tile)
+        Xp = task.partition(X, by="blocks", tile=tile)
+        for ix in task.parallel_range(tuple(Yp.shape[d] for d in kept)):  # parallel: may become the grid
+            at = dict(zip(kept, ix if isinstance(ix, tuple) else (ix,)))
+            where = tuple(at.get(d, 0) for d in range(rank))
+            task.launch(layernorm_rows, Yp[where], Xp[where], W, B, eps)
+
+    return layernorm_logic

@@ -1,0 +1,121 @@
+"""RMSNorm over the last dimension: Y = X / sqrt(mean(X^2) + eps) * W.
+
+The algorithm only; mappings/<target>/rmsnorm.yaml say how. A program takes a
+block of rows, sums X^2 over column tiles into a tile-shaped accumulator,
+reduces it once, then writes the output tile by tile. ``eps`` is a scalar
+argument: kernel(x, w, eps=1e-5).
+"""
+from septran import task
+
+
+def rmsnorm(axis: int = -1, rank: int = 2):
+    """The entry task over ``axis`` of a tensor of ``rank`` dimensions (W has that axis's length)."""
+    if rank not in (2, 3, 4) or not -rank <= axis < rank:
+        raise ValueError(f"rmsnorm over axis {axis} of rank {rank}: rank is 2, 3 or 4 and axis one of its dimensions")
+    return rmsnorm_logic if (axis % rank, rank) == (1, 2) else _rmsnorm_any(axis % rank, rank)
+
+
+@task.define(leaf=True)
+def rms_clear(acc):
+    task.compute(acc, lambda i, j: 0.0)
+
+
+@task.define(leaf=True)
+def rms_add_square(acc, X):  # padding past the row's end is zero and adds nothing
+    task.compute(acc, lambda i, j: acc[i, j] + X[i, j] * X[i, j])
+
+
+@task.define(leaf=True)
+def rms_rstd(rstd, acc, X, eps=1e-6):  # X: only its row length is used
+    task.call_primitive("row_sum", rstd, acc)
+    task.compute(rstd, lambda i: task.rsqrt(rstd[i] / task.global_size(X, 1) + eps))
+
+
+@task.define(leaf=True)
+def rms_write(Y, X, W, rstd):
+    task.compute(Y, lambda i, j: X[i, j] * rstd[i] * W[j])
+
+
+@task.define
+def rmsnorm_rows(Y, X, W, eps=1e-6):  # a block of rows, every column
+    Xp = task.partition(X, by="blocks", tile=(None, "BN"))
+    Yp = task.partition(Y, by="blocks", tile=(None, "BN"))
+    Wp = task.partition(W, by="blocks", tile=("BN",))
+    acc = task.temp(X.shape[0], "BN")
+    rstd = task.temp(X.shape[0])
+    task.launch(rms_clear, acc)
+    for k in task.range(Xp.shape[1]):
+        task.launch(rms_add_square, acc, Xp[0, k])
+    task.launch(rms_rstd, rstd, acc, X, eps)
+    for k in task.range(Xp.shape[1]):
+        task.launch(rms_write, Yp[0, k], Xp[0, k], Wp[k], rstd)
+
+
+@task.define
+def rmsnorm_logic(Y, X, W, eps=1e-6):
+    Yp = task.partition(Y, by="blocks", tile=("BM", None))
+    Xp = task.partition(X, by="blocks", tile=("BM", None))
+    for i in task.parallel_range(Yp.shape[0]):  # parallel: may become the grid
+        task.launch(rmsnorm_rows, Yp[i, 0], Xp[i, 0], W, eps)
+
+
+def each(rank: int, fn):
+    """``fn`` as a function of ``rank`` indices, the form ``task.compute`` takes."""
+    return [lambda a: fn(a), lambda a, b: fn(a, b), lambda a, b, c: fn(a, b, c),
+            lambda a, b, c, d: fn(a, b, c, d)][rank - 1]
+
+
+def _rmsnorm_any(axis: int, rank: int):
+    """The same algorithm over any axis: a program owns BM elements along the last kept dimension (one along the
+    others) and walks the normalised axis in tiles of BN; rstd has X's kept dimensions."""
+    kept = [d for d in range(rank) if d != axis]
+    inner = kept[-1]
+
+    def drop(ix):  # rstd's indices: X's less the normalised one
+        return tuple(i for d, i in enumerate(ix) if d != axis)
+
+    @task.define(leaf=True)
+    def rms_clear(acc):
+        task.compute(acc, each(rank, lambda *ix: 0.0))
+
+    @task.define(leaf=True)
+    def rms_add_square(acc, X):  # padding past the end is zero and adds nothing
+        task.compute(acc, each(rank, lambda *ix: acc[ix] + X[ix] * X[ix]))
+
+    @task.define(leaf=True)
+    def rms_rstd(rstd, acc, X, eps=1e-6):  # X: only its length along the axis is used
+        task.compute(rstd, each(rank - 1, lambda *ix: 0.0))
+        task.call_primitive("reduce_sum", rstd, acc, axis=axis, rank=rank)
+        task.compute(rstd, each(rank - 1, lambda *ix: task.rsqrt(rstd[ix] / task.global_size(X, axis) + eps)))
+
+    @task.define(leaf=True)
+    def rms_write(Y, X, W, rstd):
+        task.compute(Y, each(rank, lambda *ix: X[ix] * rstd[drop(ix)] * W[ix[axis]]))
+
+    @task.define
+    def rmsnorm_rows(Y, X, W, eps=1e-6):  # BM elements along the last kept dimension, all of the axis
+        walk = tuple("BN" if d == axis else None for d in range(rank))
+        Xp = task.partition(X, by="blocks", tile=walk)
+        Yp = task.partition(Y, by="blocks", tile=walk)
+        Wp = task.partition(W, by="blocks", tile=("BN",))
+        acc = task.temp(*(X.shape[d] if d != axis else "BN" for d in range(rank)))
+        rstd = task.temp(*(X.shape[d] for d in kept))
+        at = lambda k: tuple(k if d == axis else 0 for d in range(rank))  # noqa: E731
+        task.launch(rms_clear, acc)
+        for k in task.range(Xp.shape[axis]):
+            task.launch(rms_add_square, acc, Xp[at(k)])
+        task.launch(rms_rstd, rstd, acc, X, eps)
+        for k in task.range(Xp.shape[axis]):
+            task.launch(rms_write, Yp[at(k)], Xp[at(k)], Wp[k], rstd)
+
+    @task.define
+    def rmsnorm_logic(Y, X, W, eps=1e-6):
+        tile = tuple("BM" if d == inner else None if d == axis else 1 for d in range(rank))
+        Yp = task.partition(Y, by="blocks", tile=tile)
+        Xp = task.partition(X, by="blocks", tile=tile)
+        for ix in task.parallel_range(tuple(Yp.shape[d] for d in kept)):  # parallel: may become the grid
+            at = dict(zip(kept, ix if isinstance(ix, tuple) else (ix,)))
+            where = tuple(at.get(d, 0) for d in range(rank))
+            task.launch(rmsnorm_rows, Yp[where], Xp[where], W, eps)
+
+    return rmsnorm_logic

@@ -1,0 +1,136 @@
+"""Softmax and log-softmax over the last dimension, for rows of any length.
+
+The algorithm only; mappings/<target>/softmax.yaml say how. A program takes a
+block of rows and walks them in column tiles twice: an online pass keeps each
+row's running maximum m and sum l of exp(x - m) (rescaling l when m grows),
+then a second pass writes exp(x - m) / l, or x - m - log(l).
+"""
+from septran import task
+
+NEG_INF = float("-inf")
+
+
+def softmax(log: bool = False, axis: int = -1, rank: int = 2):
+    """The entry task: softmax, or log-softmax when ``log``, over ``axis`` of a tensor of ``rank`` dimensions."""
+    if rank not in (2, 3, 4) or not -rank <= axis < rank:
+        raise ValueError(f"softmax over axis {axis} of rank {rank}: rank is 2, 3 or 4 and axis one of its dimensions")
+    if (axis % rank, rank) != (1, 2):
+        return _softmax_any(log, axis % rank, rank)
+
+    @task.define(leaf=True)
+    def softmax_start(m, l):
+        task.compute(m, lambda i: NEG_INF)
+        task.compute(l, lambda i: 0.0)
+
+    @task.define(leaf=True)
+    def softmax_stats(m, m_prev, l, S, X):  # fold one column tile into the running max and sum
+        task.compute(m_prev, lambda i: m[i])
+        # Columns past the row's end (the last tile may overhang it) must not count.
+        task.compute(S, lambda i, j: task.where(task.global_index(X, 1, j) < task.global_size(X, 1), X[i, j], NEG_INF))
+        task.call_primitive("row_max", m, S)
+        task.compute(l, lambda i: l[i] * task.exp(m_prev[i] - m[i]))
+        task.compute(S, lambda i, j: task.exp(S[i, j] - m[i]))
+        task.call_primitive("row_sum", m_prev, S)  # m_prev is free now: it holds the tile's sum
+        task.compute(l, lambda i: l[i] + m_prev[i])
+
+    @task.define(leaf=True)
+    def softmax_write(Y, X, m, l):
+        if log:
+            task.compute(Y, lambda i, j: X[i, j] - m[i] - task.log(l[i]))
+        else:
+            task.compute(Y, lambda i, j: task.exp(X[i, j] - m[i]) / l[i])
+
+    @task.define
+    def softmax_rows(Y, X):  # a block of rows, every column
+        Xp = task.partition(X, by="blocks", tile=(None, "BN"))
+        Yp = task.partition(Y, by="blocks", tile=(None, "BN"))
+        m = task.temp(X.shape[0])  # running row maximum
+        m_prev = task.temp(X.shape[0])
+        l = task.temp(X.shape[0])  # running sum of exp(x - m)
+        S = task.temp(X.shape[0], "BN")
+        task.launch(softmax_start, m, l)
+        for k in task.range(Xp.shape[1]):
+            task.launch(softmax_stats, m, m_prev, l, S, Xp[0, k])
+        for k in task.range(Xp.shape[1]):
+            task.launch(softmax_write, Yp[0, k], Xp[0, k], m, l)
+
+    @task.define
+    def softmax_logic(Y, X):
+        Yp = task.partition(Y, by="blocks", tile=("BM", None))
+        Xp = task.partition(X, by="blocks", tile=("BM", None))
+        for i in task.parallel_range(Yp.shape[0]):  # parallel: may become the grid
+            task.launch(softmax_rows, Yp[i, 0], Xp[i, 0])
+
+    return softmax_logic
+
+
+def each(rank: int, fn):
+    """``fn`` as a function of ``rank`` indices, the form ``task.compute`` takes."""
+    return [lambda a: fn(a), lambda a, b: fn(a, b), lambda a, b, c: fn(a, b, c),
+            lambda a, b, c, d: fn(a, b, c, d)][rank - 1]
+
+
+def _softmax_any(log: bool, axis: int, rank: int):
+    """The same algorithm over any axis: a program owns BM elements along the last kept dimension (one along the
+    others) and walks the reduced axis in tiles of BN; the running max and sum have X's kept dimensions."""
+    kept = [d for d in range(rank) if d != axis]
+    inner = kept[-1]
+
+    def drop(ix):  # the statistics' indices: X's less the reduced one
+        return tuple(i for d, i in enumerate(ix) if d != axis)
+
+    @task.define(leaf=True)
+    def softmax_start(m, l):
+        task.compute(m, each(rank - 1, lambda *ix: NEG_INF))
+        task.compute(l, each(rank - 1, lambda *ix: 0.0))
+
+    @task.define(leaf=True)
+    def softmax_stats(m, m_prev, l, S, X):
+        task.compute(m_prev, each(rank - 1, lambda *ix: m[ix]))
+        task.compute(S, each(rank, lambda *ix: task.where(
+            task.global_index(X, axis, ix[axis]) < task.global_size(X, axis), X[ix], NEG_INF)))
+        task.call_primitive("reduce_max", m, S, axis=axis, rank=rank)
+        task.compute(l, each(rank - 1, lambda *ix: l[ix] * task.exp(m_prev[ix] - m[ix])))
+        task.compute(S, each(rank, lambda *ix: task.exp(S[ix] - m[drop(ix)])))
+        task.compute(m_prev, each(rank - 1, lambda *ix: 0.0))
+        task.call_primitive("reduce_sum", m_prev, S, axis=axis, rank=rank)
+        task.compute(l, each(rank - 1, lambda *ix: l[ix] + m_prev[ix]))
+
+    @task.define(leaf=True)
+    def softmax_write(Y, X, m, l):
+        if log:
+            task.compute(Y, each(rank, lambda *ix: X[ix] - m[drop(ix)] - task.log(l[drop(ix)])))
+        else:
+            task.compute(Y, each(rank, lambda *ix: task.exp(X[ix] - m[drop(ix)]) / l[drop(ix)]))
+
+    @task.define
+    def softmax_rows(Y, X):  # BM elements along the last kept dimension, all of the reduced axis
+        walk = tuple("BN" if d == axis else None for d in range(rank))
+        Xp = task.partition(X, by="blocks", tile=walk)
+        Yp = task.partition(Y, by="blocks", tile=walk)
+        stats = [X.shape[d] for d in kept]
+        m = task.temp(*stats)  # running maximum
+        m_prev = task.temp(*stats)
+        l = task.temp(*stats)  # running sum of exp(x - m)
+        S = task.temp(*(X.shape[d] if d != axis else "BN" for d in range(rank)))
+        at = lambda k: tuple(k if d == axis else 0 for d in range(rank))  # noqa: E731
+        task.launch(softmax_start, m, l)
+        for k in task.range(Xp.shape[axis]):
+            task.launch(softmax_stats, m, m_prev, l, S, Xp[at(k)])
+        for k in task.range(Xp.shape[axis]):
+            task.launch(softmax_write, Yp[at(k)], Xp[at(k)], m, l)
+
+    @task.define
+    def softmax_logic(Y, X):
+        tile = tuple("BM" if d == inner else None if d == axis else 1 for d in range(rank))
+        Yp = task.partition(Y, by="blocks", tile=tile)
+        Xp = task.partition(X, by="blocks", tile=tile)
+        for ix in task.parallel_range(tuple(Yp.shape[d] for d in kept)):  # parallel: may become the grid
+            at = dict(zip(kept, ix if isinstance(ix, tuple) else (ix,)))
+            where = tuple(at.get(d, 0) for d in range(rank))
+            task.launch(softmax_rows, Yp[where], Xp[where])
+
+    return softmax_logic
+
+
+softmax_logic = softmax()  # what `septran.compile(logic_file=...)` finds
