@@ -24,7 +24,7 @@ from septran.errors import CallError, SourceLoc
 from septran.expr import Var
 from septran.frontend.ir import Arg, Launch, PrimCall, TaskGraph, Temp, TileRef, walk
 
-Node = tuple  # (launch path, task name, param name, axis)
+Node = tuple  # (launch path: a number per launch, task name, param name, axis)
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class ShapeRelations:
         self._parent: dict[Node, Node] = {}
         self._reason: dict[Node, SourceLoc] = {}
         self._edges: dict[Node, list[tuple[Node, SourceLoc, bool]]] = {}  # node -> (node, line, a tie?)
+        self._launch_ids: dict[Launch, int] = {}  # equal launches, one number (as the statements compared)
         self._walk(graph.entry, ())
         entry = graph.entry_task
         groups: dict[Node, list[tuple[str, int]]] = {}
@@ -114,7 +115,9 @@ class ShapeRelations:
                         self._union(self._dim(path, name, stmt.args[0], axis), self._dim(path, name, arg, axis), stmt.loc)
             if isinstance(stmt, Launch):
                 callee = self.graph.tasks[stmt.callee]
-                inner = path + (stmt,)
+                # A launch enters the path as a small number: a node's hash must not walk the launch's argument
+                # trees on every union-find step (a Llama block's seven kernels spent 0.3 s hashing them).
+                inner = path + (self._launch_ids.setdefault(stmt, len(self._launch_ids)),)
                 for k, arg in enumerate(stmt.args):
                     rank = self.graph.ranks.get((callee.name, callee.params[k].name), 0)
                     for axis in range(rank):
