@@ -108,6 +108,7 @@ def load_target_file(path: Path) -> Target:
             loc=leaf.loc,
             accum_dtypes=tuple(lp.get("accum_dtypes", ())),
             dtypes_in=MappingProxyType({k: tuple(v) for k, v in lp.get("dtypes_in", {}).items()}),
+            reduced_power_of_two=tuple(lp.get("reduced_power_of_two", ())),
         )
     threads = _plain(d["threads"]) if "threads" in d else None
     vendor = _vendor(d["vendor"], path.parent) if "vendor" in d else None

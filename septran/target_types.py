@@ -90,6 +90,9 @@ class LeafImpl:
     accum_dtypes: tuple[str, ...] = ()  # the accumulator types it takes (empty: any the target has)
     # memory -> the element types an operand it reads may have there (fp32 fragments cannot feed a tensor-core gemm)
     dtypes_in: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # kinds of reduction ("reduce", "reduce_axis") whose reduced tile extent must be a power of two (a butterfly
+    # all-reduce across the threads that share a row)
+    reduced_power_of_two: tuple[str, ...] = ()
 
     def runs(self, prim) -> bool:
         return prim.name in self.implements or prim.kind in self.implements

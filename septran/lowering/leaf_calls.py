@@ -105,6 +105,7 @@ def _check_operand(st, impl, sig, k, pname, view, inst, caller_param, binding) -
             where.loc if where else inst.loc,
             hint=f"set `mems: {{{caller_param}: {allowed[0]}}}` in {inst.name}",
         )
+    _check_reduced_extent(st, impl, sig, k, pname, view, binding)
     for axis, letter in enumerate(sig.dims[k]):
         multiple = impl.tile_multiple.get(letter)
         if not multiple:
@@ -118,6 +119,30 @@ def _check_operand(st, impl, sig, k, pname, view, inst, caller_param, binding) -
                 const.why.mapping if const else binding.loc,
                 hint=f"the matrix unit of {st.target.name} takes tiles in multiples of "
                      + ", ".join(f"{l}={m}" for l, m in impl.tile_multiple.items()),
+            )
+
+
+def _tunable_line(st, extent, binding):
+    """The mapping line that sets a tile extent (its tunable's), else the binding's."""
+    const = next((c for c in st.consts.consts if Var(c.sym) == extent and c.why.mapping), None)
+    return const.why.mapping if const else binding.loc
+
+
+def _check_reduced_extent(st, impl, sig, k, pname, view, binding) -> None:
+    """A reduction the implementation does only over a power-of-two extent (target.yaml: reduced_power_of_two)."""
+    if sig.kind not in impl.reduced_power_of_two or k != 1:  # operand 1 (X) is the one reduced
+        return
+    for axis, letter in enumerate(sig.dims[k]):
+        if letter in sig.dims[0]:
+            continue
+        extent = st.consts.known(view.extents[axis])
+        if extent and extent & (extent - 1):
+            lower = 1 << (extent.bit_length() - 1)
+            raise LoweringError(
+                f"{impl.name} reduces dimension {axis} of {pname} ({sig.name}) across threads, which {st.target.name} "
+                f"does only over a power of two; the tile has {extent}",
+                _tunable_line(st, view.extents[axis], binding),
+                hint=f"make the tile's extent a power of two ({lower} or {lower * 2})",
             )
 
 
