@@ -181,3 +181,40 @@ def test_gfx942_softmax_with_a_reduced_extent_not_a_power_of_two_is_refused_at_t
     with pytest.raises(septran.LoweringError, match=f"does only over a power of two; the tile has {bn}") as info:
         kernel.specialize(X=((64, 300), "float32"))
     assert info.value.loc.file == str(path) and f"BN: {bn}" in path.read_text().splitlines()[info.value.loc.line - 1]
+
+
+ZERO_TRIP = '''
+from septran import task
+
+@task.define(leaf=True)
+def last_leaf(Y, X):
+    task.compute(Y, lambda i, j: X[i, j] * 2.0)
+
+@task.define
+def last_block(Y, X, W):
+    Wp = task.partition(W, by="blocks", tile=("BN", None))
+    for k in task.range(Wp.shape[0]):
+        task.launch(last_leaf, Y, X)
+
+@task.define
+def last_logic(Y, X, W):
+    Yp = task.partition(Y, by="blocks", tile=("BM", "BN"))
+    Xp = task.partition(X, by="blocks", tile=("BM", "BN"))
+    for i, j in task.parallel_range(Yp.shape):
+        task.launch(last_block, Yp[i, j], Xp[i, j], W)
+'''
+
+
+def test_an_output_written_only_in_a_loop_that_never_runs_is_refused(tmp_path):
+    """Y is written inside a loop over W's tiles: with W empty no statement writes Y, which came back as whatever
+    torch.empty held. An empty Y is still fine (no program runs)."""
+    logic, mapping = tmp_path / "last.py", tmp_path / "last.yaml"
+    logic.write_text(ZERO_TRIP)
+    mapping.write_text(EW_MAPPING.replace("ew_", "last_"))
+    kernel = septran.compile(logic_file=logic, mapping_file=mapping)
+    x = torch.randn(20, 30)
+    torch.testing.assert_close(kernel(x, torch.randn(5, 3)), 2 * x)
+    with pytest.raises(septran.LoweringError, match="output Y is written only inside this loop, which runs 0 times") as info:
+        kernel(x, torch.randn(0, 3))
+    assert info.value.loc.file == str(logic) and info.value.loc.line == _line_of(logic, "for k in task.range")
+    assert kernel(torch.randn(0, 30), torch.randn(0, 3)).shape == (0, 30)
