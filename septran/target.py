@@ -109,6 +109,8 @@ def load_target_file(path: Path) -> Target:
             accum_dtypes=tuple(lp.get("accum_dtypes", ())),
             dtypes_in=MappingProxyType({k: tuple(v) for k, v in lp.get("dtypes_in", {}).items()}),
             reduced_power_of_two=tuple(lp.get("reduced_power_of_two", ())),
+            operand_dtypes=MappingProxyType({str(kind): MappingProxyType({str(p): tuple(v) for p, v in ops.items()})
+                                             for kind, ops in lp.get("operand_dtypes", {}).items()}),
         )
     threads = _plain(d["threads"]) if "threads" in d else None
     vendor = _vendor(d["vendor"], path.parent) if "vendor" in d else None

@@ -65,6 +65,7 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
                 s.binding.loc,
                 hint="stage it in on-chip memory (mems) with a tile of 1 on every dimension the primitive does not read",
             )
+        _check_declared_dtype(st, impl, sig, pname, checked, s, caller_param)
         if sig.ranks[k] is not None:
             _check_operand(st, impl, sig, k, pname, checked, s.caller, caller_param, s.binding)
             _check_dtype(st, impl, sig, k, pname, checked, s, caller_param)
@@ -144,6 +145,26 @@ def _check_reduced_extent(st, impl, sig, k, pname, view, binding) -> None:
                 _tunable_line(st, view.extents[axis], binding),
                 hint=f"make the tile's extent a power of two ({lower} or {lower * 2})",
             )
+
+
+def _check_declared_dtype(st, impl, sig, pname, view, s: fl.Invoke, caller_param: str) -> None:
+    """Every operand, outputs and temps included, has a type the implementation's functions are declared for
+    (target.yaml: operand_dtypes): a float16 temp handed to a function that writes floats into it would be
+    overwritten past its end; a type the vendor has no function for would reach the linker."""
+    declared = impl.operand_dtypes.get(sig.name) or impl.operand_dtypes.get(sig.kind) or {}
+    allowed = declared.get(pname)
+    dtype = st.dtypes[view.of]
+    if not allowed or dtype in allowed:
+        return
+    temp = next((t for t in s.caller_task.temps if t.sym.name == caller_param), None)
+    what = (f"temp {caller_param} of {s.caller_task.name} (task.temp at {temp.loc})" if temp is not None
+            else f"{caller_param} of {s.caller_task.name}")
+    raise LoweringError(
+        f"{impl.name} implements {sig.name} for {pname} of {' or '.join(allowed)} only, but {what} is {dtype}",
+        s.binding.loc,
+        hint=(f"give the temp dtype=\"{allowed[0]}\" (or drop dtype=)" if temp is not None
+              else f"call the kernel on {allowed[0]} tensors") + f", or bind {s.callee.name} to another leaf",
+    )
 
 
 def _check_dtype(st, impl, sig, k, pname, view, s: fl.Invoke, caller_param: str) -> None:
