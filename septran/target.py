@@ -78,6 +78,7 @@ def load_target_file(path: Path) -> Target:
             name, mp.get("alloc"), mp.get("suffix", name.lower()), mp.get("capacity_bytes"),
             bool(mp.get("per_stage", False)), placed, int(mp.get("align_bytes", 64)), MappingProxyType(dict(ops)),
             own_index_only=bool(mp.get("own_index_only", False)),
+            op_dtypes=tuple(mp.get("op_dtypes", ())),
         )
     for proc in procs.values():
         for mem in proc.memories:

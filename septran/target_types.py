@@ -33,6 +33,9 @@ class MemorySpace:
     ops: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # load, store, fill_zero, sync, declare, release
     # Spread over the threads (TileLang's fragments): T.Parallel reads an element only at the loop's own index.
     own_index_only: bool = False
+    # The element types its ``ops`` have functions for (the vendor's septran_cpu_load_f32_f16...); a copy or clear of
+    # another type stays TileLang's own (T.copy, T.clear). Empty: any.
+    op_dtypes: tuple[str, ...] = ()
 
     @property
     def is_global(self) -> bool:

@@ -33,3 +33,53 @@ def test_the_declared_types_still_run_right():
     q, k, v = torch.randn(1, 2, 37, 64), torch.randn(1, 2, 51, 64), torch.randn(1, 2, 51, 64)
     torch.testing.assert_close(kernel(q, k, v), torch.nn.functional.scaled_dot_product_attention(q, k, v),
                                atol=1e-4, rtol=1e-4)
+
+
+LOCAL_COPY = '''
+from septran import task
+
+@task.define(leaf=True)
+def twice_leaf(Y, X):
+    task.compute(Y, lambda i, j: X[i, j] * 2)
+
+@task.define
+def twice_block(Y, X):
+    task.launch(twice_leaf, Y, X)
+
+@task.define(dtype={"Y": "X"})
+def twice_logic(Y, X):
+    Yp = task.partition(Y, by="blocks", tile=("BM", "BN"))
+    Xp = task.partition(X, by="blocks", tile=("BM", "BN"))
+    for i, j in task.parallel_range(Yp.shape):
+        task.launch(twice_block, Yp[i, j], Xp[i, j])
+'''
+LOCAL_MAPPING = '''
+target: cpu
+entrypoint: h
+task_mappings:
+  h:
+    task_name: twice_logic
+    proc: HOST
+    mems: {"*": GLOBAL}
+    tunables: {BM: 8, BN: 16}
+    calls: {twice_block: b}
+  b:
+    task_name: twice_block
+    proc: BLOCK
+    mems: {"*": LOCAL}
+    leaf_task_bindings: {twice_leaf: vector_loops}
+'''
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.float16, torch.float32])
+def test_a_tile_of_a_type_the_vendor_cannot_copy_is_copied_by_tilelang(tmp_path, dtype):
+    """cpu's LOCAL copies are vendor calls for float32 and float16 only (op_dtypes); an int64 or bool tile there
+    reached the linker (septran_cpu_load_int64_int64). It now moves with TileLang's T.copy."""
+    logic, mapping = tmp_path / "twice.py", tmp_path / "twice.yaml"
+    logic.write_text(LOCAL_COPY)
+    mapping.write_text(LOCAL_MAPPING)
+    kernel = septran.compile(logic_file=logic, mapping_file=mapping)
+    x = (torch.arange(20 * 30).reshape(20, 30) % 7).to(dtype)
+    y = kernel(x)
+    assert y.dtype == dtype
+    torch.testing.assert_close(y, (x.to(torch.int64) * 2).to(dtype))
