@@ -83,3 +83,17 @@ def test_a_tile_of_a_type_the_vendor_cannot_copy_is_copied_by_tilelang(tmp_path,
     y = kernel(x)
     assert y.dtype == dtype
     torch.testing.assert_close(y, (x.to(torch.int64) * 2).to(dtype))
+
+
+def test_a_float16_accumulator_temp_reduced_by_the_vendor_is_refused_at_the_binding(tmp_path, monkeypatch):
+    """rmsnorm's sum of squares in a float16 temp: septran_cpu_reduce_sum_f16 does not exist (g++ failed at link
+    time)."""
+    old = 'acc = task.temp(X.shape[0], "BN")'
+    text = (REPO / "examples" / "rmsnorm" / "rmsnorm.py").read_text()
+    assert old in text
+    logic = tmp_path / "rmsnorm.py"
+    logic.write_text(text.replace(old, 'acc = task.temp(X.shape[0], "BN", dtype="float16")'))
+    kernel = septran.compile(logic_file=logic, mapping_file=mapping_path("cpu", "rmsnorm"))
+    forbid_tilelang(monkeypatch, "refused before TileLang")
+    with pytest.raises(septran.LoweringError, match="row_sum for X of float32 only, but temp acc .* is float16"):
+        kernel.specialize(X=((8, 40), "float32"), W=((40,), "float32"))
