@@ -44,7 +44,7 @@ def lower_leaf(st, s: fl.Invoke, views: list) -> list:
 
 def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
     sig = prim.signature
-    args = []
+    args, declared = [], []  # declared: each operand, for the types the implementation is declared for
     for k, pname in enumerate(sig.params):
         arg = prim.args[k]
         if not isinstance(arg, Param):
@@ -65,13 +65,15 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
                 s.binding.loc,
                 hint="stage it in on-chip memory (mems) with a tile of 1 on every dimension the primitive does not read",
             )
-        _check_declared_dtype(st, impl, sig, pname, checked, s, caller_param)
+        declared.append((pname, checked, caller_param))
         if sig.ranks[k] is not None:
             _check_operand(st, impl, sig, k, pname, checked, s.caller, caller_param, s.binding)
             _check_dtype(st, impl, sig, k, pname, checked, s, caller_param)
         args.append((pname, st.region(view)))
     why = Why(f"{s.callee.name} -> {impl.name}: {sig.meaning}", mapping=s.binding.loc, logic=prim.loc)
     if prim.expr is not None or sig.element is not None:
+        for operand in declared:
+            _check_declared_dtype(st, impl, sig, *operand, s)
         halos = {p.name: s.caller.halo[o.param] for p, o in zip(s.callee.params, s.operands) if o.param in s.caller.halo}
         return _elementwise(st, prim, args, by_param, scalars, impl, why, halos)
     for (pname, region), arg in zip(args, prim.args):  # matrix units and reductions: floating point only
@@ -86,6 +88,8 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
                             + ", ".join(f"{p} is {d}" for d, p in read.items()), prim.loc,
                             hint="call the kernel on tensors of one dtype, or convert one in a task.compute into a temp "
                                  "(task.temp(..., dtype=X))")
+    for operand in declared:  # after the checks at the logic's line, which say more about the same mistakes
+        _check_declared_dtype(st, impl, sig, *operand, s)
     if sig.kind == "reduce_axis" and "{body}" in impl.template(sig):
         return reduce_loop.lower(st, prim, args, by_param, impl, why, _safe_index_names)
     flags = tuple((f, bool(on)) for f, on in sig.flags.items())
@@ -147,7 +151,7 @@ def _check_reduced_extent(st, impl, sig, k, pname, view, binding) -> None:
             )
 
 
-def _check_declared_dtype(st, impl, sig, pname, view, s: fl.Invoke, caller_param: str) -> None:
+def _check_declared_dtype(st, impl, sig, pname, view, caller_param: str, s: fl.Invoke) -> None:
     """Every operand, outputs and temps included, has a type the implementation's functions are declared for
     (target.yaml: operand_dtypes): a float16 temp handed to a function that writes floats into it would be
     overwritten past its end; a type the vendor has no function for would reach the linker."""

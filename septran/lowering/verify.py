@@ -93,7 +93,7 @@ def _outputs_written(ctx: Context, consts: Constants, flat: fl.FlatProgram, env)
     entry = ctx.graph.entry_task
     outputs = {p.name for p in entry.params if ctx.graph.privilege(entry.name, p.name) is Privilege.WRITE}
     written: set[str] = set()
-    skipped: dict[str, fl.Loop] = {}  # output -> the first loop that never runs around a write of it
+    skipped: dict[str, tuple] = {}  # output -> (the first loop that never runs around a write of it, its trips)
 
     def invoke(inv: fl.Invoke, names: dict, env, idle) -> None:
         inner = {}
@@ -114,18 +114,22 @@ def _outputs_written(ctx: Context, consts: Constants, flat: fl.FlatProgram, env)
         if isinstance(st, fl.Invoke):
             invoke(st, names, env, idle)
             return
-        lo, hi = _bounds(st.extent, env, st.why.logic, "the loop's trip count")
+        if idle is not None:  # inside a loop that never runs: no bounds needed, nothing here runs either
+            for b in st.body:
+                stmt(b, names, env, idle)
+            return
+        hi = _bounds(st.extent, env, st.why.logic, "the loop's trip count")[1]
         inner = dict(env)
         inner[st.var] = (0, max(hi - 1, 0))
         for b in st.body:
-            stmt(b, names, inner, idle if idle is not None or hi > 0 else st)
+            stmt(b, names, inner, None if hi > 0 else (st, max(hi, 0)))
 
     invoke(flat.program, {p.name: p.name for p in entry.params}, env, None)
     for name in (n for n in outputs if n not in written and n in skipped):
-        loop = skipped[name]
+        loop, trips = skipped[name]
         raise LoweringError(
-            f"output {name} is written only inside this loop, which runs {max(_bounds(loop.extent, env, None, '')[1], 0)} "
-            f"times for these shapes{_shapes_in(loop.extent, consts, str(loop.extent))}: {name} would come back unwritten",
+            f"output {name} is written only inside this loop, which runs {trips} times for these shapes"
+            f"{_shapes_in(loop.extent, consts, str(loop.extent))}: {name} would come back unwritten",
             loop.why.logic,
             hint=f"write {name} outside the loop as well (its value for an empty range), or pass {name}=... "
                  "filled as it should be",
