@@ -57,6 +57,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     except BrokenPipeError:  # `septran db list | head`
         return 0
+    except OSError as e:  # a file the command cannot read or write: the system's message, without a traceback
+        print(f"septran {args.command}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -78,6 +78,7 @@ def load_target_file(path: Path) -> Target:
             name, mp.get("alloc"), mp.get("suffix", name.lower()), mp.get("capacity_bytes"),
             bool(mp.get("per_stage", False)), placed, int(mp.get("align_bytes", 64)), MappingProxyType(dict(ops)),
             own_index_only=bool(mp.get("own_index_only", False)),
+            op_dtypes=tuple(mp.get("op_dtypes", ())),
         )
     for proc in procs.values():
         for mem in proc.memories:
@@ -108,6 +109,9 @@ def load_target_file(path: Path) -> Target:
             loc=leaf.loc,
             accum_dtypes=tuple(lp.get("accum_dtypes", ())),
             dtypes_in=MappingProxyType({k: tuple(v) for k, v in lp.get("dtypes_in", {}).items()}),
+            reduced_power_of_two=tuple(lp.get("reduced_power_of_two", ())),
+            operand_dtypes=MappingProxyType({str(kind): MappingProxyType({str(p): tuple(v) for p, v in ops.items()})
+                                             for kind, ops in lp.get("operand_dtypes", {}).items()}),
         )
     threads = _plain(d["threads"]) if "threads" in d else None
     vendor = _vendor(d["vendor"], path.parent) if "vendor" in d else None

@@ -33,6 +33,9 @@ class MemorySpace:
     ops: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # load, store, fill_zero, sync, declare, release
     # Spread over the threads (TileLang's fragments): T.Parallel reads an element only at the loop's own index.
     own_index_only: bool = False
+    # The element types its ``ops`` have functions for (the vendor's septran_cpu_load_f32_f16...); a copy or clear of
+    # another type stays TileLang's own (T.copy, T.clear). Empty: any.
+    op_dtypes: tuple[str, ...] = ()
 
     @property
     def is_global(self) -> bool:
@@ -90,6 +93,12 @@ class LeafImpl:
     accum_dtypes: tuple[str, ...] = ()  # the accumulator types it takes (empty: any the target has)
     # memory -> the element types an operand it reads may have there (fp32 fragments cannot feed a tensor-core gemm)
     dtypes_in: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # kinds of reduction ("reduce", "reduce_axis") whose reduced tile extent must be a power of two (a butterfly
+    # all-reduce across the threads that share a row)
+    reduced_power_of_two: tuple[str, ...] = ()
+    # what it implements (a primitive's name or kind) -> operand -> the element types its functions are declared
+    # for (a vendor's septran_cpu_reduce_max_f32 takes float* out and float* X); none listed: any
+    operand_dtypes: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=lambda: MappingProxyType({}))
 
     def runs(self, prim) -> bool:
         return prim.name in self.implements or prim.kind in self.implements

@@ -6,6 +6,7 @@ it is exactly what gets compiled.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -180,8 +181,25 @@ def _constant(e: el.Num) -> str:
     return str(e.value) if isinstance(e.value, int) else number(e.value)
 
 
+# Per float type: its largest finite value, and the magnitude from which a value rounds to infinity (the largest
+# finite value plus half an ulp; the tie rounds to the even neighbour, infinity). TileLang refuses a literal beyond
+# the largest finite value; torch rounds it, as IEEE does.
+_FLOAT_LIMITS = {"float32": (3.4028234663852886e38, 2.0 ** 128 - 2.0 ** 103),
+                 "bfloat16": (3.3895313892515355e38, 2.0 ** 128 - 2.0 ** 119), "float16": (65504.0, 65520.0)}
+
+
+def rounded(v: float, dtype: str = "float32") -> float:
+    """``v`` as ``dtype`` holds it, as far as its range goes: beyond the largest finite value, that value or an
+    infinity, as IEEE rounding to nearest gives it."""
+    top, to_inf = _FLOAT_LIMITS.get(dtype, (math.inf, math.inf))
+    if v != v or abs(v) <= top:
+        return v
+    return math.copysign(math.inf if abs(v) >= to_inf else top, v)
+
+
 def number(v: float) -> str:
     """A float32 constant as TileLang reads it (NaN and the infinities included)."""
+    v = rounded(v)
     if v != v:
         return 'T.float32(float("nan"))'
     if v == float("inf"):
@@ -239,14 +257,15 @@ class _Writer:
 def _stmt(w: _Writer, s, depth: int, prog: _Program) -> None:
     placed, dtypes = prog.placed, prog.dtypes
     if isinstance(s, ir.Fill):
-        if s.value == 0:
+        value = rounded(s.value, dtypes[s.dst]) if isinstance(s.value, float) else s.value
+        if value == 0:
             w.line(depth, f"T.clear({s.dst.name})")
-        elif abs(s.value) == float("inf"):
-            w.line(depth, f'T.fill({s.dst.name}, {"-" if s.value < 0 else ""}T.infinity("{dtypes[s.dst]}"))')
-        elif s.value != s.value:  # NaN: always a float
-            w.line(depth, f'T.fill({s.dst.name}, T.Cast("{dtypes[s.dst]}", {number(s.value)}))')
+        elif abs(value) == float("inf"):
+            w.line(depth, f'T.fill({s.dst.name}, {"-" if value < 0 else ""}T.infinity("{dtypes[s.dst]}"))')
+        elif value != value:  # NaN: always a float
+            w.line(depth, f'T.fill({s.dst.name}, T.Cast("{dtypes[s.dst]}", {number(value)}))')
         else:
-            w.line(depth, f"T.fill({s.dst.name}, {s.value!r})")
+            w.line(depth, f"T.fill({s.dst.name}, {value!r})")
     elif isinstance(s, ir.Copy):
         opts = "".join(f", {k}={v!r}" for k, v in s.options)
         w.line(depth, f"T.copy({region(s.src, s.dst)}, {region(s.dst, s.src)}{opts})")

@@ -191,6 +191,10 @@ def as_elem(value) -> Elem:
         if problem:
             raise TypeError(f"a shape expression in a compute: {problem}")
         return IntExpr(value)
+    if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**64:
+        shown = str(value) if len(str(value)) <= 24 else f"of {len(str(abs(value)))} digits"
+        raise TypeError(f"the integer constant {shown} does not fit in 64 bits (torch refuses it too: 'int too big to "
+                        "convert'); write it as a float (1e30) if you mean a float")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return Num(value)
     if isinstance(value, (Index, Affine)):  # j, j + 1

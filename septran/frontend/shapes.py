@@ -17,11 +17,12 @@ input's dimension and reads the outputs' shapes off them.
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from septran.errors import CallError, SourceLoc
-from septran.expr import Var
+from septran.expr import Tunable, Var
 from septran.frontend.ir import Arg, Launch, PrimCall, TaskGraph, Temp, TileRef, walk
 
 Node = tuple  # (launch path: a number per launch, task name, param name, axis)
@@ -42,6 +43,7 @@ class ShapeRelations:
         self._reason: dict[Node, SourceLoc] = {}
         self._edges: dict[Node, list[tuple[Node, SourceLoc, bool]]] = {}  # node -> (node, line, a tie?)
         self._launch_ids: dict[Launch, int] = {}  # equal launches, one number (as the statements compared)
+        self._split: list[tuple[Node, str, SourceLoc]] = []  # (dimension, the tunable tile splitting it, partition line)
         self._walk(graph.entry, ())
         entry = graph.entry_task
         groups: dict[Node, list[tuple[str, int]]] = {}
@@ -133,6 +135,8 @@ class ShapeRelations:
         while isinstance(arg, TileRef):
             part = arg.partition
             for axis, (idx, tile) in enumerate(zip(arg.index, part.tile)):
+                if isinstance(tile, Tunable):
+                    self._split.append((self._dim(path, name, part.source, axis), tile.name, part.loc))
                 # A window's index is where it starts, not which tile: two windows at one start tie no extents.
                 if isinstance(idx, Var) and tile is not None and part.by == "blocks" and idx.sym not in scalars:
                     node = self._dim(path, name, part.source, axis)
@@ -174,6 +178,7 @@ class ShapeRelations:
             for axis in range(self.graph.ranks.get((entry.name, p.name), 0)):
                 ci = next(i for i, c in enumerate(self.classes) if (p.name, axis) in c.members)
                 if ci not in value:
+                    self._refuse_a_typo(p.name, axis)
                     raise CallError(
                         f"cannot tell the shape of output {p.name}: its dimension {axis} is tied to no input",
                         entry.loc,
@@ -183,6 +188,25 @@ class ShapeRelations:
                 dims.append(value[ci][0])
             out[p.name] = tuple(dims)
         return out
+
+    def _refuse_a_typo(self, output: str, axis: int) -> None:
+        """An output dimension tied to no input, split by a tile name the logic uses nowhere else and close to one
+        it does use ("Bn" for "BN"): the typo, at its partition's line, is the culprit to name."""
+        root = self._find(((), self.graph.entry, output, axis))
+        names = [t.name for task in self.graph.tasks.values() for part in task.partitions for t in part.tile
+                 if isinstance(t, Tunable)]
+        for node, tile, loc in self._split:
+            if node is None or self._find(node) != root or names.count(tile) > 1:
+                continue
+            others = sorted({n for n in names if n != tile})
+            close = [n for n in others if n.lower() == tile.lower()] or difflib.get_close_matches(tile, others, n=1)
+            if close:
+                raise CallError(
+                    f"tile name {tile!r} appears in this partition only, so dimension {axis} of output {output} is "
+                    f"tied to no input and its shape cannot be told; did you mean {close[0]!r}?",
+                    loc,
+                    hint=f"the other tile names of the logic: {', '.join(others)}",
+                )
 
     def _why_equal(self, a: tuple[str, int], b: tuple[str, int]) -> Optional[SourceLoc]:
         """The line that makes entry dimensions ``a`` and ``b`` equal: on the chain of unions between

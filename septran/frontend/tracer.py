@@ -52,7 +52,7 @@ class TaskFunction:
         self.loc = SourceLoc(code.co_filename, code.co_firstlineno)
         if path_problem(code.co_filename) is not None:
             raise FrontendError(f"the file of task {fn.__name__!r} has an unusable name: it {path_problem(code.co_filename)}")
-        check_name(self.name, "a task's name", self.loc, FrontendError)
+        check_name(self.name, "a task's name", self.loc, FrontendError, as_is=True)
         sig = inspect.signature(fn)
         tensors, scalars, optional = [], {}, []
         for p in sig.parameters.values():

@@ -11,6 +11,7 @@ output's element type. The emitter prints the ``Cast`` nodes placed here.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional
 
 from septran.errors import LoweringError, SourceLoc
@@ -19,6 +20,7 @@ from septran.frontend import elementwise as el
 F = "float32"  # what floating-point elements are computed in
 WEAK = "int"  # an integer of the program or a constant: it adopts the type of the integer it meets
 INTS = ("int32", "int64")
+_INT_RANGE = {"int32": (-2**31, 2**31), "int64": (-2**63, 2**63)}  # [low, high)
 _COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 _MATH = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "tanh")
 
@@ -40,13 +42,18 @@ def join(a: str, b: str) -> str:
     return "int64" if "int64" in (a, b) else "int32"
 
 
-def convert(x: el.Elem, have: str, want: str) -> el.Elem:
+def convert(x: el.Elem, have: str, want: str, loc: Optional[SourceLoc] = None) -> el.Elem:
     if have == want or want == WEAK:
         return x
     if isinstance(x, el.Num) and have in (WEAK, F):
         if want == F:
             return el.Num(float(x.value))
         if want in INTS and (have == WEAK or float(x.value).is_integer()):
+            low, high = _INT_RANGE[want]
+            if not low <= int(x.value) < high:  # T.int32(2**40) would wrap, or TileLang refuses it
+                raise LoweringError(f"the constant {x.value} meets {want} values but does not fit in {want}", loc,
+                                    hint="cast the other operand to a wider type (task.cast(x, \"int64\")), or write the "
+                                         "constant as a float")
             return el.Num(int(x.value), want)
     if have == WEAK and want == F and isinstance(x, el.Size):
         return el.AsFloat(x)
@@ -59,7 +66,7 @@ def typed(e: el.Elem, dtype_of: Callable, out_dtype: str, loc: Optional[SourceLo
     ``dtype_of(x)``: the element type of a buffer element (``Elt``) or of a parameter (``task.cast(x, X)``).
     """
     value, have = _typed(e, dtype_of, loc)
-    return convert(value, have, out_dtype)
+    return convert(value, have, out_dtype, loc)
 
 
 def _typed(e: el.Elem, dtype_of, loc) -> tuple[el.Elem, str]:
@@ -80,38 +87,47 @@ def _typed(e: el.Elem, dtype_of, loc) -> tuple[el.Elem, str]:
         x, have = _typed(e.operand, dtype_of, loc)
         want = e.dtype if isinstance(e.dtype, str) else dtype_of(e.dtype)
         if want in INTS or want == "bool":
-            return convert(x, have, want), want
+            return convert(x, have, want, loc), want
         if want == F:
-            return convert(x, have, F), F
+            return convert(x, have, F, loc), F
         return el.Cast(F, el.Cast(want, x)), F  # rounded to float16 / bfloat16, then computed in float32
     if isinstance(e, el.Neg):
         x, have = _typed(e.operand, dtype_of, loc)
         if have == "bool":
-            x, have = convert(x, have, "int32"), "int32"
+            x, have = convert(x, have, "int32", loc), "int32"
         return el.Neg(x), have
     if isinstance(e, el.Bin):
         (a, ta), (b, tb) = _typed(e.lhs, dtype_of, loc), _typed(e.rhs, dtype_of, loc)
         if e.op == "/":
-            return el.Bin("/", convert(a, ta, F), convert(b, tb, F)), F
+            a, b = convert(a, ta, F, loc), convert(b, tb, F, loc)
+            if isinstance(b, el.Num) and b.value == 0:
+                # x / +-0.0 is x * +-inf exactly in IEEE (+-inf, or NaN for 0 and NaN), as torch gives it; TileLang
+                # refuses a division by a constant zero.
+                return el.Bin("*", a, el.Num(math.copysign(math.inf, b.value))), F
+            return el.Bin("/", a, b), F
         common = join(ta, tb)
         if e.op in ("//", "%") and common == F:
             raise LoweringError(
                 f"'{e.op}' takes integers, but one operand is a float ({ta} {e.op} {tb})", loc,
                 hint="use '/' for a float division, or task.cast(x, \"int32\") to make an integer")
-        out = el.Bin(e.op, convert(a, ta, common), convert(b, tb, common))
+        out = el.Bin(e.op, convert(a, ta, common, loc), convert(b, tb, common, loc))
+        if e.op in ("//", "%") and isinstance(out.rhs, el.Num) and out.rhs.value == 0:
+            raise LoweringError(f"integer '{e.op}' by the constant 0 (torch raises ZeroDivisionError)", loc,
+                                hint="divide by a nonzero integer, or use '/' for a float division (x / 0 is inf or nan)")
         return out, "bool" if e.op in _COMPARISONS else common
     if isinstance(e, el.Call):
         args = [_typed(a, dtype_of, loc) for a in e.args]
         if e.fn == "where":
             (c, tc), (a, ta), (b, tb) = args
             common = join(ta, tb) if "bool" not in (ta, tb) or ta != tb else "bool"
-            return el.Call("where", (convert(c, tc, "bool"), convert(a, ta, common), convert(b, tb, common))), common
+            chosen = (convert(c, tc, "bool", loc), convert(a, ta, common, loc), convert(b, tb, common, loc))
+            return el.Call("where", chosen), common
         if e.fn in _MATH:
-            return el.Call(e.fn, tuple(convert(x, t, F) for x, t in args)), F
+            return el.Call(e.fn, tuple(convert(x, t, F, loc) for x, t in args)), F
         common = args[0][1]
         for _, t in args[1:]:
             common = join(common, t)
         if common == "bool":
             common = "int32"
-        return el.Call(e.fn, tuple(convert(x, t, common) for x, t in args)), common
+        return el.Call(e.fn, tuple(convert(x, t, common, loc) for x, t in args)), common
     raise LoweringError(f"element expression {type(e).__name__} cannot be typed", loc)  # pragma: no cover

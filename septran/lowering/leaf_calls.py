@@ -44,7 +44,7 @@ def lower_leaf(st, s: fl.Invoke, views: list) -> list:
 
 def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
     sig = prim.signature
-    args = []
+    args, declared = [], []  # declared: each operand, for the types the implementation is declared for
     for k, pname in enumerate(sig.params):
         arg = prim.args[k]
         if not isinstance(arg, Param):
@@ -65,12 +65,15 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
                 s.binding.loc,
                 hint="stage it in on-chip memory (mems) with a tile of 1 on every dimension the primitive does not read",
             )
+        declared.append((pname, checked, caller_param))
         if sig.ranks[k] is not None:
             _check_operand(st, impl, sig, k, pname, checked, s.caller, caller_param, s.binding)
             _check_dtype(st, impl, sig, k, pname, checked, s, caller_param)
         args.append((pname, st.region(view)))
     why = Why(f"{s.callee.name} -> {impl.name}: {sig.meaning}", mapping=s.binding.loc, logic=prim.loc)
     if prim.expr is not None or sig.element is not None:
+        for operand in declared:
+            _check_declared_dtype(st, impl, sig, *operand, s)
         halos = {p.name: s.caller.halo[o.param] for p, o in zip(s.callee.params, s.operands) if o.param in s.caller.halo}
         return _elementwise(st, prim, args, by_param, scalars, impl, why, halos)
     for (pname, region), arg in zip(args, prim.args):  # matrix units and reductions: floating point only
@@ -85,6 +88,8 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
                             + ", ".join(f"{p} is {d}" for d, p in read.items()), prim.loc,
                             hint="call the kernel on tensors of one dtype, or convert one in a task.compute into a temp "
                                  "(task.temp(..., dtype=X))")
+    for operand in declared:  # after the checks at the logic's line, which say more about the same mistakes
+        _check_declared_dtype(st, impl, sig, *operand, s)
     if sig.kind == "reduce_axis" and "{body}" in impl.template(sig):
         return reduce_loop.lower(st, prim, args, by_param, impl, why, _safe_index_names)
     flags = tuple((f, bool(on)) for f, on in sig.flags.items())
@@ -105,6 +110,7 @@ def _check_operand(st, impl, sig, k, pname, view, inst, caller_param, binding) -
             where.loc if where else inst.loc,
             hint=f"set `mems: {{{caller_param}: {allowed[0]}}}` in {inst.name}",
         )
+    _check_reduced_extent(st, impl, sig, k, pname, view, binding)
     for axis, letter in enumerate(sig.dims[k]):
         multiple = impl.tile_multiple.get(letter)
         if not multiple:
@@ -119,6 +125,50 @@ def _check_operand(st, impl, sig, k, pname, view, inst, caller_param, binding) -
                 hint=f"the matrix unit of {st.target.name} takes tiles in multiples of "
                      + ", ".join(f"{l}={m}" for l, m in impl.tile_multiple.items()),
             )
+
+
+def _tunable_line(st, extent, binding):
+    """The mapping line that sets a tile extent (its tunable's), else the binding's."""
+    const = next((c for c in st.consts.consts if Var(c.sym) == extent and c.why.mapping), None)
+    return const.why.mapping if const else binding.loc
+
+
+def _check_reduced_extent(st, impl, sig, k, pname, view, binding) -> None:
+    """A reduction the implementation does only over a power-of-two extent (target.yaml: reduced_power_of_two)."""
+    if sig.kind not in impl.reduced_power_of_two or k != 1:  # operand 1 (X) is the one reduced
+        return
+    for axis, letter in enumerate(sig.dims[k]):
+        if letter in sig.dims[0]:
+            continue
+        extent = st.consts.known(view.extents[axis])
+        if extent and extent & (extent - 1):
+            lower = 1 << (extent.bit_length() - 1)
+            raise LoweringError(
+                f"{impl.name} reduces dimension {axis} of {pname} ({sig.name}) across threads, which {st.target.name} "
+                f"does only over a power of two; the tile has {extent}",
+                _tunable_line(st, view.extents[axis], binding),
+                hint=f"make the tile's extent a power of two ({lower} or {lower * 2})",
+            )
+
+
+def _check_declared_dtype(st, impl, sig, pname, view, caller_param: str, s: fl.Invoke) -> None:
+    """Every operand, outputs and temps included, has a type the implementation's functions are declared for
+    (target.yaml: operand_dtypes): a float16 temp handed to a function that writes floats into it would be
+    overwritten past its end; a type the vendor has no function for would reach the linker."""
+    declared = impl.operand_dtypes.get(sig.name) or impl.operand_dtypes.get(sig.kind) or {}
+    allowed = declared.get(pname)
+    dtype = st.dtypes[view.of]
+    if not allowed or dtype in allowed:
+        return
+    temp = next((t for t in s.caller_task.temps if t.sym.name == caller_param), None)
+    what = (f"temp {caller_param} of {s.caller_task.name} (task.temp at {temp.loc})" if temp is not None
+            else f"{caller_param} of {s.caller_task.name}")
+    raise LoweringError(
+        f"{impl.name} implements {sig.name} for {pname} of {' or '.join(allowed)} only, but {what} is {dtype}",
+        s.binding.loc,
+        hint=(f"give the temp dtype=\"{allowed[0]}\" (or drop dtype=)" if temp is not None
+              else f"call the kernel on {allowed[0]} tensors") + f", or bind {s.callee.name} to another leaf",
+    )
 
 
 def _check_dtype(st, impl, sig, k, pname, view, s: fl.Invoke, caller_param: str) -> None:

@@ -49,7 +49,8 @@ def place(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
                                         Why(f"describe {buf.sym.name} to the vendor library"), result=buf.sym))
         if "release" in mem.ops and mem.name not in released:
             released.append(mem.name)
-    body, _ = _rewrite(list(k.body), {b.sym: b for b in k.buffers}, target, set())
+    dtypes = {**{t.sym: t.dtype for t in program.params}, **{b.sym: b.dtype for b in k.buffers}}
+    body, _ = _rewrite(list(k.body), {b.sym: b for b in k.buffers}, target, set(), dtypes)
     body = prologue + body
     for name in released:
         body.append(ir.VendorOp("release", target.memories[name].ops["release"], (), Why(f"release this program's {name} descriptors")))
@@ -57,12 +58,13 @@ def place(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
     return dataclasses.replace(program, consts=tuple(consts), kernel=kernel, names=frozenset(names.used))
 
 
-def _rewrite(stmts: list, bufs, target, pending: set) -> tuple[list, set]:
-    """Copies and clears of placed memories as vendor calls, with the syncs their transfers need."""
+def _rewrite(stmts: list, bufs, target, pending: set, dtypes) -> tuple[list, set]:
+    """Copies and clears of placed memories as vendor calls, with the syncs their transfers need. ``dtypes``: each
+    tensor's and buffer's element type (a memory's ops may exist for some types only: ``op_dtypes``)."""
     out, stored = [], []
     for s in stmts:
         if isinstance(s, ir.For):
-            body, pending = _rewrite(list(s.body), bufs, target, pending)
+            body, pending = _rewrite(list(s.body), bufs, target, pending, dtypes)
             out.append(dataclasses.replace(s, body=tuple(body)))
             continue
         if isinstance(s, ir.LeafCall):
@@ -78,7 +80,8 @@ def _rewrite(stmts: list, bufs, target, pending: set) -> tuple[list, set]:
         if isinstance(s, ir.Fill) and s.dst in bufs:
             mem = target.memories[bufs[s.dst].space]
             # other values, and buffers beyond rows x columns (the vendor's ops are 2-D): TileLang's T.fill
-            if mem.placed or (s.value == 0 and "fill_zero" in mem.ops and _plane(bufs[s.dst].shape)):
+            if mem.placed or (s.value == 0 and "fill_zero" in mem.ops and _plane(bufs[s.dst].shape)
+                              and _has_ops_for(mem, dtypes[s.dst])):
                 out.append(ir.VendorOp("fill_zero", mem.ops["fill_zero"], (("dst", _whole(bufs[s.dst], target)),), s.why))
                 continue
         if isinstance(s, ir.Copy):
@@ -87,6 +90,9 @@ def _rewrite(stmts: list, bufs, target, pending: set) -> tuple[list, set]:
             if (load or store) and not any(mem.placed for mem in (src, dst) if mem is not None) and not (
                     _plane(s.src.extents) and _plane(s.dst.extents)):
                 load = store = False  # rows x columns only: a copy of more dimensions stays TileLang's T.copy
+            if (load or store) and not any(mem.placed for mem in (src, dst) if mem is not None) and not (
+                    _has_ops_for(dst if load else src, dtypes[s.src.of], dtypes[s.dst.of])):
+                load = store = False  # a type the vendor has no copy for (int64, bool): TileLang's T.copy
             if load or store:
                 if s.options:
                     raise LoweringError(f"copy options {dict(s.options)} are TileLang's; {(dst if load else src).name} "
@@ -104,6 +110,10 @@ def _rewrite(stmts: list, bufs, target, pending: set) -> tuple[list, set]:
         if "sync" in mem.ops:
             out.append(ir.VendorOp("sync", mem.ops["sync"], (), Why(f"wait for the transfers out of {name}")))
     return out, pending
+
+
+def _has_ops_for(mem, *dtypes) -> bool:
+    return not mem.op_dtypes or all(d in mem.op_dtypes for d in dtypes)
 
 
 def _plane(extents) -> bool:

@@ -56,6 +56,7 @@ def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProg
     env[TRIPS] = trips
     _indices(flat.grid_indices, env, consts)
     _outputs_covered(ctx, consts, flat, env)
+    _outputs_written(ctx, consts, flat, env)
     program = _invoke(flat.program, env, consts)
     check_program(ctx, consts, program, env)  # shifted, constant and gathered reads of computes
     return dataclasses.replace(flat, program=program)
@@ -83,6 +84,56 @@ def _outputs_covered(ctx: Context, consts: Constants, flat: fl.FlatProgram, env)
                             f"but {param.name} has {n} tiles there: the others would never be written",
                             u.loc, hint="make the grid's parallel_range run over every tile of the output "
                                         f"({u.partition}.shape)")
+
+
+def _outputs_written(ctx: Context, consts: Constants, flat: fl.FlatProgram, env) -> None:
+    """An output the kernel allocates uncleared must be written by some statement that runs: one written only
+    inside loops that run 0 times for these shapes (a walk over an empty input) would come back as whatever
+    memory held. An empty output never gets here (no program runs)."""
+    entry = ctx.graph.entry_task
+    outputs = {p.name for p in entry.params if ctx.graph.privilege(entry.name, p.name) is Privilege.WRITE}
+    written: set[str] = set()
+    skipped: dict[str, tuple] = {}  # output -> (the first loop that never runs around a write of it, its trips)
+
+    def invoke(inv: fl.Invoke, names: dict, env, idle) -> None:
+        inner = {}
+        for param, op in zip(inv.callee.params, inv.operands):
+            root = names.get(op.param)
+            if root is None:
+                continue
+            inner[param.name] = root
+            if inv.binding is not None and root in outputs and op.privilege is not Privilege.READ:
+                if idle is None:
+                    written.add(root)
+                else:
+                    skipped.setdefault(root, idle)
+        for b in inv.body:
+            stmt(b, inner, env, idle)
+
+    def stmt(st, names: dict, env, idle) -> None:
+        if isinstance(st, fl.Invoke):
+            invoke(st, names, env, idle)
+            return
+        if idle is not None:  # inside a loop that never runs: no bounds needed, nothing here runs either
+            for b in st.body:
+                stmt(b, names, env, idle)
+            return
+        hi = _bounds(st.extent, env, st.why.logic, "the loop's trip count")[1]
+        inner = dict(env)
+        inner[st.var] = (0, max(hi - 1, 0))
+        for b in st.body:
+            stmt(b, names, inner, None if hi > 0 else (st, max(hi, 0)))
+
+    invoke(flat.program, {p.name: p.name for p in entry.params}, env, None)
+    for name in (n for n in outputs if n not in written and n in skipped):
+        loop, trips = skipped[name]
+        raise LoweringError(
+            f"output {name} is written only inside this loop, which runs {trips} times for these shapes"
+            f"{_shapes_in(loop.extent, consts, str(loop.extent))}: {name} would come back unwritten",
+            loop.why.logic,
+            hint=f"write {name} outside the loop as well (its value for an empty range), or pass {name}=... "
+                 "filled as it should be",
+        )
 
 
 def _covered_every_size(flat, name: str, axis: int, n: Expr, env, consts: Constants) -> None:

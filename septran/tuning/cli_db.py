@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         elif rows:
             print(format_table(rows))
         else:
-            print(f"no tuning records in {db.path}" + (" match" if args.target or args.op else ""))
+            print(f"no tuning records in {shown(db.path)}" + (" match" if args.target or args.op else ""))
         return 0
     return export(db, records, args.path, args.format)
 
@@ -94,6 +94,15 @@ def summarize(records: list[TuningRecord]) -> list[dict[str, Any]]:
     return rows
 
 
+def shown(value: Any) -> str:
+    """A string from the database as the terminal may print it: control characters, escape sequences and other
+    unprintable characters escaped (a record may hold any text; printed raw, ESC [ ... would drive the terminal)."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
     header = ("op", "logic", "target", "device", "shapes", "dtypes", "best point", "best", "trials")
     table = [header] + [
@@ -110,6 +119,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         )
         for row in rows
     ]
+    table = [tuple(shown(cell) for cell in line) for line in table]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table)
 
@@ -136,6 +146,8 @@ def export(db: TuningDB, records: list[TuningRecord], path: str, fmt: str) -> in
         sys.stdout.write(text)
         return 0
     target = Path(check_user_path(path, "the export file", SettingError))
+    if target.is_dir():
+        raise SettingError(f"{path!r} is a directory", hint=f"name a file, e.g. {os.path.join(path, 'tuning.jsonl')}")
     if target.exists() and db.path.exists() and target.resolve() == db.path.resolve():
         raise SettingError(f"{path!r} is the tuning database itself", hint="export to another file; records are never rewritten")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -147,7 +159,7 @@ def export(db: TuningDB, records: list[TuningRecord], path: str, fmt: str) -> in
     except BaseException:
         os.unlink(tmp)
         raise
-    print(f"{len(records)} record(s) written to {target}", file=sys.stderr)
+    print(f"{len(records)} record(s) written to {shown(target)}", file=sys.stderr)
     return 0
 
 

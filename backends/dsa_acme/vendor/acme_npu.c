@@ -2,10 +2,16 @@
  *
  * Build: gcc -std=c11 -O2 -fPIC -c acme_npu.c   (no libm, no _Float16).
  * All device state lives in `npu`. Internal code never calls an exported function.
+ *
+ * Threads: each host thread has its own NPU (`npu` is thread-local: TCM, descriptor table,
+ * transfer queue, error and reports), so kernels called from several threads at once (ctypes
+ * releases Python's GIL) never see each other's tiles or handles, and the error a thread takes
+ * is the one its kernel left. Only the debug setting is shared by the whole process.
  */
 #include "acme_npu.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +27,7 @@ typedef struct {
   int32_t stride, global_dtype, valid_rows, valid_cols;
 } Xfer;
 
-static struct {
+static _Thread_local struct {
   _Alignas(128) unsigned char tcm[ACME_TCM_BYTES];
   Desc desc[ACME_MAX_DESCRIPTORS + 1]; /* desc[h] for handle h; 0 is never a handle */
   Xfer xfers[ACME_XFER_QUEUE_DEPTH];
@@ -29,10 +35,12 @@ static struct {
   int32_t issued; /* since the last fence */
   int32_t first_error, later_errors;
   char text[256];
-  int32_t debug; /* -1: ACME_DEBUG not read yet */
   int32_t violations;
   char violation_text[256];
-} npu = {.debug = -1};
+} npu; /* zero-initialised per thread: no 128 KiB initialisation image */
+
+/* the process's debug setting; -1: ACME_DEBUG not read yet */
+static _Atomic int32_t debug_mode = -1;
 
 /* ---- binary16 <-> binary32, round to nearest even ----------------------------------- */
 
@@ -113,11 +121,14 @@ static int32_t acme_error(int32_t code, const char* fmt, ...) {
 }
 
 static int32_t debug_on(void) {
-  if (npu.debug < 0) {
+  int32_t on = debug_mode;
+  if (on < 0) {
     const char* v = getenv("ACME_DEBUG");
-    npu.debug = v != NULL && strcmp(v, "1") == 0;
+    int32_t unread = -1;
+    on = v != NULL && strcmp(v, "1") == 0;
+    if (!atomic_compare_exchange_strong(&debug_mode, &unread, on)) on = debug_mode; /* set meanwhile */
   }
-  return npu.debug;
+  return on;
 }
 
 static void violation(const char* fmt, ...) {
@@ -327,7 +338,7 @@ int32_t acme_take_error(char* buf, int32_t len) {
 
 int32_t acme_set_debug(int32_t on) {
   int32_t previous = debug_on();
-  npu.debug = on != 0;
+  debug_mode = on != 0;
   return previous;
 }
 
@@ -346,8 +357,4 @@ int32_t acme_debug_violations(void) {
   return count;
 }
 
-void acme_reset(void) {
-  int32_t debug = npu.debug;
-  memset(&npu, 0, sizeof npu);
-  npu.debug = debug;
-}
+void acme_reset(void) { memset(&npu, 0, sizeof npu); }

@@ -57,6 +57,14 @@
  *   last clear is kept and printed once to stderr. acme_take_violations() returns the count
  *   and that text and clears both; acme_debug_violations() does so without the text.
  *
+ * ===== Threads ========================================================================
+ *
+ *   Each host thread has its OWN NPU: TCM, descriptor table, transfer queue, recorded error
+ *   and debug violations are per thread, so kernels may run on several threads at once, and
+ *   acme_take_error(), acme_take_violations() and acme_reset() act on the calling thread's
+ *   NPU (call them on the thread that ran the kernel). The debug setting (acme_set_debug,
+ *   ACME_DEBUG) is one for the whole process.
+ *
  * Every function a kernel calls takes only int32_t and pointer arguments and returns int32_t.
  */
 #ifndef ACME_NPU_H

@@ -3,10 +3,16 @@
  * Build: gcc -std=c11 -O2 -fPIC -c dsa_ref.c   (no libm, no _Float16).
  * All device state lives in `dev`. Internal code never calls an exported function, so a
  * second copy of this library loaded into the same process cannot interpose on it.
+ *
+ * Threads: each host thread has its own device (`dev` is thread-local: scratchpad, DMA queue,
+ * error and reports), so kernels called from several threads at once (ctypes releases Python's
+ * GIL) never see each other's tiles, and the error a thread takes is the one its kernel left.
+ * Only the debug setting is shared by the whole process.
  */
 #include "dsa_ref.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,17 +23,19 @@ typedef struct {
   int32_t global_dtype, spad, spad_dtype, rows, cols, ld, valid_rows, valid_cols;
 } Transfer;
 
-static struct {
+static _Thread_local struct {
   _Alignas(64) unsigned char spad[DSA_REF_SCRATCH_BYTES];
   Transfer queue[DSA_REF_DMA_QUEUE_DEPTH];
   int32_t queued; /* transfers in queue[], not yet performed */
   int32_t issued; /* transfers issued since the last dsa_ref_sync (queued or drained early) */
   int32_t error, later_errors;
   char error_text[256];
-  int32_t debug; /* -1: DSA_REF_DEBUG not read yet */
   int32_t violations;
   char violation_text[256];
-} dev = {.debug = -1};
+} dev; /* zero-initialised per thread: no 256 KiB initialisation image */
+
+/* the process's debug setting; -1: DSA_REF_DEBUG not read yet */
+static _Atomic int32_t debug_mode = -1;
 
 /* ---- IEEE binary16 <-> binary32, round to nearest even ------------------------------ */
 
@@ -124,11 +132,14 @@ static int32_t fail(int32_t code, const char* fmt, ...) {
 }
 
 static int32_t debugging(void) {
-  if (dev.debug < 0) {
+  int32_t on = debug_mode;
+  if (on < 0) {
     const char* env = getenv("DSA_REF_DEBUG");
-    dev.debug = env != NULL && strcmp(env, "1") == 0;
+    int32_t unread = -1;
+    on = env != NULL && strcmp(env, "1") == 0;
+    if (!atomic_compare_exchange_strong(&debug_mode, &unread, on)) on = debug_mode; /* set meanwhile */
   }
-  return dev.debug;
+  return on;
 }
 
 static void violation(const char* fmt, ...) {
@@ -339,7 +350,7 @@ int32_t dsa_ref_take_error(char* buf, int32_t len) {
 
 int32_t dsa_ref_set_debug(int32_t on) {
   int32_t previous = debugging();
-  dev.debug = on != 0;
+  debug_mode = on != 0;
   return previous;
 }
 
@@ -358,8 +369,4 @@ int32_t dsa_ref_debug_violations(void) {
   return count;
 }
 
-void dsa_ref_reset(void) {
-  int32_t debug = dev.debug;
-  memset(&dev, 0, sizeof dev);
-  dev.debug = debug;
-}
+void dsa_ref_reset(void) { memset(&dev, 0, sizeof dev); }

@@ -63,6 +63,14 @@
  *   dsa_ref_take_violations() returns the count and that text and clears both;
  *   dsa_ref_debug_violations() does the same without the text.
  *
+ * ===== Threads ========================================================================
+ *
+ *   Each host thread has its OWN device: scratchpad, DMA queue, recorded error and debug
+ *   violations are per thread, so kernels may run on several threads at once, and
+ *   dsa_ref_take_error(), dsa_ref_take_violations() and dsa_ref_reset() act on the calling
+ *   thread's device (call them on the thread that ran the kernel). The debug setting
+ *   (dsa_ref_set_debug, DSA_REF_DEBUG) is one for the whole process.
+ *
  * All functions a kernel calls take only int32_t and pointer arguments and return int32_t,
  * so a kernel may declare them itself (extern "C", e.g. with half* for void*).
  */

@@ -1,0 +1,99 @@
+"""Issue 22, leaf bindings typed end to end: every operand of a leaf, outputs and temps included, is checked
+against the types the target declares its leaf's functions for (target.yaml: operand_dtypes), at the binding."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import septran
+from conftest import REPO, forbid_tilelang, mapping_path
+
+ATTENTION = REPO / "examples" / "attention" / "attention.py"
+
+
+def test_a_float16_temp_written_by_a_float32_reduction_is_refused_at_the_binding(tmp_path, monkeypatch):
+    """cpu's vector_loops reduces with septran_cpu_reduce_max_f32(float* out, float* x): a float16 running
+    maximum got floats written into it (NaN at 37x51, past its end)."""
+    old = "m = task.temp(Q.shape[2])  # running"
+    text = ATTENTION.read_text()
+    assert old in text
+    logic = tmp_path / "attention.py"
+    logic.write_text(text.replace(old, 'm = task.temp(Q.shape[2], dtype="float16")  # running'))
+    kernel = septran.compile(logic_file=logic, mapping_file=mapping_path("cpu", "attention"))
+    forbid_tilelang(monkeypatch, "refused before TileLang")
+    with pytest.raises(septran.LoweringError, match="for out of float32 only, but temp m of .* is float16") as info:
+        kernel.specialize(Q=((1, 2, 37, 64), "float32"), K=((1, 2, 51, 64), "float32"), V=((1, 2, 51, 64), "float32"))
+    err = info.value
+    assert err.loc.file.endswith("attention.yaml") and "leaf_task_bindings" in open(err.loc.file).read().splitlines()[err.loc.line - 1]
+    assert f"{logic}:" in str(err) and 'dtype="float32"' in err.hint
+
+
+def test_the_declared_types_still_run_right():
+    kernel = septran.compile(logic_file=ATTENTION, mapping_file=mapping_path("cpu", "attention"))
+    q, k, v = torch.randn(1, 2, 37, 64), torch.randn(1, 2, 51, 64), torch.randn(1, 2, 51, 64)
+    torch.testing.assert_close(kernel(q, k, v), torch.nn.functional.scaled_dot_product_attention(q, k, v),
+                               atol=1e-4, rtol=1e-4)
+
+
+LOCAL_COPY = '''
+from septran import task
+
+@task.define(leaf=True)
+def twice_leaf(Y, X):
+    task.compute(Y, lambda i, j: X[i, j] * 2)
+
+@task.define
+def twice_block(Y, X):
+    task.launch(twice_leaf, Y, X)
+
+@task.define(dtype={"Y": "X"})
+def twice_logic(Y, X):
+    Yp = task.partition(Y, by="blocks", tile=("BM", "BN"))
+    Xp = task.partition(X, by="blocks", tile=("BM", "BN"))
+    for i, j in task.parallel_range(Yp.shape):
+        task.launch(twice_block, Yp[i, j], Xp[i, j])
+'''
+LOCAL_MAPPING = '''
+target: cpu
+entrypoint: h
+task_mappings:
+  h:
+    task_name: twice_logic
+    proc: HOST
+    mems: {"*": GLOBAL}
+    tunables: {BM: 8, BN: 16}
+    calls: {twice_block: b}
+  b:
+    task_name: twice_block
+    proc: BLOCK
+    mems: {"*": LOCAL}
+    leaf_task_bindings: {twice_leaf: vector_loops}
+'''
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.float16, torch.float32])
+def test_a_tile_of_a_type_the_vendor_cannot_copy_is_copied_by_tilelang(tmp_path, dtype):
+    """cpu's LOCAL copies are vendor calls for float32 and float16 only (op_dtypes); an int64 or bool tile there
+    reached the linker (septran_cpu_load_int64_int64). It now moves with TileLang's T.copy."""
+    logic, mapping = tmp_path / "twice.py", tmp_path / "twice.yaml"
+    logic.write_text(LOCAL_COPY)
+    mapping.write_text(LOCAL_MAPPING)
+    kernel = septran.compile(logic_file=logic, mapping_file=mapping)
+    x = (torch.arange(20 * 30).reshape(20, 30) % 7).to(dtype)
+    y = kernel(x)
+    assert y.dtype == dtype
+    torch.testing.assert_close(y, (x.to(torch.int64) * 2).to(dtype))
+
+
+def test_a_float16_accumulator_temp_reduced_by_the_vendor_is_refused_at_the_binding(tmp_path, monkeypatch):
+    """rmsnorm's sum of squares in a float16 temp: septran_cpu_reduce_sum_f16 does not exist (g++ failed at link
+    time)."""
+    old = 'acc = task.temp(X.shape[0], "BN")'
+    text = (REPO / "examples" / "rmsnorm" / "rmsnorm.py").read_text()
+    assert old in text
+    logic = tmp_path / "rmsnorm.py"
+    logic.write_text(text.replace(old, 'acc = task.temp(X.shape[0], "BN", dtype="float16")'))
+    kernel = septran.compile(logic_file=logic, mapping_file=mapping_path("cpu", "rmsnorm"))
+    forbid_tilelang(monkeypatch, "refused before TileLang")
+    with pytest.raises(septran.LoweringError, match="row_sum for X of float32 only, but temp acc .* is float16"):
+        kernel.specialize(X=((8, 40), "float32"), W=((40,), "float32"))
