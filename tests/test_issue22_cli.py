@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from septran.cli import main as septran_main
-from septran.tuning import Timing, TuningDB, TuningKey, TuningRecord
+from septran.records import Timing, TuningDB, TuningKey, TuningRecord
 from conftest import GEMM_LOGIC, mapping_path
 
 GEMM = mapping_path("cpu")  # a space (!tune): the CLI's checks come before any point is built

@@ -86,7 +86,7 @@ def test_a_constant_out_of_range_is_refused_at_the_compute_line(tmp_path, expr, 
     assert info.value.loc.line == _line_of(tmp_path / "ew.py", "task.compute(Y")
 
 
-SOFTMAX = __import__("conftest").REPO / "examples" / "softmax" / "softmax.py"
+SOFTMAX = __import__("conftest").REPO / "septran" / "ops" / "logic" / "softmax.py"  # the logic the example imports
 
 
 @pytest.mark.parametrize("old, new, typo, right", [

@@ -8,7 +8,7 @@ import torch
 import septran
 from conftest import REPO, forbid_tilelang, mapping_path
 
-ATTENTION = REPO / "examples" / "attention" / "attention.py"
+ATTENTION = REPO / "septran" / "ops" / "logic" / "attention.py"  # the logic the example imports
 
 
 def test_a_float16_temp_written_by_a_float32_reduction_is_refused_at_the_binding(tmp_path, monkeypatch):
@@ -89,7 +89,7 @@ def test_a_float16_accumulator_temp_reduced_by_the_vendor_is_refused_at_the_bind
     """rmsnorm's sum of squares in a float16 temp: septran_cpu_reduce_sum_f16 does not exist (g++ failed at link
     time)."""
     old = 'acc = task.temp(X.shape[0], "BN")'
-    text = (REPO / "examples" / "rmsnorm" / "rmsnorm.py").read_text()
+    text = (REPO / "septran" / "ops" / "logic" / "rmsnorm.py").read_text()
     assert old in text
     logic = tmp_path / "rmsnorm.py"
     logic.write_text(text.replace(old, 'acc = task.temp(X.shape[0], "BN", dtype="float16")'))
