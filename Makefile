@@ -13,7 +13,7 @@ BIN     = $(VENV)/bin
 # Workers share SEPTRAN_CACHE_DIR (atomic writes); one file per worker at a time, so a module's fixtures (its
 # captured graphs, its kernels) are made once and the tests that count builds see their own process only.
 JOBS   ?= 2
-PYTEST  = $(BIN)/python -m pytest -q -p no:cacheprovider
+PYTEST  = $(BIN)/python -m pytest -q
 
 .PHONY: setup demo test quick gpu bench clean
 

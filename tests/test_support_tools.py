@@ -34,18 +34,21 @@ def sm80_src():
 # (a) what each target's source contains
 
 
+@pytest.mark.build
 def test_sm90_source_has_tma_and_wgmma(sm90_src):
     assert "tl::tma_load(" in sm90_src
     assert "wgmma" in sm90_src
     assert "cp_async" not in sm90_src
 
 
+@pytest.mark.build
 def test_sm80_source_has_cp_async_and_mma(sm80_src):
     assert "cp_async" in sm80_src
     assert "mma_sync" in sm80_src
     assert "wgmma" not in sm80_src and "tma_load" not in sm80_src
 
 
+@pytest.mark.build
 def test_gfx942_source_has_mfma():
     src = lower_device_source(handwritten_gemm(*SM80_GEMM), GFX942)
     assert "__builtin_amdgcn_mfma_f32_16x16x16f16" in src
@@ -110,6 +113,7 @@ def test_nvcc_failure_raises_with_stderr():
 # (d) the CPU hand-written GEMM is correct
 
 
+@pytest.mark.build
 def test_cpu_handwritten_gemm_matches_torch():
     import tilelang
 

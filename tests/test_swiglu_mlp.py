@@ -32,6 +32,7 @@ def _check(out, ref64, torch_out):
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(tokens=st.integers(1, 300), dim=st.integers(1, 300), hidden=st.integers(1, 300),
        dtype=st.sampled_from([torch.float32, torch.float16]))
+@pytest.mark.build
 def test_gate_up_matches_torch(cpu_kernel, tokens, dim, hidden, dtype):
     gen = torch.Generator().manual_seed(tokens * 7919 + dim * 31 + hidden)
     x, wg, wu = (torch.randn(*s, generator=gen).to(dtype) for s in ((tokens, dim), (dim, hidden), (dim, hidden)))

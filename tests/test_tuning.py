@@ -117,6 +117,7 @@ def _cli(*args, env):
     return subprocess.run([sys.executable, "-m", "septran.cli", *args], capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.mark.build  # `septran tune` in a child process
 def test_septran_tune_json_and_a_second_process_measures_nothing(tmp_path, db):
     import os
 
@@ -137,6 +138,7 @@ def test_septran_tune_json_and_a_second_process_measures_nothing(tmp_path, db):
     assert "from the tuning database" in table.stdout and "speed-up" in table.stdout
 
 
+@pytest.mark.build  # tunes through ray's workers
 def test_ray_path_writes_the_same_records(tmp_path, db):
     pytest.importorskip("ray")
     kernel, _ = _space(tmp_path, "{BM: !tune [16, 32], BN: 16, BK: 16}")
