@@ -56,6 +56,7 @@ def _fuzz():
     return importlib.import_module("fuzz")
 
 
+@pytest.mark.build  # the fuzz cases build in worker processes
 def test_fuzz_script_counts_outcomes(tmp_path):
     import json
 
@@ -64,6 +65,7 @@ def test_fuzz_script_counts_outcomes(tmp_path):
     assert sum(sum(c.values()) for c in counts.values()) == 10 and report["counts"] == counts
 
 
+@pytest.mark.build  # the fuzz cases build in worker processes
 def test_fuzz_pool_records_crashes_and_hangs_and_goes_on():
     fuzz = _fuzz()
     cases = [{"kind": "probe", "action": a, "index": i} for i, a in enumerate(["ok", "crash", "ok", "hang", "ok"])]

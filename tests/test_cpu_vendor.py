@@ -20,6 +20,8 @@ from septran.errors import BuildError
 from septran.runtime import vendor
 from septran.target import load_target_file
 
+pytestmark = pytest.mark.build  # 15 of its 18 tests build kernels
+
 VENDOR = REPO / "backends/cpu/vendor"
 OPENBLAS = "{package: scipy_openblas32, file: lib/libscipy_openblas.so, dist: scipy-openblas32}"
 CODES = {torch.float32: 0, torch.float16: 1}
@@ -73,7 +75,6 @@ def strided(rows: int, cols: int, pad: int, dtype, gen) -> tuple[torch.Tensor, i
 # ---- the vendor mechanism ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.build
 def test_link_flags_force_include_the_header_and_name_the_digest(target):
     flags = vendor.link_flags(target)
     lib_path = vendor.library_path(target.vendor)
@@ -110,7 +111,6 @@ def test_a_vendor_without_an_error_channel_is_never_asked(target, monkeypatch):
     vendor.check_errors(target, "kernel")
 
 
-@pytest.mark.build
 def test_openblas_runs_in_the_callers_thread(target, lib):
     # the copy our library loaded (dlopen of the same file returns the same handle)
     openblas = ctypes.CDLL(str(vendor._library_file(target.vendor.libraries[0])))
@@ -320,7 +320,6 @@ int main() {
 
 @pytest.mark.skipif(not Path("/usr/lib/x86_64-linux-gnu/libmvec.so.1").exists() or not shutil.which("g++"),
                     reason="needs g++ and glibc's libmvec (x86-64)")
-@pytest.mark.build  # g++ builds a program
 def test_math_header_vectorises_exp_and_keeps_special_values(tmp_path):
     src, exe = tmp_path / "probe.cpp", tmp_path / "probe"
     src.write_text(MATH_PROBE)

@@ -7,6 +7,8 @@ import pytest
 
 from conftest import REPO, load_module as _load
 
+pytestmark = pytest.mark.build  # 8 of its 11 tests build kernels
+
 
 def test_run_gemm_on_cpu(monkeypatch, capsys):
     monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
@@ -26,7 +28,6 @@ def test_run_bmm_on_cpu(monkeypatch, capsys):
     assert "T.Kernel(T.ceildiv(B_dim2, BN), T.ceildiv(A_dim1, BM), A_dim0)" in capsys.readouterr().out
 
 
-@pytest.mark.build
 def test_run_gemm_epilogue_on_cpu(monkeypatch, capsys):
     monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
     monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
@@ -37,7 +38,6 @@ def test_run_gemm_epilogue_on_cpu(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("target", ["sm90", "gfx942"])
-@pytest.mark.build
 def test_run_gemm_shows_code_where_the_device_is_absent(monkeypatch, capsys, target):
     import torch
 
@@ -62,7 +62,6 @@ def test_run_gemm_shows_code_where_the_device_is_absent(monkeypatch, capsys, tar
     ("attention/run_attention.py", dict(batch=1, heads=2, sq=37, sk=70, d=16, causal=True),
      "O = attention(Q, K, V, causal), 1x2 heads, Sq 37, Sk 70, D 16"),
 ])
-@pytest.mark.build
 def test_run_operator_on_cpu(monkeypatch, capsys, script, kwargs, title):
     monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
     monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
@@ -72,7 +71,6 @@ def test_run_operator_on_cpu(monkeypatch, capsys, script, kwargs, title):
     assert title in out and "@T.prim_func" in out
 
 
-@pytest.mark.build
 def test_run_conv2d_on_cpu(monkeypatch, capsys):
     monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
     monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
@@ -82,7 +80,6 @@ def test_run_conv2d_on_cpu(monkeypatch, capsys):
     assert "Y = conv2d(X, W), NHWC 2x13x13x5 * 3x3x5x7 -> (2, 11, 11, 7), float32" in out and "@T.prim_func" in out
 
 
-@pytest.mark.build
 def test_run_cross_entropy_on_cpu(monkeypatch, capsys):
     """50,000 classes, float16 logits, int64 class ids: every loss against torch's, in float64."""
     monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
@@ -93,7 +90,6 @@ def test_run_cross_entropy_on_cpu(monkeypatch, capsys):
     assert "L = cross_entropy(X, Y, reduction='none'), 5x50000, float16" in out and "@T.prim_func" in out
 
 
-@pytest.mark.build
 def test_run_gqa_kv_cache_on_cpu(monkeypatch, capsys):
     """A prompt, then decoding steps: the caches (the caller's tensors) and each step's output checked."""
     monkeypatch.setenv("SEPTRAN_TARGET", "cpu")

@@ -57,6 +57,7 @@ def test_gfx942_source_has_mfma():
 # (b) normalize_cuda: equal up to names, and only up to names
 
 
+@pytest.mark.build
 def test_normalize_ignores_kernel_name(sm90_src):
     renamed = lower_device_source(handwritten_gemm(*SM90_GEMM).with_attr("global_symbol", "gemm_host"), SM90)
     assert "gemm_host_kernel" in renamed and "main_kernel" not in renamed
@@ -64,6 +65,7 @@ def test_normalize_ignores_kernel_name(sm90_src):
     assert normalize_cuda(renamed) == normalize_cuda(sm90_src)
 
 
+@pytest.mark.build
 def test_normalize_keeps_a_different_block_k(sm90_src):
     M, N, K, bm, bn, _, stages, threads = SM90_GEMM
     other = lower_device_source(handwritten_gemm(M, N, K, bm, bn, 32, stages, threads), SM90)
