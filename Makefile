@@ -1,11 +1,21 @@
 # Two commands do everything on a fresh machine (they create .venv first):
 #   make demo   compile the GEMM example for this machine, run it, check it, print the TileLang
-#   make test   run the test suite
+#   make test   run the test suite: everything CI (.ci/run) runs, on $(JOBS) pytest-xdist workers (10 min on 2 cores)
+# The tiers (markers in pyproject.toml, unknown markers refused by --strict-markers):
+#   make quick  the loop while working (under 2 minutes): the tests that build nothing, i.e. no marker of
+#               build (lowers or builds a kernel), slow, gpu or nvcc. tests/support/build_guard.py fails an
+#               unmarked test that starts a build: mark it @pytest.mark.build (or the module's pytestmark).
+#   make gpu    every GPU test (marker gpu) and the GPU benchmarks (bench/gemm.py, bench/attention.py at the
+#               GPU's target), for the day a device is lent; without an NVIDIA GPU the tests skip, the benches too.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
+# Workers share SEPTRAN_CACHE_DIR (atomic writes); one file per worker at a time, so a module's fixtures (its
+# captured graphs, its kernels) are made once and the tests that count builds see their own process only.
+JOBS   ?= 2
+PYTEST  = $(BIN)/python -m pytest -q
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test quick gpu bench clean
 
 $(BIN)/.septran-installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +30,20 @@ demo: setup
 	$(BIN)/python examples/gemm/run_gemm.py
 
 test: setup
-	$(BIN)/python -m pytest -q tests
+	$(PYTEST) -n $(JOBS) --dist loadfile --durations=20 tests
+
+quick: setup
+	$(PYTEST) -n $(JOBS) -m "not build and not slow and not gpu and not nvcc" tests
+
+gpu: setup
+	$(PYTEST) -m gpu -rs tests
+	@target=$$($(BIN)/python tests/support/gpu_target.py); \
+	if [ -z "$$target" ]; then echo "make gpu: no NVIDIA GPU, the GPU benchmarks are skipped"; else \
+	  set -e; \
+	  $(BIN)/python bench/gemm.py --target $$target --dtype float16; \
+	  $(BIN)/python bench/attention.py --target $$target; \
+	  $(BIN)/python bench/attention.py --target $$target --causal; \
+	fi
 
 bench: setup
 	$(BIN)/python bench/cpu.py --autotune softmax,layernorm,rmsnorm

@@ -1,4 +1,4 @@
-"""Shared fixtures: repository paths, golden files, markers for optional hardware/tools."""
+"""Shared fixtures: repository paths, golden files, markers for optional hardware/tools, the quick tier's guard."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from support import build_guard
+
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).resolve().parent / "golden"
 GEMM_LOGIC = REPO / "septran" / "ops" / "logic" / "gemm.py"  # the kernel library's; examples/gemm imports it
@@ -15,6 +17,52 @@ GEMM_LOGIC = REPO / "septran" / "ops" / "logic" / "gemm.py"  # the kernel librar
 
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", help="rewrite golden files from the current output")
+
+
+# The quick tier's guard (support/build_guard.py): from setup to teardown of a test that no marker takes out of
+# `make quick`, every build entry point refuses. Hooks, not a fixture, so a module fixture that builds is seen too.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    if build_guard.in_quick_tier(item):
+        item.stash[_GUARD] = build_guard.Guard(item.nodeid)
+    return _checked(item, (yield from _phase(item)))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return _checked(item, (yield from _phase(item)))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    try:
+        result = yield from _phase(item)
+    finally:
+        guard = item.stash.get(_GUARD, None)
+        if guard is not None:
+            guard.undo()
+    return _checked(item, result)
+
+
+_GUARD = pytest.StashKey()
+
+
+def _phase(item):
+    """The phase's result; where it raised, the guard's error (if any) has been reported by it."""
+    try:
+        return (yield)
+    except BaseException:
+        guard = item.stash.get(_GUARD, None)
+        if guard is not None and guard.calls:
+            guard.reported = True
+        raise
+
+
+def _checked(item, result):
+    guard = item.stash.get(_GUARD, None)
+    if guard is not None:
+        guard.check()  # the guard's error was swallowed by the code under test: fail the test anyway
+    return result
 
 
 @pytest.fixture
@@ -109,5 +157,11 @@ def has_cuda_gpu() -> bool:
     return torch.cuda.is_available() and torch.version.hip is None
 
 
-needs_nvcc = pytest.mark.skipif(not has_nvcc(), reason="nvcc is not installed")
-needs_gpu = pytest.mark.skipif(not has_cuda_gpu(), reason="no NVIDIA GPU")
+def needs_nvcc(test):
+    """Runs where nvcc is installed; marked ``nvcc`` (out of ``make quick``)."""
+    return pytest.mark.nvcc(pytest.mark.skipif(not has_nvcc(), reason="nvcc is not installed")(test))
+
+
+def needs_gpu(test):
+    """Runs where torch sees an NVIDIA GPU; marked ``gpu`` (what ``make gpu`` selects)."""
+    return pytest.mark.gpu(pytest.mark.skipif(not has_cuda_gpu(), reason="no NVIDIA GPU")(test))

@@ -34,6 +34,7 @@ def _close(out, ref, what, torch_out):
 
 @pytest.mark.parametrize("rank,axis", CASES)
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.build
 def test_softmax_any_axis(rank, axis, log):
     x = _input(rank, axis)
     kernel = septran.compile(softmax.softmax(log, axis, rank), mapping_file=mapping_path("cpu", "softmax"))
@@ -42,6 +43,7 @@ def test_softmax_any_axis(rank, axis, log):
 
 
 @pytest.mark.parametrize("rank,axis", CASES)
+@pytest.mark.build
 def test_layernorm_any_axis(rank, axis):
     x = _input(rank, axis)
     n = x.shape[axis]
@@ -55,6 +57,7 @@ def test_layernorm_any_axis(rank, axis):
 
 
 @pytest.mark.parametrize("rank,axis", CASES)
+@pytest.mark.build
 def test_rmsnorm_any_axis(rank, axis):
     x = _input(rank, axis)
     n = x.shape[axis]

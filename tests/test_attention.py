@@ -45,6 +45,7 @@ SHAPES = [(1, 2, 113, 203, 64), (2, 1, 203, 203, 40), (1, 3, 113, 113, 40), (2, 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.build
 def test_cpu_matches_torch(causal, dtype, shape):
     """Sequence lengths 113 and 203 (neither a multiple of the 32-row tiles), head dims 64 and 40, Sq < = > Sk.
 
@@ -57,6 +58,7 @@ def test_cpu_matches_torch(causal, dtype, shape):
     assert_flash_rule(out, reference(q.float(), k.float(), v.float(), causal), reference(q, k, v, causal), f"{shape} {dtype}")
 
 
+@pytest.mark.build
 def test_scale_is_a_scalar_argument():
     q, k, v = _qkv(1, 1, 50, 70, 16, torch.float32, 3)
     out = kernel(True)(q, k, v, sm_scale=0.5)
@@ -81,6 +83,7 @@ def test_emitted_attention_matches_golden(target, golden):
 
 @pytest.mark.parametrize("target,needles", [("sm90", ("tl::tma_load(", "wgmma", "AllReduce")),
                                             ("sm80", ("cp_async", "mma", "AllReduce")), ("gfx942", ("mfma",))])
+@pytest.mark.build
 def test_device_code(target, needles):
     src = kernel(False, target).specialize(**SM90).device_source
     for needle in needles:
@@ -104,6 +107,7 @@ def _cuda(prim_func) -> str:
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("seq_q,seq_kv", [(1024, 1024), (203, 331)])
+@pytest.mark.build
 def test_sm90_cuda_equals_tilelangs_own_example(causal, seq_q, seq_kv):
     """Same blocks (128 x 128), stages (2) and threads (256) as mappings/sm90/attention.yaml: the CUDA of
     TileLang's example as shipped, statement for statement, up to the names of variables."""

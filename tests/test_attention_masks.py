@@ -54,6 +54,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("b, hq, hkv, sq, sk, d, mb, mh, causal", CASES)
+@pytest.mark.build
 def test_mask_and_gqa_match_torch(b, hq, hkv, sq, sk, d, mb, mh, causal):
     q, k, v = _rand(b, hq, sq, d, seed=1), _rand(b, hkv, sk, d, seed=2), _rand(b, hkv, sk, d, seed=3)
     m = None if mb is None else _rand(mb, mh, sq, sk, seed=4) * 2
@@ -64,6 +65,7 @@ def test_mask_and_gqa_match_torch(b, hq, hkv, sq, sk, d, mb, mh, causal):
     assert_flash_rule(out, ref, torch_out, f"mask {None if m is None else tuple(m.shape)}, {hq} over {hkv} heads")
 
 
+@pytest.mark.build
 def test_mask_by_position_with_sm_scale():
     q, k, v = _rand(1, 2, 29, 16, seed=5), _rand(1, 2, 41, 16, seed=6), _rand(1, 2, 41, 16, seed=7)
     m = _rand(1, 1, 29, 41, seed=8)
@@ -72,6 +74,7 @@ def test_mask_by_position_with_sm_scale():
     assert_flash_rule(out, ref, reference(q, k, v, m, False, scale=0.3), "sm_scale 0.3 with a mask")
 
 
+@pytest.mark.build
 def test_a_bool_mask_as_its_additive_form():
     """True = may attend (torch's bool attn_mask); a row that sees nothing gets zeros, as torch gives."""
     q, k, v = _rand(2, 2, 23, 16, seed=9), _rand(2, 2, 50, 16, seed=10), _rand(2, 2, 50, 16, seed=11)
@@ -85,6 +88,7 @@ def test_a_bool_mask_as_its_additive_form():
 
 
 @pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.build
 def test_a_bool_mask_itself(causal):
     """attention(mask="bool"): M is a bool tensor, True = may attend, as torch's bool attn_mask."""
     q, k, v = _rand(2, 3, 29, 16, seed=13), _rand(2, 3, 61, 16, seed=14), _rand(2, 3, 61, 16, seed=15)
@@ -98,6 +102,7 @@ def test_a_bool_mask_itself(causal):
 
 
 @pytest.mark.parametrize("target", ["sm90", "sm80"])
+@pytest.mark.build
 def test_gpu_programs_take_a_bool_mask(target):
     shapes = dict(Q=((2, 8, 200, 64), "float16"), K=((2, 8, 300, 64), "float16"), V=((2, 8, 300, 64), "float16"),
                   M=((2, 8, 200, 300), "bool"))
@@ -112,6 +117,7 @@ def test_a_mask_kind_that_does_not_exist_is_refused():
 
 
 @pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.build
 def test_a_mask_that_hides_whole_key_tiles_of_a_row(causal):
     """Key padding: row r sees keys from 70 r / Sq on, so the first tiles (64 keys) are all -inf for many rows;
     the running maximum is then -inf, and the online softmax must not make NaN of it."""

@@ -1,6 +1,8 @@
 """The benchmark's code paths stay working (timings belong to the benchmark, not here)."""
 from __future__ import annotations
 
+import pytest
+
 
 import septran
 from conftest import GEMM_LOGIC, REPO, load_module, mapping_path, needs_nvcc
@@ -10,6 +12,7 @@ def _bench():
     return load_module(REPO / "bench" / "gemm.py")
 
 
+@pytest.mark.build
 def test_bench_runs_on_cpu():
     rows = _bench().main("cpu", "float32", [64], repeats=1)
     assert rows[0]["n"] == 64 and rows[0]["septran_ms"] > 0 and rows[0]["handwritten_ms"] > 0
@@ -27,6 +30,7 @@ def _attention_bench():
     return load_module(REPO / "bench" / "attention.py")
 
 
+@pytest.mark.build
 def test_attention_bench_runs_on_cpu():
     rows = _attention_bench().main("cpu", "float32", [(1, 1, 40, 70, 16)], causal=True, repeats=1)
     assert rows[0]["septran_ms"] > 0 and rows[0]["handwritten_ms"] is None and rows[0]["causal"]
@@ -52,6 +56,7 @@ def _fuzz():
     return importlib.import_module("fuzz")
 
 
+@pytest.mark.build  # the fuzz cases build in worker processes
 def test_fuzz_script_counts_outcomes(tmp_path):
     import json
 
@@ -60,6 +65,7 @@ def test_fuzz_script_counts_outcomes(tmp_path):
     assert sum(sum(c.values()) for c in counts.values()) == 10 and report["counts"] == counts
 
 
+@pytest.mark.build  # the fuzz cases build in worker processes
 def test_fuzz_pool_records_crashes_and_hangs_and_goes_on():
     fuzz = _fuzz()
     cases = [{"kind": "probe", "action": a, "index": i} for i, a in enumerate(["ok", "crash", "ok", "hang", "ok"])]

@@ -3,11 +3,15 @@
 The timings belong to the benchmark; here only that it runs, checks its kernels and writes every field."""
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
 
 from conftest import REPO
+
+pytestmark = pytest.mark.build  # bench/cpu.py in a child process builds every case
 
 
 def test_cpu_bench_quick_run_writes_every_field(tmp_path):

@@ -4,11 +4,15 @@ The timings belong to the benchmark; here only that it runs, checks each backend
 Inductor is left to the benchmark (its compile takes a minute here); aot_eager stands for a compiled backend."""
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
 
 from conftest import REPO
+
+pytestmark = pytest.mark.build  # bench/models.py in a child process builds the blocks' kernels
 
 
 def test_models_bench_quick_run_writes_every_field(tmp_path):

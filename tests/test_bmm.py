@@ -19,6 +19,7 @@ def runnable(request):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.build
 def test_bmm_matches_torch(runnable, shape, dtype):
     batch, M, N, K = shape
     gen = torch.Generator().manual_seed(batch * 1000 + M + N + K)
@@ -45,6 +46,7 @@ def test_emitted_bmm_matches_golden(target, golden):
 
 @pytest.mark.parametrize("target,needles", [("sm90", ("tl::tma_load(", "wgmma")), ("sm80", ("cp_async", "mma")),
                                             ("gfx942", ("mfma",))])
+@pytest.mark.build
 def test_bmm_device_code_uses_the_matrix_units(target, needles):
     kernel = septran.compile(logic_file=BMM_LOGIC, mapping_file=mapping_path(target, "bmm"))
     src = kernel.specialize(A=((4, 512, 256), "float16"), B=((4, 256, 384), "float16")).device_source

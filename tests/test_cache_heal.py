@@ -22,6 +22,8 @@ import pytest
 
 from septran.build import integrity, store, tl_cache
 
+pytestmark = pytest.mark.build  # child processes build into a shared cache
+
 CHILD = Path(__file__).resolve().parent / "support" / "cache_child.py"
 
 # One job per artifact, so that the rebuild of one never repairs another by accident.

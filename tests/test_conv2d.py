@@ -36,6 +36,7 @@ def _reference(x, w):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("shape", [(2, 13, 13, 5, 7, 3, 3), (1, 9, 20, 3, 4, 2, 5), (3, 7, 6, 9, 130, 1, 1),
                                    (1, 17, 70, 300, 3, 3, 3)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.build
 def test_conv2d_matches_torch_on_cpu(cpu, shape, dtype):
     """Odd shapes: windows run past the input's end, channels do not fill a tile, Co spans two tiles."""
     N, H, W, Ci, Co, KH, KW = shape
@@ -68,6 +69,7 @@ def test_emitted_conv2d_matches_golden(target, golden):
 
 @pytest.mark.parametrize("target,needles", [("sm90", ("tl::tma_load(", "wgmma")), ("sm80", ("cp_async", "mma")),
                                             ("gfx942", ("mfma",))])
+@pytest.mark.build
 def test_conv2d_device_code_uses_the_matrix_units(target, needles):
     src = _kernel(target).specialize(**GPU_SHAPES).device_source
     for needle in needles:

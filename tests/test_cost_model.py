@@ -154,6 +154,7 @@ def test_rank_correlation():
     assert rank_correlation([1, 1, 2], [5, 5, 9]) == pytest.approx(1.0)
 
 
+@pytest.mark.build
 def test_measured_rank_correlation_on_cpu_is_reported():
     """Four tile configurations of GEMM 512^3, estimated and timed; the correlation is printed, not asserted
     (the machine is shared; bench/cost_model.py measures eight configurations and writes JSON)."""

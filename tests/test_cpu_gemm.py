@@ -7,6 +7,8 @@ import torch
 import septran
 from conftest import GEMM_LOGIC, assert_gemm_close, mapping_path
 
+pytestmark = pytest.mark.build  # 4 of its 4 tests build kernels
+
 # (M, N, K): round, rectangular, odd, degenerate; tiles are 32, so most overhang.
 SHAPES = [(64, 64, 64), (128, 96, 160), (257, 129, 95), (1, 64, 1), (1, 1, 64), (33, 1, 17), (100, 37, 300)]
 DRAWS = 3

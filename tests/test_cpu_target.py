@@ -11,6 +11,8 @@ from conftest import GEMM_LOGIC, REPO, edited_mapping, load_module, mapping_path
 from septran import task
 from support.rows import rows_logic, rows_mapping
 
+pytestmark = pytest.mark.build  # 9 of its 11 tests build kernels
+
 ROWS_MAPPING = rows_mapping("double", bm=8)
 
 

@@ -21,6 +21,8 @@ from septran.build import vendor
 from septran.runtime import vendor as vendor_errors
 from septran.target import load_target_file
 
+pytestmark = pytest.mark.build  # 15 of its 18 tests build kernels
+
 VENDOR = REPO / "backends/cpu/vendor"
 OPENBLAS = "{package: scipy_openblas32, file: lib/libscipy_openblas.so, dist: scipy-openblas32}"
 CODES = {torch.float32: 0, torch.float16: 1}

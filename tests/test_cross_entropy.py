@@ -32,10 +32,12 @@ def check(k, rows: int, classes: int, dtype, seed: int = 0, tol: float = 2e-5) -
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["fp16", "bf16", "fp32"])
 @pytest.mark.parametrize("rows,classes", [(1, 1), (3, 7), (13, 1025), (5, 50000)])
+@pytest.mark.build
 def test_cpu_matches_torch(dtype, rows, classes):
     check(kernel(), rows, classes, dtype, seed=rows + classes)
 
 
+@pytest.mark.build
 def test_class_ids_past_float16_precision():
     """Ids above 2048 are not exact in float16, above 2**24 not in float32: the comparison is between integers.
     Neighbouring classes hold very different logits, so a rounded id would pick the wrong one."""
@@ -47,6 +49,7 @@ def test_class_ids_past_float16_precision():
     assert (kernel()(x, y).double() - ref).abs().max().item() < 1e-5
 
 
+@pytest.mark.build
 def test_blocks_of_rows_that_overhang(tmp_path):
     """Blocks of 8 rows over 13 rows: the last block reads past the ids' end, and must not write there."""
     path = edited_mapping(tmp_path, "cpu", "cross_entropy", ("BM: 1,", "BM: 8,"), ("BN: 1024", "BN: 128"))
@@ -54,6 +57,7 @@ def test_blocks_of_rows_that_overhang(tmp_path):
     check(k, 13, 300, torch.float16)
 
 
+@pytest.mark.build
 def test_loss_into_a_passed_tensor():
     x = torch.randn(4, 100)
     y = torch.randint(0, 100, (4,))

@@ -11,6 +11,8 @@ from septran.build import tilelang_api as build
 from septran.runtime import vendor
 from conftest import GEMM_LOGIC, assert_gemm_close, mapping_path
 
+pytestmark = pytest.mark.build  # 5 of its 5 tests build kernels
+
 # Per DSA: the prefix of its vendor calls, and the call that completes transfers.
 DSAS = {"dsa_ref": ("dsa_ref_", "dsa_ref_sync"), "dsa_acme": ("acme_", "acme_fence")}
 SHAPES = [(64, 64, 64), (128, 64, 96), (257, 129, 95), (1, 33, 17), (100, 37, 300)]

@@ -32,6 +32,7 @@ def _count_builds(monkeypatch) -> list:
     return built
 
 
+@pytest.mark.build
 def test_attention_one_build_for_twenty_lengths(monkeypatch):
     built = _count_builds(monkeypatch)
     kernel = _attention("cpu")
@@ -51,6 +52,7 @@ def test_attention_one_build_for_twenty_lengths(monkeypatch):
     assert 'Q_dim2 = T.dynamic("Q_dim2", "int64")' in source and 'K_dim2 = T.dynamic("K_dim2", "int64")' in source
 
 
+@pytest.mark.build
 def test_static_dims_still_make_variants():
     kernel = _attention("cpu")
     for heads in (1, 2):
@@ -94,6 +96,7 @@ def test_gpu_program_with_dynamic_dimension_builds(target, arch):
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
 
 
+@pytest.mark.build
 def test_softmax_rows_dynamic_with_an_overhanging_block(monkeypatch):
     """Rows as a dynamic dimension, blocks of 4 rows: the last block overhangs at most sizes; one build."""
     from conftest import REPO, load_module
@@ -110,6 +113,7 @@ def test_softmax_rows_dynamic_with_an_overhanging_block(monkeypatch):
     assert len(kernel._variants) == 1 and len(builds) == 1
 
 
+@pytest.mark.build
 def test_a_tuned_dynamic_kernel_finds_its_record_at_any_size(tmp_path, monkeypatch):
     """septran.tune at one row count records the point under -1 (any size); a new kernel called at another row
     count runs that point from the database, as one compile serves every size."""
@@ -129,6 +133,7 @@ def test_a_tuned_dynamic_kernel_finds_its_record_at_any_size(tmp_path, monkeypat
     assert "not tuned" not in kernel.tuning["source"], kernel.tuning
 
 
+@pytest.mark.build
 def test_an_elementwise_leaf_over_a_whole_dynamic_dimension(monkeypatch):
     """Rows of any length read and written in place: no tile extent needs the length's number (the read check
     and the matrix-unit multiples asked for it, and refused a program that needs none)."""

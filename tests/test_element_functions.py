@@ -29,6 +29,7 @@ def test_every_one_argument_function_is_covered():
 
 
 @pytest.mark.parametrize("fn", sorted(TORCH))
+@pytest.mark.build
 def test_function_matches_torch(fn):
     gen = torch.Generator().manual_seed(len(fn))
     x = torch.randn(7, 45, generator=gen) * 4

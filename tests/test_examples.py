@@ -7,6 +7,8 @@ import pytest
 
 from conftest import REPO, load_module as _load
 
+pytestmark = pytest.mark.build  # 8 of its 11 tests build kernels
+
 
 def test_run_gemm_on_cpu(monkeypatch, capsys):
     monkeypatch.setenv("SEPTRAN_TARGET", "cpu")

@@ -10,9 +10,13 @@ lowering's bounds verification.
 """
 from __future__ import annotations
 
+import pytest
+
 import collections
 
 from conftest import REPO, load_module
+
+pytestmark = pytest.mark.build  # 1 of its 1 tests build kernels
 
 CASES = 1500  # about 20 s with a warm cache
 

@@ -8,9 +8,13 @@ hang detection.
 """
 from __future__ import annotations
 
+import pytest
+
 import collections
 
 from conftest import REPO, load_module
+
+pytestmark = pytest.mark.build  # 1 of its 1 tests build kernels
 
 CASES = 1500  # about 20 s here with a warm cache; a cold one adds the builds of RUN_AT_MOST cpu kernels
 RUN_AT_MOST = 10  # accepted cpu cases run against torch

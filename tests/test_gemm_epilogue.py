@@ -36,6 +36,7 @@ def _check(out, act, a, b, bias, ta, tb):
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("act", sorted(ACTIVATIONS))
+@pytest.mark.build
 def test_cpu_matches_torch_fp32(act, layout):
     ta, tb = LAYOUTS[layout]
     kernel = septran.compile(logic.gemm_epilogue(act, ta, tb), mapping_file=mapping_path("cpu", "gemm_epilogue"))
@@ -47,6 +48,7 @@ def test_cpu_matches_torch_fp32(act, layout):
 
 
 @pytest.mark.parametrize("act,layout", [("gelu", "nn"), ("silu", "tn"), ("relu", "nt")])
+@pytest.mark.build
 def test_cpu_matches_torch_fp16(act, layout):
     ta, tb = LAYOUTS[layout]
     kernel = septran.compile(logic.gemm_epilogue(act, ta, tb), mapping_file=mapping_path("cpu", "gemm_epilogue"))
@@ -74,6 +76,7 @@ def test_emitted_epilogue_matches_golden(target, golden):
 @pytest.mark.parametrize("target,needles", [("sm90", ("tl::tma_load(", "wgmma", "erf")), ("sm80", ("cp_async", "mma", "erf")),
                                             ("gfx942", ("mfma", "erf"))])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.build
 def test_device_code(target, needles, layout):
     ta, tb = LAYOUTS[layout]
     kernel = septran.compile(logic.gemm_epilogue("gelu", ta, tb), mapping_file=mapping_path(target, "gemm_epilogue"))

@@ -27,6 +27,7 @@ def sm80():
     return _variant("sm80")
 
 
+@pytest.mark.build
 def test_sm90_uses_tma_and_wgmma(sm90):
     cuda = sm90[1].device_source
     assert "tl::tma_load(" in cuda, "A and B tiles should arrive by TMA"
@@ -34,12 +35,14 @@ def test_sm90_uses_tma_and_wgmma(sm90):
     assert "cp_async" not in cuda
 
 
+@pytest.mark.build
 def test_sm80_uses_cp_async_and_mma(sm80):
     cuda = sm80[1].device_source
     assert "cp_async" in cuda
     assert "mma" in cuda and "wgmma" not in cuda and "tma_load" not in cuda
 
 
+@pytest.mark.build
 def test_gfx942_uses_mfma():
     hip = _variant("gfx942")[1].device_source
     assert "mfma" in hip
@@ -57,6 +60,7 @@ def _handwritten_cuda(target: str, kernel) -> str:
 
 
 @pytest.mark.parametrize("target", ["sm90", "sm80"])
+@pytest.mark.build
 def test_same_cuda_as_handwritten_tilelang(target, sm90, sm80):
     kernel, variant = {"sm90": sm90, "sm80": sm80}[target]
     ours = normalize_cuda(variant.device_source)

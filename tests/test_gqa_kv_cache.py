@@ -28,6 +28,7 @@ def _rand(*shape, seed):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
+@pytest.mark.build
 def test_append_writes_only_its_rows_in_place():
     append, _ = kernels()
     kc, vc = _rand(2, 3, 40, 8, seed=1), _rand(2, 3, 40, 8, seed=2)
@@ -40,6 +41,7 @@ def test_append_writes_only_its_rows_in_place():
     assert torch.equal(kc[:, :, rest], before_k[:, :, rest]) and torch.equal(vc[:, :, rest], before_v[:, :, rest])
 
 
+@pytest.mark.build
 def test_attend_ignores_what_the_cache_holds_past_pos():
     """Rows past pos + S of K may hold anything (NaN); those of V anything finite."""
     _, attend = kernels()

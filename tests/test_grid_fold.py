@@ -89,6 +89,7 @@ def test_three_or_fewer_dimensions_are_not_folded():
 
 
 @pytest.mark.parametrize("shape", [(3, 5, 7, 33), (1, 2, 1, 5), (4, 1, 9, 16)])
+@pytest.mark.build
 def test_4d_elementwise_on_cpu(shape):
     a, b = torch.randn(*shape), torch.randn(*shape)
     assert torch.equal(septran.compile(axpy4_logic, mapping=AXPY)(a, b), a + b * 2.0)
@@ -101,6 +102,7 @@ def test_4d_grid_folds_into_bz_and_runs_in_parallel():
     assert "programs run in parallel over bx, by, bz" in v.tilelang_source
 
 
+@pytest.mark.build
 def test_4d_broadcast_batched_matmul_on_cpu():
     mapping = _mapping("bmm4_logic", "bmm_block", "bmm_leaf", "gemm_leaf_cpu", "{BM: 16, BN: 16}")
     gen = torch.Generator().manual_seed(0)
@@ -110,6 +112,7 @@ def test_4d_broadcast_batched_matmul_on_cpu():
     assert (out.double() - a.double() @ b.double()).abs().max().item() < 1e-4
 
 
+@pytest.mark.build
 def test_4d_grid_on_sm90_builds_source():
     from conftest import REPO
     sm90 = AXPY.replace("target: cpu", "target: sm90").replace("LOCAL", "REGISTER").replace("tile_loops", "tile_parallel")

@@ -51,12 +51,14 @@ def _reference(x):
 
 @pytest.mark.parametrize("xmem", ["LOCAL", "GLOBAL"])
 @pytest.mark.parametrize("shape,bm,bn", [((7, 13), 4, 5), ((5, 1), 2, 3), ((3, 11), 3, 11), ((6, 9), 4, 2), ((1, 17), 1, 4)])
+@pytest.mark.build
 def test_stencil_with_a_halo_computes_right(xmem, shape, bm, bn):
     kernel = septran.compile(host, mapping=_mapping(xmem=xmem, bm=bm, bn=bn))
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(shape[1]), dtype=torch.float32)
     torch.testing.assert_close(kernel(x), _reference(x))
 
 
+@pytest.mark.build
 def test_pairs_and_float16():
     kernel = septran.compile(host, mapping=_mapping(halo="halo: {X: [0, [1, 1]]}, "))
     x = torch.randn(9, 23, generator=torch.Generator().manual_seed(1)).to(torch.float16)
@@ -98,6 +100,7 @@ def test_the_key_is_checked_at_its_line():
 
 
 @pytest.mark.parametrize("target", ["sm90", "sm80"])
+@pytest.mark.build
 def test_gpu_source_generates(target):
     kernel = septran.compile(host, mapping=_mapping(target=target, xmem="SHARED", ymem="REGISTER", bm=16, bn=32,
                                                     leaf="tile_parallel"))

@@ -68,6 +68,7 @@ def test_shifted_reads_are_proved_or_refused(o, slack, cols):
 
 @pytest.mark.parametrize("o", [-3, -1, 1, 2, 5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.build
 def test_shifted_reads_compute_right(o, dtype):
     x = torch.randn(7, 11, generator=torch.Generator().manual_seed(o + 10)).to(dtype)
     out = _compile(_shifted(o, 0))(x)
@@ -91,6 +92,7 @@ def test_constant_index_in_the_tile_or_refused(c, cols):
     assert f"reads X at {c}..{c} along dimension 1" in str(info.value)
 
 
+@pytest.mark.build
 def test_constant_and_shape_indices_compute_right():
     @task.define(leaf=True)
     def mirror(Y, X):
@@ -102,6 +104,7 @@ def test_constant_and_shape_indices_compute_right():
     torch.testing.assert_close(out, x[:, :1] + x[:, 6:7] * x + x.flip(1))
 
 
+@pytest.mark.build
 def test_a_read_with_no_plain_index_at_all():
     """Every index shifted or constant (X[i + 0, (X.shape[1] - 1) - j], X[0, j]): a read as any other."""
     @task.define(leaf=True)
@@ -126,6 +129,7 @@ def test_unguarded_stencil_is_refused_with_the_numbers():
     assert "holds 13 elements there (0..12)" in text and "whole dimension" in text
 
 
+@pytest.mark.build
 def test_one_tile_at_several_index_sets():
     """X + X^T: the square tile (BM = rows) holds every element; a tile of fewer rows is refused."""
     @task.define(leaf=True)
@@ -139,6 +143,7 @@ def test_one_tile_at_several_index_sets():
     assert "X[j, i] reads X at 0..5 along dimension 0" in str(info.value) and "holds 2 elements" in str(info.value)
 
 
+@pytest.mark.build
 def test_gather_through_a_tile_of_indices():
     """Y[i, j] = X[i, Ix[i, j]]: Ix holds whole numbers (float here); an index outside the row reads 0."""
     @task.define(leaf=True)
@@ -190,6 +195,7 @@ def test_gather_needs_the_whole_dimension():
     assert "gathers X along dimension 1" in str(info.value) and "holds 4 of its 10 elements" in str(info.value)
 
 
+@pytest.mark.build
 def test_one_element_tensor_read_as_a_scalar():
     """A scale computed on the device (a (1,) tensor) read in a compute as s[0]: no host sync."""
     @task.define(leaf=True)

@@ -27,6 +27,8 @@ from hypothesis import strategies as st
 import septran
 from conftest import assert_flash_rule, first_point_text, mapping_path
 
+pytestmark = pytest.mark.build  # 3 of its 3 tests build kernels
+
 TILES = st.sampled_from([1, 3, 7, 8, 16, 17, 32, 64])
 SMALL_TILES = st.sampled_from([1, 3, 7, 8, 16, 17, 32])
 OFFSETS = st.sampled_from([0] * 6 + [-2, -1, 1, 2])  # mostly as written in the examples

@@ -10,6 +10,8 @@ import torch
 import septran
 from conftest import GEMM_LOGIC, assert_gemm_close, first_point_text, mapping_path
 
+pytestmark = pytest.mark.build  # 3 of its 4 tests build kernels
+
 CASES = Path(__file__).resolve().parent / "logic_cases"
 
 SPLIT_MAPPING = """

@@ -15,6 +15,8 @@ from septran.model.patterns.base import Match, Refusal
 from support.model_graphs import apply, capture, compile_with, matches
 from support.model_graphs import count_builds as _count_builds
 
+pytestmark = pytest.mark.build  # every test here captures a graph or runs an op: kernels are built
+
 torch.manual_seed(0)
 
 

@@ -12,8 +12,8 @@ from conftest import REPO, load_module
 from support.model_graphs import count_builds as _count_builds
 
 model_runner = load_module(REPO / "examples" / "model_runner.py")
-pytestmark = pytest.mark.skipif(model_runner.unavailable("septran") is not None,
-                                reason=str(model_runner.unavailable("septran")))
+pytestmark = [pytest.mark.build, pytest.mark.skipif(model_runner.unavailable("septran") is not None,
+                                                   reason=str(model_runner.unavailable("septran")))]
 
 LLAMA_SMALL = dict(hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=172)
 GPT2_SMALL = dict(hidden=64, heads=4, mlp=256)

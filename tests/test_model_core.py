@@ -16,6 +16,8 @@ from septran.ops import kernels
 from septran.ops.gemm import reference as gemm_reference
 from support.model_graphs import count_builds as _count_builds
 
+pytestmark = pytest.mark.build  # every test here captures a graph or runs an op: kernels are built
+
 torch.manual_seed(0)
 
 

@@ -18,6 +18,8 @@ from septran.model.patterns import PATTERNS
 from septran.model.patterns.base import Match, Refusal
 from support.model_graphs import assert_flash_rule, compiled
 
+pytestmark = pytest.mark.build  # every test here captures a graph or runs an op: kernels are built
+
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 run = torch.ops.septran.elementwise
 

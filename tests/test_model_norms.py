@@ -17,6 +17,8 @@ from septran.model.patterns.base import Match, Refusal
 from support.model_graphs import assert_flash_rule, compiled
 from support.model_graphs import count_builds as _count_builds
 
+pytestmark = pytest.mark.build  # every test here captures a graph or runs an op: kernels are built
+
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 ops = torch.ops.septran
 

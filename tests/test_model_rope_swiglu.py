@@ -15,6 +15,8 @@ from septran.model.patterns.swiglu import SwiGLU
 from support.model_graphs import capture, compile_with, matches
 from support.model_graphs import count_builds as _count_builds
 
+pytestmark = pytest.mark.build  # every test here captures a graph or runs an op: kernels are built
+
 
 def _rand(*shape, seed, dtype=torch.float32):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)

@@ -35,6 +35,7 @@ def _inputs(rows, cols, dtype, seed):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("rows,cols", [(9, 1), (5, 768), (6, 4097)])
+@pytest.mark.build
 def test_layernorm_matches_torch(dtype, rows, cols):
     x, w, b = _inputs(rows, cols, dtype, rows + cols)
     out = kernel("layernorm")(x, w, b, eps=1e-5)
@@ -44,12 +45,14 @@ def test_layernorm_matches_torch(dtype, rows, cols):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("rows,cols", [(9, 1), (5, 768), (6, 4097)])
+@pytest.mark.build
 def test_rmsnorm_matches_torch(dtype, rows, cols):
     x, w, _ = _inputs(rows, cols, dtype, rows * cols)
     out = kernel("rmsnorm")(x, w, 1e-6)  # a scalar may also follow the inputs positionally
     assert_flash_rule(out, rms_norm(x.float(), w.float(), 1e-6), rms_norm(x, w, 1e-6), f"{rows}x{cols} {dtype}")
 
 
+@pytest.mark.build
 def test_eps_is_a_scalar_argument():
     """eps defaults to the logic's 1e-5; another value is another program (a constant in it, as Triton's constexpr)."""
     x, w, b = _inputs(3, 100, torch.float32, 0)
@@ -95,6 +98,7 @@ def test_cubin_has_no_spills(target, arch, op):
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
 
 
+@pytest.mark.build
 def test_jit_with_a_scalar(monkeypatch):
     """A notebook's @septran.jit over the RMSNorm logic: the mapping from SEPTRAN_MAPPING, eps by keyword."""
     monkeypatch.setenv("SEPTRAN_MAPPING", str(mapping_path("cpu", "rmsnorm")))

@@ -24,6 +24,7 @@ host = rows_logic(negate)
 
 
 @pytest.mark.parametrize("given", [MAPPING, yaml.safe_load(MAPPING)], ids=["yaml text", "dict"])
+@pytest.mark.build
 def test_a_mapping_may_be_yaml_text_or_a_dict(given):
     x = torch.randn(10, 7)
     assert torch.equal(septran.compile(host, given)(x), -x)

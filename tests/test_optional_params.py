@@ -64,6 +64,7 @@ def _inputs(shape=(10, 7)):
     return [torch.randn(*shape, generator=gen) for _ in range(3)]
 
 
+@pytest.mark.build
 def test_every_combination_computes_what_the_logic_says(kernel):
     x, b, s = _inputs()
     close = lambda out, ref: torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)  # noqa: E731
@@ -77,6 +78,7 @@ def test_every_combination_computes_what_the_logic_says(kernel):
     close(kernel(x, b), x + b)  # the positional fast path, a second time
 
 
+@pytest.mark.build
 def test_each_set_is_traced_once_on_first_use():
     TRACES.clear()
     k = septran.compile(host, MAPPING)
@@ -114,6 +116,7 @@ def test_mems_may_name_an_optional_tensor_but_not_a_stranger():
         septran.compile(host, MAPPING.replace("B: GLOBAL, S: GLOBAL}, tunables", "Z: GLOBAL}, tunables"))
 
 
+@pytest.mark.build
 def test_the_mems_default_places_an_optional_tensor():
     k = septran.compile(host, MAPPING.replace("B: GLOBAL, S: GLOBAL}, tunables", '"*": GLOBAL}, tunables'))
     x, b, _ = _inputs()

@@ -14,6 +14,7 @@ def gemm():
     return septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu"))
 
 
+@pytest.mark.build
 def test_a_passed_output_is_written_and_returned(gemm):
     a, b = torch.randn(33, 20), torch.randn(20, 17)
     c = torch.full((33, 17), float("nan"))
@@ -21,6 +22,7 @@ def test_a_passed_output_is_written_and_returned(gemm):
     torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.build
 def test_positional_calls_stay_right_around_passed_outputs(gemm):
     """A positional call's plan allocates; a call with C= (its own plan) in between does not disturb it."""
     a, b = torch.randn(8, 8), torch.randn(8, 8)
@@ -87,6 +89,7 @@ task_mappings:
 """
 
 
+@pytest.mark.build
 def test_an_untied_output_takes_its_shape_from_the_passed_tensor():
     k = septran.compile(untied_logic(), UNTIED)
     x = torch.randn(10)
@@ -105,6 +108,7 @@ def test_specialize_takes_outputs_too():
     assert v.spec.shapes["Y"] == (10, 6) and v.spec.dtypes["Y"] == "float16"
 
 
+@pytest.mark.build
 def test_a_passed_accumulator_starts_from_zeros(tmp_path):
     """C += A @ B straight into a passed C (kept in global memory): its old contents never count."""
     from conftest import edited_mapping

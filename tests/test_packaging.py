@@ -17,6 +17,8 @@ import pytest
 
 from conftest import REPO
 
+pytestmark = pytest.mark.build  # builds a wheel (pip wheel)
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:

@@ -54,6 +54,7 @@ task_mappings:
 
 @pytest.mark.parametrize("shape", [(70, 150), (32, 64), (1, 5)])
 @pytest.mark.parametrize("mem,leaf", [("GLOBAL", "vector_loops"), ("LOCAL", "tile_loops")])
+@pytest.mark.build
 def test_cpu_matches_torch(shape, mem, leaf):
     x = torch.randn(*shape)
     assert torch.equal(septran.compile(scale_logic, mapping=_mapping(mem=mem, leaf=leaf))(x), x * 3.0)
@@ -70,6 +71,7 @@ def test_a_tile_that_does_not_divide_is_refused():
         septran.compile(scale_logic, mapping=_mapping(bs=24)).specialize(X=((70, 150), "float32"))
 
 
+@pytest.mark.build
 def test_sm90_source():
     m = _mapping("sm90", "REGISTER", "tile_parallel", extra="\n    threads: 128")
     v = septran.compile(scale_logic, mapping=m).specialize(X=((70, 150), "float16"))
@@ -84,6 +86,7 @@ def _gpu(target, mem="GLOBAL", leaf="global_parallel"):
 
 
 @pytest.mark.parametrize("target", ["sm90", "sm80", "gfx942"])
+@pytest.mark.build
 def test_gpu_element_nest_is_t_parallel(target):
     """Y's tiles read and written in place in global memory: the nest holds one element compute, each (i, j)
     stores its own BS x BS box, so T.Parallel; the tile overhangs (70 x 150), so the store is guarded."""
@@ -193,6 +196,7 @@ task_mappings:
 """
 
 
+@pytest.mark.build
 def test_gpu_element_nest_over_fragments_is_t_parallel():
     v = septran.compile(staged_logic, mapping=_staged("sm90", "REGISTER", "tile_parallel", "\n    threads: 128")).specialize(
         X=((70, 150), "float32"))
@@ -208,6 +212,7 @@ def test_gpu_element_nest_over_fragments_builds_with_nvcc():
     assert nvcc_resource_usage(v.device_source, "sm_90a")["spill_stores"] == 0
 
 
+@pytest.mark.build
 def test_cpu_sub_tiles_of_a_staged_tile_match_torch():
     x = torch.randn(70, 150)
     assert torch.equal(septran.compile(staged_logic, mapping=_staged("cpu", "LOCAL", "tile_loops"))(x), x * 3.0)

@@ -26,6 +26,7 @@ def kernel(op: str, axis: int, rank: int, target: str = "cpu"):
 
 @pytest.mark.parametrize("rank,axis,op", [(r, a, op) for r in (2, 3, 4) for a in range(r) for op in ("sum", "max")]
                          + [(2, 0, "min"), (3, 2, "min")])
+@pytest.mark.build
 def test_cpu_matches_torch(rank, axis, op):
     x = torch.randn(*SHAPES[rank], generator=torch.Generator().manual_seed(rank * 10 + axis))
     out = kernel(op, axis, rank)(x)
@@ -34,6 +35,7 @@ def test_cpu_matches_torch(rank, axis, op):
     assert (out.double() - ref).abs().max().item() <= 1e-5 * max(1.0, x.shape[axis] ** 0.5)
 
 
+@pytest.mark.build
 def test_cpu_fp16_column_sums():
     x = torch.randn(130, 67, generator=torch.Generator().manual_seed(3)).half()
     out = kernel("sum", 0, 2)(x)
@@ -107,6 +109,7 @@ def test_cubin_has_no_spills(target, arch, op, axis, rank):
 
 
 @pytest.mark.parametrize("shape,parts", [((1000, 4097), 256), ((7, 13, 5), 8), ((3,), 16), ((1,), 1)])
+@pytest.mark.build
 def test_total_sum_split_across_programs(shape, parts):
     """run_reduce.total: partial sums spread over the programs (row sums), then one program sums them."""
     run = load_module(REPO / "examples" / "reduce" / "run_reduce.py")

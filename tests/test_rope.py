@@ -22,6 +22,7 @@ def kernel(target: str = "cpu"):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("batch,seq,heads,head_dim", [(1, 1, 1, 2), (2, 37, 3, 10), (3, 9, 5, 64)])
+@pytest.mark.build
 def test_cpu_matches_torch(dtype, batch, seq, heads, head_dim):
     """Odd sequence lengths (the last block of positions overhangs), odd head counts, tiny and real head dims."""
     gen = torch.Generator().manual_seed(seq * head_dim)

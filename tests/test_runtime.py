@@ -75,6 +75,7 @@ def test_compile_takes_task_functions_and_modules():
         septran.compile(module.gemm_host_logic, mapping_path("cpu"), target="sm90")
 
 
+@pytest.mark.build
 def test_dump_dir_gets_every_stage(monkeypatch, tmp_path):
     monkeypatch.setenv("SEPTRAN_DUMP_DIR", str(tmp_path))
     kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu"))
@@ -89,6 +90,7 @@ def test_dump_dir_gets_every_stage(monkeypatch, tmp_path):
     assert "int32_t gemm_host_kernel" in (tmp_path / f"{stem}.device.c").read_text()
 
 
+@pytest.mark.build
 def test_source_only_for_gpu_targets_dumps_device_code(monkeypatch, tmp_path):
     monkeypatch.setenv("SEPTRAN_DUMP_DIR", str(tmp_path))
     kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("sm80"))
@@ -115,6 +117,7 @@ def test_explain_names_mapping_keys_and_lines():
     assert "A_shared -> A" not in text and "B_shared -> B" not in text
 
 
+@pytest.mark.build
 def test_copy_policy_reaches_t_copy(tmp_path):
     text = first_point_text("sm90").replace(
         "    pipeline: 3\n", "    pipeline: 3\n    copy: {A: {disable_tma: true, eviction_policy: evict_first}}\n"
@@ -149,6 +152,7 @@ def _block(C, A, B):
         task.launch(_leaf, C, Ap[0, k], Bp[k, 0])
 
 
+@pytest.mark.build
 def test_jit_decorator_in_a_notebook(monkeypatch, tmp_path):
     """@septran.jit above @task.define: compiles on first call with the environment's mapping."""
     mapping = tmp_path / "nb.yaml"
@@ -174,6 +178,7 @@ def test_jit_decorator_in_a_notebook(monkeypatch, tmp_path):
     assert "gemm_host_kernel" not in nb_gemm.device_source
 
 
+@pytest.mark.build
 def test_full_slices_lower_like_whole_dimensions():
     """`Ap[i, :]` over a tiled dimension is the whole row of tiles: the same program as tile=(BM, None)."""
     slices = REPO_TESTS / "logic_cases" / "gemm_full_slices.py"

@@ -54,6 +54,7 @@ def _attention_ref(q, k, v, sm_scale):
 # Accepted: every real type, the same value the same variant ---------------------------------------------
 @pytest.mark.parametrize("value", [0.25, np.float16(0.25), np.float32(0.25), np.float64(0.25), np.longdouble(0.25),
                                    Fraction(1, 4)], ids=lambda v: type(v).__name__)
+@pytest.mark.build
 def test_every_float_type_is_taken(value):
     x, w, b = _ln_inputs()
     out = layernorm()(x, w, b, eps=value)
@@ -63,6 +64,7 @@ def test_every_float_type_is_taken(value):
 
 
 @pytest.mark.parametrize("value", [2, np.int8(2), np.int64(2), np.uint16(2)], ids=lambda v: type(v).__name__)
+@pytest.mark.build
 def test_ints_are_taken(value):
     x, w, b = _ln_inputs()
     out = layernorm()(x, w, b, value)  # by position too
@@ -80,12 +82,14 @@ def test_float32_edge_is_taken_and_just_past_it_refused():
 
 # Infinities and NaN compute what torch computes --------------------------------------------------------
 @pytest.mark.parametrize("eps", [math.inf, -math.inf, np.float32("inf")], ids=["inf", "-inf", "np_inf"])
+@pytest.mark.build
 def test_layernorm_with_infinite_eps_matches_torch(eps):
     x, w, b = _ln_inputs()
     ref = F.layer_norm(x, (70,), w, b, float(eps))  # inf: the bias alone; -inf: NaN
     assert_flash_rule(layernorm()(x, w, b, eps=eps), ref, ref)
 
 
+@pytest.mark.build
 def test_layernorm_with_nan_eps_is_nan_as_in_torch():
     x, w, b = _ln_inputs()
     ref = F.layer_norm(x, (70,), w, b, math.nan)
@@ -95,6 +99,7 @@ def test_layernorm_with_nan_eps_is_nan_as_in_torch():
 
 @pytest.mark.parametrize("sm_scale", [math.nan, -math.inf, math.inf, 8.0, np.float16(0.5)],
                          ids=["nan", "-inf", "inf", "8", "np_float16"])
+@pytest.mark.build
 def test_attention_scale_follows_the_logics_rule(sm_scale):
     q, k, v = _qkv()
     ref = _attention_ref(q, k, v, float(sm_scale))

@@ -24,6 +24,7 @@ def kernel(log: bool, target: str = "cpu"):
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("rows,cols", [(7, 1), (33, 1000), (5, 4097)])
+@pytest.mark.build
 def test_cpu_matches_torch(log, dtype, rows, cols):
     """Rows of one column, of less than one tile... and of 4097: more than one tile, the last overhanging."""
     fn = torch.log_softmax if log else torch.softmax
@@ -33,6 +34,7 @@ def test_cpu_matches_torch(log, dtype, rows, cols):
     assert_flash_rule(out, fn(x.float(), dim=-1), fn(x, dim=-1), f"{rows}x{cols} {dtype}")
 
 
+@pytest.mark.build
 def test_large_values_do_not_overflow():
     """The running maximum keeps exp() in range where a naive softmax overflows."""
     x = torch.randn(4, 600, generator=torch.Generator().manual_seed(1)) * 30 + 500
@@ -55,6 +57,7 @@ def test_cubin_has_no_spills(target, arch, log):
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
 
 
+@pytest.mark.build
 def test_compute_indices_never_shadow_the_programs_names(tmp_path):
     """A compute's `lambda i, j` inside `for j in task.range(...)`: the loop over elements gets other names,
     so `global_index(X, 1, j)` still means the tile's start plus the element's column."""
@@ -89,6 +92,7 @@ def test_compute_indices_never_shadow_the_programs_names(tmp_path):
 
 
 @pytest.mark.parametrize("BM,BN", [(1, 1), (3, 7), (8, 64)])
+@pytest.mark.build
 def test_any_tile_sizes(tmp_path, BM, BN):
     """Tiles that divide nothing: rows and columns overhang in every combination, and the masks hold."""
     path = edited_mapping(tmp_path, "cpu", "softmax", ("{BM: 1, BN: 1024}", f"{{BM: {BM}, BN: {BN}}}"))

@@ -57,6 +57,7 @@ def _mapping(tmp_path, text: str) -> Path:
 
 
 @pytest.mark.parametrize("m, n", [(1001, 333), (128, 64), (7, 5), (2000, 1)])
+@pytest.mark.build
 def test_split_column_sums_on_cpu_add_one_program_after_another(tmp_path, m, n):
     kernel = septran.compile(split_sum, mapping_file=_mapping(tmp_path, CPU))
     x = torch.randn(m, n, generator=torch.Generator().manual_seed(m))
@@ -111,6 +112,7 @@ def test_atomic_split_builds_with_nvcc(tmp_path, target, arch):
 
 @pytest.mark.parametrize("target", ["sm90", "sm80", "gfx942"])
 @pytest.mark.parametrize("n", [4001, 333])
+@pytest.mark.build
 def test_gpu_atomic_split_of_columns_that_overhang_adds_only_in_bounds(tmp_path, target, n):
     """Y's last tile overhangs: the loop runs over the whole tile (the partial sum is a fragment, which TileLang
     indexes only from a loop of a fixed extent) and each atomic add is guarded; TileLang lowers it."""

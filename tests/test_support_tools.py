@@ -34,18 +34,21 @@ def sm80_src():
 # (a) what each target's source contains
 
 
+@pytest.mark.build
 def test_sm90_source_has_tma_and_wgmma(sm90_src):
     assert "tl::tma_load(" in sm90_src
     assert "wgmma" in sm90_src
     assert "cp_async" not in sm90_src
 
 
+@pytest.mark.build
 def test_sm80_source_has_cp_async_and_mma(sm80_src):
     assert "cp_async" in sm80_src
     assert "mma_sync" in sm80_src
     assert "wgmma" not in sm80_src and "tma_load" not in sm80_src
 
 
+@pytest.mark.build
 def test_gfx942_source_has_mfma():
     src = lower_device_source(handwritten_gemm(*SM80_GEMM), GFX942)
     assert "__builtin_amdgcn_mfma_f32_16x16x16f16" in src
@@ -54,6 +57,7 @@ def test_gfx942_source_has_mfma():
 # (b) normalize_cuda: equal up to names, and only up to names
 
 
+@pytest.mark.build
 def test_normalize_ignores_kernel_name(sm90_src):
     renamed = lower_device_source(handwritten_gemm(*SM90_GEMM).with_attr("global_symbol", "gemm_host"), SM90)
     assert "gemm_host_kernel" in renamed and "main_kernel" not in renamed
@@ -61,6 +65,7 @@ def test_normalize_ignores_kernel_name(sm90_src):
     assert normalize_cuda(renamed) == normalize_cuda(sm90_src)
 
 
+@pytest.mark.build
 def test_normalize_keeps_a_different_block_k(sm90_src):
     M, N, K, bm, bn, _, stages, threads = SM90_GEMM
     other = lower_device_source(handwritten_gemm(M, N, K, bm, bn, 32, stages, threads), SM90)
@@ -110,6 +115,7 @@ def test_nvcc_failure_raises_with_stderr():
 # (d) the CPU hand-written GEMM is correct
 
 
+@pytest.mark.build
 def test_cpu_handwritten_gemm_matches_torch():
     import tilelang
 

@@ -32,6 +32,7 @@ def _check(out, ref64, torch_out):
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(tokens=st.integers(1, 300), dim=st.integers(1, 300), hidden=st.integers(1, 300),
        dtype=st.sampled_from([torch.float32, torch.float16]))
+@pytest.mark.build
 def test_gate_up_matches_torch(cpu_kernel, tokens, dim, hidden, dtype):
     gen = torch.Generator().manual_seed(tokens * 7919 + dim * 31 + hidden)
     x, wg, wu = (torch.randn(*s, generator=gen).to(dtype) for s in ((tokens, dim), (dim, hidden), (dim, hidden)))
@@ -44,6 +45,7 @@ def test_gate_up_matches_torch(cpu_kernel, tokens, dim, hidden, dtype):
     _check(h, ref(x.double(), wg.double(), wu.double()), ref(x, wg, wu))
 
 
+@pytest.mark.build
 def test_whole_mlp_matches_torch(monkeypatch):
     monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
     monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
@@ -62,6 +64,7 @@ def test_emitted_gate_up_matches_golden(target, golden):
 
 @pytest.mark.parametrize("target,needles", [("sm90", ("tl::tma_load(", "wgmma")), ("sm80", ("cp_async", "mma")),
                                             ("gfx942", ("mfma",))])
+@pytest.mark.build
 def test_device_code(target, needles):
     src = _gate_up(target).specialize(X=((512, 512), "float16"), Wg=((512, 1024), "float16"),
                                       Wu=((512, 1024), "float16")).device_source

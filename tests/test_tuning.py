@@ -30,6 +30,7 @@ def _space(tmp_path, tunables="{BM: !tune [16, 32], BN: !tune [16, 32], BK: 16}"
     return septran.compile(logic_file=GEMM_LOGIC, mapping_file=path, **kw), path
 
 
+@pytest.mark.build
 def test_a_small_space_is_measured_whole_then_cached(tmp_path, db):
     kernel, _ = _space(tmp_path)
     first = septran.tune(kernel, SHAPES, db=db, jobs=1, progress=False)
@@ -46,6 +47,7 @@ def test_a_small_space_is_measured_whole_then_cached(tmp_path, db):
     assert not other.cached and other.measured == 4  # another shape is another key
 
 
+@pytest.mark.build
 def test_a_kernel_runs_the_recorded_point(tmp_path, db):
     kernel, path = _space(tmp_path, autotune=True)
     import torch
@@ -69,6 +71,7 @@ def test_every_point_pruned_names_the_rule(tmp_path, db):
     assert {r.status for r in db.all()} == {"pruned"} and all("capacity" in r.rule for r in db.all())
 
 
+@pytest.mark.build
 def test_a_wrong_candidate_is_recorded_and_never_chosen(tmp_path, db, monkeypatch):
     """A test target whose second gemm leaf adds 1 to one element: its point is 'wrong', never the answer."""
     folder = tmp_path / "cpu_wrong"
@@ -117,6 +120,7 @@ def _cli(*args, env):
     return subprocess.run([sys.executable, "-m", "septran.cli", *args], capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.mark.build  # `septran tune` in a child process
 def test_septran_tune_json_and_a_second_process_measures_nothing(tmp_path, db):
     import os
 
@@ -137,6 +141,7 @@ def test_septran_tune_json_and_a_second_process_measures_nothing(tmp_path, db):
     assert "from the tuning database" in table.stdout and "speed-up" in table.stdout
 
 
+@pytest.mark.build  # tunes through ray's workers
 def test_ray_path_writes_the_same_records(tmp_path, db):
     pytest.importorskip("ray")
     kernel, _ = _space(tmp_path, "{BM: !tune [16, 32], BN: 16, BK: 16}")

@@ -29,6 +29,7 @@ def _cpu() -> str:
 
 
 @pytest.mark.parametrize("m, n", [(1001, 333), (128, 64), (7, 5), (2000, 1), (300, 1000)])
+@pytest.mark.build
 def test_cpu_partial_sums_then_their_sum_match_torch(m, n):
     kernel = septran.compile(split_sum, mapping=_cpu())
     for seed in range(2):  # the second call takes the remembered plan: its workspace is allocated again
@@ -53,6 +54,7 @@ def test_cpu_two_kernels_in_the_source_and_explain():
 
 @pytest.mark.parametrize("target", ["sm90", "sm80", "gfx942"])
 @pytest.mark.parametrize("n", [4096, 4001])
+@pytest.mark.build
 def test_gpu_two_kernels_lower(target, n):
     v = septran.compile(split_sum, mapping=_gpu(target)).specialize(Y=((n,), "float32"), X=((1000, n), "float32"))
     src = v.tilelang_source

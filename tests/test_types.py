@@ -112,6 +112,7 @@ def test_elements_compare_with_eq_and_stay_usable_in_containers():
 # whole programs on the cpu -------------------------------------------------------------------------
 @settings(max_examples=8, deadline=None, derandomize=True)
 @given(st.sampled_from(DTYPES), st.sampled_from(["float16", "bfloat16", "float32", "int32", "int64"]))
+@pytest.mark.build
 def test_inputs_of_different_dtypes(a, b):
     """Each input keeps its dtype; the output takes the first floating-point input's (else float32)."""
     k = KERNELS.setdefault("add", two_inputs(lambda x, y, *_: task.where(x != x, 0.0, task.cast(x, "float32")) + y))
@@ -127,6 +128,7 @@ def test_inputs_of_different_dtypes(a, b):
 KERNELS: dict = {}
 
 
+@pytest.mark.build
 def test_integer_arithmetic_stays_integer():
     """int64 values beyond float32's 24 bits: + * // % in integers, exactly."""
     k = two_inputs(lambda x, y, *_: (x * 3 + y) // 7 - x % 5, out_dtype={"Y": "int64"})
@@ -137,12 +139,14 @@ def test_integer_arithmetic_stays_integer():
     assert torch.equal(out, torch.div(a * 3 + b, 7, rounding_mode="floor") - torch.remainder(a, 5))
 
 
+@pytest.mark.build
 def test_division_of_integers_is_float():
     k = two_inputs(lambda x, y, *_: x / y, out_dtype={"Y": "float32"})
     a, b = tensor("int32", seed=5), tensor("int32", seed=6, low=1, high=9)
     torch.testing.assert_close(k(a, b), a.float() / b.float())
 
 
+@pytest.mark.build
 def test_comparisons_give_bool_and_bool_inputs_are_conditions():
     k = two_inputs(lambda x, y, i, j, A, B: task.where(y, x == 3, task.global_index(A, 1, j) != 2),
                    out_dtype={"Y": "bool"})
@@ -152,6 +156,7 @@ def test_comparisons_give_bool_and_bool_inputs_are_conditions():
     assert out.dtype == torch.bool and torch.equal(out, torch.where(b, a == 3, cols != 2))
 
 
+@pytest.mark.build
 def test_output_dtype_named_by_an_input_and_cast_to_a_parameter():
     k = two_inputs(lambda x, y, i, j, A, B: task.cast(x, B) + y, out_dtype={"Y": "B"})
     a, b = tensor("float32", seed=9), tensor("int32", seed=10)
@@ -159,6 +164,7 @@ def test_output_dtype_named_by_an_input_and_cast_to_a_parameter():
     assert out.dtype == torch.int32 and torch.equal(out, a.to(torch.int32) + b)  # float -> int truncates, as torch
 
 
+@pytest.mark.build
 def test_a_passed_output_keeps_its_dtype():
     k = KERNELS.setdefault("add", two_inputs(lambda x, y, *_: task.where(x != x, 0.0, task.cast(x, "float32")) + y))
     a, b = tensor("float16", seed=11), tensor("float16", seed=12)
@@ -170,6 +176,7 @@ def test_a_passed_output_keeps_its_dtype():
     torch.testing.assert_close(out16, (a.float() + b.float()).bfloat16())
 
 
+@pytest.mark.build
 def test_bfloat16_is_computed_in_float32_on_the_cpu():
     k = KERNELS.setdefault("add", two_inputs(lambda x, y, *_: task.where(x != x, 0.0, task.cast(x, "float32")) + y))
     a, b = tensor("bfloat16", seed=13), tensor("bfloat16", seed=14)
@@ -206,6 +213,7 @@ def test_gpu_programs_read_bfloat16_and_integers():
     assert 'T.Cast("bfloat16", T.Cast("float32", A_local[i, j]) * T.Cast("float32", B_local[i, j]))' in src
 
 
+@pytest.mark.build
 def test_temp_of_a_named_dtype():
     """task.temp(..., dtype="int32"): an int32 buffer, filled with integers."""
     @task.define(leaf=True)

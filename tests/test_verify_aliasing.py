@@ -6,7 +6,11 @@ Runs tests/verify_cases/cases.py's case (``SEPTRAN_TEST_ISOLATE=1``: in a child 
 """
 from __future__ import annotations
 
+import pytest
+
 from verify_cases.cases import run_case
+
+pytestmark = pytest.mark.build  # 1 of its 1 tests build kernels
 
 
 def test_halves_written_after_the_whole_tile_are_correct(tmp_path):

@@ -5,7 +5,11 @@ Each test runs one case of tests/verify_cases/cases.py (``SEPTRAN_TEST_ISOLATE=1
 """
 from __future__ import annotations
 
+import pytest
+
 from verify_cases.cases import run_case
+
+pytestmark = pytest.mark.build  # 3 of its 4 tests build kernels
 
 
 def test_compute_in_an_empty_range_never_happens(tmp_path):

@@ -7,6 +7,8 @@ Each test runs one case of tests/verify_cases/cases.py (``SEPTRAN_TEST_ISOLATE=1
 """
 from __future__ import annotations
 
+import pytest
+
 from verify_cases.cases import run_case
 
 
@@ -26,6 +28,7 @@ def test_gemm_with_swapped_operand_tiles_rectangular_is_refused(tmp_path):
     run_case("gemm_swapped_operands_rectangular", tmp_path)  # today: a BuildError of TileLang internals when run
 
 
+@pytest.mark.build
 def test_epilogue_bias_by_column_as_a_compute_is_correct(tmp_path):
     run_case("epilogue_bias_by_column_correct", tmp_path)  # the control of the next test
 

@@ -7,6 +7,8 @@ Each test runs one case of tests/verify_cases/cases.py (``SEPTRAN_TEST_ISOLATE=1
 """
 from __future__ import annotations
 
+import pytest
+
 from verify_cases.cases import run_case
 
 
@@ -30,10 +32,12 @@ def test_gemm_negative_range_is_refused(tmp_path):
     run_case("gemm_range_negative", tmp_path)
 
 
+@pytest.mark.build
 def test_gemm_empty_range_gives_zeros(tmp_path):
     run_case("gemm_range_zero", tmp_path)  # passes today; must stay legal
 
 
+@pytest.mark.build
 def test_grouped_query_attention_with_divisible_heads_is_correct(tmp_path):
     run_case("gqa_divisible_heads_correct", tmp_path)  # passes today; must stay legal
 

@@ -4,6 +4,8 @@ Each test runs one case of tests/verify_cases/cases.py (``SEPTRAN_TEST_ISOLATE=1
 """
 from __future__ import annotations
 
+import pytest
+
 from verify_cases.cases import run_case
 
 
@@ -11,6 +13,7 @@ def test_pipeline_on_an_instance_without_a_sequential_range_is_refused(tmp_path)
     run_case("pipeline_without_a_sequential_range", tmp_path)  # today: accepted without a word
 
 
+@pytest.mark.build
 def test_block_without_a_sequential_range_runs(tmp_path):
     run_case("pipeline_one_step_control", tmp_path)  # the control: same logic, no pipeline key
 

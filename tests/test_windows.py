@@ -80,6 +80,7 @@ def _reference(x, w, rows):
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(rows=st.integers(1, 40), k=st.integers(1, 9), n=st.integers(1, 20), taps=st.integers(1, 5),
        bm=st.sampled_from([4, 8, 16]), local=st.booleans())
+@pytest.mark.build
 def test_windows_in_bounds_match_torch(tmp_path_factory, rows, k, n, taps, bm, local):
     gen = torch.Generator().manual_seed(rows * 7 + k)
     x = torch.randn(rows + taps - 1, k, generator=gen)
@@ -89,6 +90,7 @@ def test_windows_in_bounds_match_torch(tmp_path_factory, rows, k, n, taps, bm, l
 
 
 @pytest.mark.parametrize("local", [False, True], ids=["in_place", "staged"])
+@pytest.mark.build
 def test_a_window_that_divides_its_tensor_still_overhangs_its_end(tmp_path, local):
     """16 rows, windows of 8 starting at 8 + t: the rows past the end read as 0, in place and staged alike
     (a tile's offset is a multiple of its size, a window's is not: the guard comes from the offset's bounds)."""

@@ -15,6 +15,8 @@ import torch.nn.functional as F
 import septran
 from conftest import REPO, assert_flash_rule, forbid_tilelang, load_module, mapping_path
 
+pytestmark = pytest.mark.build  # 8 of its 11 tests build kernels
+
 KERNELS: dict = {}
 ACTS = {"relu": torch.relu, "gelu": F.gelu, "silu": F.silu}
 # The lowering divides by a whole-dimension tile's extent, which is 0 here ("integer modulo by zero" in

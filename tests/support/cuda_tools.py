@@ -1,9 +1,44 @@
 """Reading CUDA without a GPU: source-only lowering, comparison up to names, nvcc resource usage."""
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+import os
 import re
+import subprocess
+import tempfile
 
-from septran.tuning.nvcc import nvcc_path, resource_usage as nvcc_resource_usage  # noqa: F401  (the tests' names)
+from septran.tuning.nvcc import nvcc_path, resource_usage  # noqa: F401  (the tests' names)
+
+
+def nvcc_resource_usage(cuda_src: str, arch: str) -> dict:
+    """``septran.tuning.nvcc.resource_usage``, remembered by content: several tests ask nvcc about the same kernel
+    (a shipped mapping's, a hand-written one), and one nvcc run takes seconds. The answer is kept under
+    SEPTRAN_CACHE_DIR/test-nvcc/, keyed by the source, the arch, nvcc's version and TileLang's (whose headers
+    it compiles with), so it holds within a run (xdist workers share it) and across runs. Failures are not kept."""
+    import tilelang
+    from septran import env
+
+    key = hashlib.sha256("\0".join((cuda_src, arch, _nvcc_version(), tilelang.__version__)).encode()).hexdigest()
+    path = env.cache_dir() / "test-nvcc" / f"{key[:32]}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    usage = resource_usage(cuda_src, arch)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(usage, f)
+    os.replace(tmp, path)  # a concurrent reader sees the whole answer or none
+    return usage
+
+
+@functools.lru_cache(maxsize=None)
+def _nvcc_version() -> str:
+    nvcc = nvcc_path()
+    return "" if nvcc is None else subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
 
 
 def lower_device_source(prim_func, target_dict) -> str:

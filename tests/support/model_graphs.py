@@ -1,45 +1,71 @@
 """Model-level test helpers: capture a module's ATen inference graph (as the septran backend does, through
-AOTAutograd), apply patterns to it with small stand-ins for septran/model/rewrite.py, run and compare."""
+AOTAutograd), rewrite it with given patterns through the real rewrite (septran/model/rewrite.py: last node
+first, each match checked before it is applied), run and compare."""
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
-from septran.model.patterns.base import Match, val
+from septran.model import rewrite as rewrite_module
+from septran.model.patterns.base import Match
+
+
+class _Recording:
+    """``pattern`` as the rewrite asks it, keeping every answer (Match or Refusal) in the order asked."""
+
+    def __init__(self, pattern, answers: list):
+        self.pattern, self.answers = pattern, answers
+        self.name = getattr(pattern, "name", type(pattern).__name__)
+
+    def match(self, node):
+        result = self.pattern.match(node)
+        if result is not None:
+            self.answers.append(result)
+        return result
+
+
+@contextlib.contextmanager
+def _applied_matches(applied: list):
+    """Collects each Match the rewrite applies (its ``_apply``): a Match its check refused is not among them."""
+    real = rewrite_module._apply
+
+    def keep(graph, match):
+        done = real(graph, match)
+        applied.append(match)
+        return done
+
+    rewrite_module._apply = keep
+    try:
+        yield
+    finally:
+        rewrite_module._apply = real
+
+
+def rewrite(gm, patterns) -> tuple[list, list]:
+    """``septran.model.rewrite.rewrite(gm, patterns)``; returns (every answer the patterns gave, less the Matches
+    the rewrite did not apply; the Matches applied), each in the order the rewrite met them."""
+    answers, applied = [], []
+    with _applied_matches(applied):
+        rewrite_module.rewrite(gm, [_Recording(p, answers) for p in patterns])
+    kept = {id(m) for m in applied}
+    return [r for r in answers if not isinstance(r, Match) or id(r) in kept], applied
+
 
 def apply_patterns(gm, patterns, results: list):
-    """Asks ``patterns`` at every node, last node first; applies each Match; appends every Match/Refusal."""
-    graph, gone = gm.graph, set()
-    for node in reversed(list(graph.nodes)):
-        if node in gone or node.op != "call_function":
-            continue
-        for p in patterns:
-            r = p.match(node)
-            if r is None:
-                continue
-            results.append(r)
-            if isinstance(r, Match):
-                with graph.inserting_before(r.output):
-                    new = graph.call_function(r.op, r.args, r.kwargs)
-                new.meta["val"] = val(r.output)
-                r.output.replace_all_uses_with(new)
-                for n in sorted(r.nodes, key=lambda n: -list(graph.nodes).index(n)):
-                    if not n.users:
-                        graph.erase_node(n)
-                        gone.add(n)
-                break
-    graph.lint()
-    gm.recompile()
+    """Rewrites ``gm`` with ``patterns`` (the real rewrite); appends every applied Match and every Refusal."""
+    results.extend(rewrite(gm, patterns)[0])
     return gm
 
 
 def compiled(fn, patterns, results: list, dynamic=False):
-    """``fn`` under torch.compile with a backend that applies ``patterns`` to its AOTAutograd inference graph."""
+    """``fn`` under torch.compile with a backend that rewrites its AOTAutograd inference graph with ``patterns``."""
 
     def fw(gm, example_inputs):
         return apply_patterns(gm, patterns, results).forward
 
-    torch._dynamo.reset()
+    torch._dynamo.reset()  # the tests compile new closures of one code object: no cache limit, no stale guards
     return torch.compile(fn, backend=aot_autograd(fw_compiler=fw), fullgraph=True, dynamic=dynamic)
 
 
@@ -80,46 +106,22 @@ def matches(gm, pattern) -> list:
 
 
 def apply(gm, *patterns) -> list:
-    """Replace every Match of ``patterns`` (tried in order at each node) by its op call; returns the Matches."""
-    done = []
-    for node in list(gm.graph.nodes):
-        if node.graph is None:  # erased by an earlier match
-            continue
-        for pattern in patterns:
-            m = pattern.match(node)
-            if isinstance(m, Match):
-                with gm.graph.inserting_after(m.output):
-                    call = gm.graph.call_function(m.op, m.args, m.kwargs)
-                call.meta["val"] = m.output.meta.get("val")
-                m.output.replace_all_uses_with(call)
-                for n in sorted(m.nodes, key=lambda n: -_order(gm, n)):
-                    if not n.users:
-                        gm.graph.erase_node(n)
-                done.append(m)
-                break
-    gm.graph.lint()
-    gm.recompile()
-    return done
-
-
-def _order(gm, node) -> int:
-    for i, n in enumerate(gm.graph.nodes):
-        if n is node:
-            return i
-    return -1
+    """Rewrites ``gm`` with ``patterns`` (the real rewrite); returns the Matches applied."""
+    return rewrite(gm, patterns)[1]
 
 
 def compile_with(module, *patterns, dynamic=None, record=None):
-    """``torch.compile(module)`` whose ATen graphs get ``patterns`` applied (``record`` collects the Matches)."""
+    """``torch.compile(module)`` whose ATen graphs the rewrite takes with ``patterns`` (``record`` collects the
+    Matches applied)."""
 
-    def rewrite(gm, example_inputs):
+    def fw(gm, example_inputs):
         found = apply(gm, *patterns)
         if record is not None:
             record.extend(found)
         return gm.forward
 
     torch._dynamo.reset()
-    return torch.compile(module, backend=aot_autograd(fw_compiler=rewrite), dynamic=dynamic, fullgraph=True)
+    return torch.compile(module, backend=aot_autograd(fw_compiler=fw), dynamic=dynamic, fullgraph=True)
 
 
 def count_builds(monkeypatch) -> list:
