@@ -18,4 +18,4 @@ def test_the_guard_fails_unmarked_tests_that_build():
     assert "2 failed, 2 passed" in out, out
     assert "FAILED tests/support/guard_cases.py::test_unmarked_build_fails" in out
     assert "FAILED tests/support/guard_cases.py::test_unmarked_build_swallowed_still_fails" in out
-    assert "started a build (septran.runtime.shared_lib.built) but is not marked" in out, out
+    assert "started a build (septran.build.shared_lib.built) but is not marked" in out, out

@@ -19,12 +19,14 @@ import sys
 
 import pytest
 
-# (module, attribute): every way SepTran (or a test) hands a kernel to TileLang or a compiler.
+# (module, attribute path): every way SepTran (or a test) asks for a binary or device source, or hands a kernel
+# to TileLang or a compiler. A cache hit counts as a build too: on a fresh clone's empty cache it is one.
 ENTRY_POINTS = (
-    ("septran.runtime.c_build", "build"),  # the cpu target: TileLang's C built by g++ (or found in the cache)
-    ("septran.runtime.shared_lib", "built"),  # any .so: a kernel's C, a vendor library
-    ("septran.runtime.build", "compile_kernel"),  # tilelang.compile: the GPU targets' binaries
-    ("septran.runtime.build", "lower_device_source"),  # TileLang's lowering to CUDA/HIP/C, no binary
+    ("septran.build.job", "Job.binary"),  # a variant's binary: the last stage of its builder, cached or built
+    ("septran.build.job", "Job.device_source"),  # a variant's CUDA/HIP/C: TileLang's lowering, cached or made
+    ("septran.build.shared_lib", "built"),  # any .so: a kernel's C, a vendor library
+    ("septran.build.tilelang_api", "compile_kernel"),  # tilelang.compile (tuning and benches call it directly)
+    ("septran.build.tilelang_api", "lower_device_source"),  # TileLang's lowering to CUDA/HIP/C, no binary
 )
 # Patched only where the test process has imported them already (importing TileLang costs a second):
 # tests/support/cuda_tools.py lowers through TileLang directly.
@@ -47,9 +49,12 @@ class Guard:
     def __init__(self, nodeid: str):
         self.nodeid, self.calls, self.reported = nodeid, [], False
         self._patch = pytest.MonkeyPatch()
-        for module, name in ENTRY_POINTS:
+        for module, path in ENTRY_POINTS:
+            *owners, name = path.split(".")
             owner = importlib.import_module(module)
-            self._patch.setattr(owner, name, self._refusing(f"{module}.{name}", getattr(owner, name)))
+            for attr in owners:  # a method: patched on its class
+                owner = getattr(owner, attr)
+            self._patch.setattr(owner, name, self._refusing(f"{module}.{path}", getattr(owner, name)))
         for module, name in ENTRY_POINTS_IF_LOADED:
             if module in sys.modules and hasattr(sys.modules[module], name):
                 owner = sys.modules[module]

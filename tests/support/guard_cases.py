@@ -2,11 +2,11 @@
 does not start with test_). The guard stands in front of the build, so nothing here compiles anything."""
 import pytest
 
-from septran.runtime import c_build, shared_lib
+from septran.build import job, shared_lib
 
 
 def test_unmarked_build_fails():
-    c_build.build(None, "", None)
+    job.Job.binary(None)
 
 
 def test_unmarked_build_swallowed_still_fails():
@@ -18,8 +18,8 @@ def test_unmarked_build_swallowed_still_fails():
 
 @pytest.mark.build
 def test_marked_test_sees_the_real_entry_points():
-    assert c_build.build.__module__ == "septran.runtime.c_build" and c_build.build.__name__ == "build"
+    assert job.Job.binary.__module__ == "septran.build.job" and job.Job.binary.__name__ == "binary"
 
 
 def test_unmarked_test_that_builds_nothing_passes():
-    assert c_build.build.__name__ == "refuse"
+    assert job.Job.binary.__name__ == "refuse"
