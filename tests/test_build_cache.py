@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,8 @@ GEMM = "cpu:96,64,80"  # the 96x80 GEMM (K = 64) of examples/gemm on the cpu tar
 OTHER = "cpu:96,64,81"
 # The warm path from a kernel's first call to its result: lowering, the key, loading the library, the run.
 WARM_CALL_BUDGET_S = 0.05
+
+pytestmark = pytest.mark.build  # every test here builds (or finds built) kernels
 
 
 def _run(cache: Path, *jobs: str) -> tuple[dict, str]:

@@ -65,6 +65,7 @@ def _softmax_cpu():
     return kernel.specialize(X=((8, 300), "float32"))
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("name", ["gemm", "softmax"])
 def test_cpu_c_matches_golden(name, golden):
     """The C the cpu target builds (TileLang's C with SepTran's OpenMP pragma): a TileLang upgrade shows as a diff."""

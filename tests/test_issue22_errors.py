@@ -2,7 +2,6 @@
 result torch gives."""
 from __future__ import annotations
 
-import textwrap
 
 import pytest
 import torch
@@ -63,6 +62,7 @@ def _line_of(path, text: str) -> int:
     ("X[i, j] / 0", lambda x: x / 0),
     ("X[i, j] * 1e300", lambda x: x * 1e300),  # beyond float32: infinities, as torch rounds it
 ])
+@pytest.mark.build
 def test_a_division_by_the_constant_zero_gives_ieee_results_like_torch(tmp_path, expr, reference):
     _, kernel = _elementwise(tmp_path, expr)
     x = torch.randn(20, 30)
@@ -147,6 +147,7 @@ def position_logic(Y, T):
     ("scale", lambda x: x * 2.0 + 1.5),
     ("position", lambda x: torch.arange(x.shape[0], dtype=x.dtype)[:, None].expand_as(x)),
 ])
+@pytest.mark.build
 def test_a_parameter_tunable_or_index_named_T_works(tmp_path, entry, expected):
     """T is the generated program's name for TileLang's module: SepTran renames its own use of the user's T
     (T_2, T_3 in the program), never asks the user to rename."""
@@ -205,6 +206,7 @@ def last_logic(Y, X, W):
 '''
 
 
+@pytest.mark.build
 def test_an_output_written_only_in_a_loop_that_never_runs_is_refused(tmp_path):
     """Y is written inside a loop over W's tiles: with W empty no statement writes Y, which came back as whatever
     torch.empty held. An empty Y is still fine (no program runs)."""

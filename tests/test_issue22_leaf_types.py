@@ -28,6 +28,7 @@ def test_a_float16_temp_written_by_a_float32_reduction_is_refused_at_the_binding
     assert f"{logic}:" in str(err) and 'dtype="float32"' in err.hint
 
 
+@pytest.mark.build
 def test_the_declared_types_still_run_right():
     kernel = septran.compile(logic_file=ATTENTION, mapping_file=mapping_path("cpu", "attention"))
     q, k, v = torch.randn(1, 2, 37, 64), torch.randn(1, 2, 51, 64), torch.randn(1, 2, 51, 64)
@@ -71,6 +72,7 @@ task_mappings:
 '''
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.float16, torch.float32])
 def test_a_tile_of_a_type_the_vendor_cannot_copy_is_copied_by_tilelang(tmp_path, dtype):
     """cpu's LOCAL copies are vendor calls for float32 and float16 only (op_dtypes); an int64 or bool tile there

@@ -20,6 +20,8 @@ from conftest import GEMM_LOGIC, mapping_path
 THREADS, CALLS = 4, 40
 SHAPES = [(96, 64, 80), (33, 17, 40), (64, 128, 32), (1, 48, 16)]
 
+pytestmark = pytest.mark.build  # every test here builds (or finds built) kernels
+
 
 def _run_in_threads(work) -> list[BaseException]:
     failures: list[BaseException] = []

@@ -124,6 +124,7 @@ def test_a_passed_accumulator_starts_from_zeros(tmp_path):
     torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.build
 def test_keyword_calls_are_planned_as_positional_ones(gemm):
     """One plan per call signature (positional, keyword, keyword output), all running the one variant."""
     a, b, c = torch.randn(12, 8), torch.randn(8, 4), torch.empty(12, 4)
@@ -137,6 +138,7 @@ def test_keyword_calls_are_planned_as_positional_ones(gemm):
     assert len(plans) == 4 and len({id(p.variant) for p in plans}) == 1 and gemm.latest is plans[0].variant
 
 
+@pytest.mark.build
 def test_a_planned_signature_still_checks_each_call(gemm):
     """What the signature does not fix is checked per call: shared memory, layout, device."""
     a, b, c = torch.randn(16, 16), torch.randn(16, 16), torch.empty(16, 16)
@@ -152,6 +154,7 @@ def test_a_planned_signature_still_checks_each_call(gemm):
     torch.testing.assert_close(gemm(a, b, C=c), a @ b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.build
 def test_converted_types_are_planned_too(gemm):
     """bfloat16 on the cpu target is computed in float32: a plan converts the inputs, and a passed bfloat16
     output gets the result copied back; allocated outputs come back as bfloat16."""

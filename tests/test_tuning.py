@@ -171,6 +171,7 @@ def test_nvcc_prunes_a_point_whose_registers_spill(tmp_path):
     assert out[1].rule == "nvcc: registers spill" and out[1].resources["spill_stores"] > 0
 
 
+@pytest.mark.build
 def test_the_runtime_calls_only_the_tuner_it_is_handed(tmp_path, db):
     """The runtime stands below the tuner: a Kernel given a tuner calls it for a shape the database lacks (once per
     variant), one given none runs the first point; the tuner sees the kernel's public specialisation API."""
