@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from septran.build import c_parallel, shared_lib, tilelang_api, toolchain, vendor
+from septran.build import c_parallel, precompiled, shared_lib, tilelang_api, toolchain, vendor
 from septran.build.stages import Builder, Stage
 from septran.build.store import Entries
 from septran.errors import DeviceError, InternalError
@@ -110,12 +110,15 @@ def build(program: TileProgram, source: str, target: Target, entries: Entries) -
     convention = calling_convention(program, source)
     # The kernel finds the vendor library beside itself: a cache folder moved elsewhere still loads.
     rpath = "$ORIGIN/" + os.path.relpath(vendor.folder(), entries.folder) if target.vendor is not None else ""
-    flags = (*target.compile_flags, *vendor.link_flags(target, rpath=rpath))
+    vendor_flags = vendor.link_flags(target, rpath=rpath)
+    flags = (*target.compile_flags, *vendor_flags)
+    pch = precompiled.header(tuple(target.compile_flags), tuple(vendor_flags))
+    first = ("-include", str(pch)) if pch is not None else ()  # before any other -include: g++ takes it only first
     out, src = entries.temporary("so"), entries.temporary("cpp")
     try:
         src.write_text(source)
-        shared_lib.run_compiler([toolchain.cxx(), *BUILDER_FLAGS, f"-I{toolchain.tilelang_templates()}", str(src), *flags,
-                                 "-o", str(out)], f"the C of {program.name}")
+        shared_lib.run_compiler([toolchain.cxx(), *BUILDER_FLAGS, *first, f"-I{toolchain.tilelang_templates()}", str(src),
+                                 *flags, "-o", str(out)], f"the C of {program.name}")
         entries.adopt("so", out, **convention)
     finally:
         for path in (out, src):
