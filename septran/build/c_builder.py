@@ -23,7 +23,7 @@ from typing import Callable, Optional
 from septran.build import c_parallel, precompiled, shared_lib, tilelang_api, toolchain, vendor
 from septran.build.stages import Builder, Stage
 from septran.build.store import Entries
-from septran.errors import DeviceError, InternalError
+from septran.errors import BuildError, DeviceError, InternalError
 from septran.lowering.tile_ir import TileProgram
 from septran.target import Target
 
@@ -115,10 +115,21 @@ def build(program: TileProgram, source: str, target: Target, entries: Entries) -
     pch = precompiled.header(tuple(target.compile_flags), tuple(vendor_flags))
     first = ("-include", str(pch)) if pch is not None else ()  # before any other -include: g++ takes it only first
     out, src = entries.temporary("so"), entries.temporary("cpp")
-    try:
-        src.write_text(source)
+
+    def compile_with(*first: str) -> None:
         shared_lib.run_compiler([toolchain.cxx(), *BUILDER_FLAGS, *first, f"-I{toolchain.tilelang_templates()}", str(src),
                                  *flags, "-o", str(out)], f"the C of {program.name}")
+
+    try:
+        src.write_text(source)
+        try:
+            compile_with(*first)
+        except BuildError:
+            if pch is None:
+                raise
+            # A damaged .gch can fail a build g++ would otherwise pass: once more without it, and it is made anew.
+            precompiled.discard(pch)
+            compile_with()
         entries.adopt("so", out, **convention)
     finally:
         for path in (out, src):

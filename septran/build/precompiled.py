@@ -47,11 +47,22 @@ def header(compile_flags: tuple[str, ...], vendor_flags: tuple[str, ...]) -> Opt
 
     ``compile_flags``: the target's (-O3, -march=native, ...); ``vendor_flags``: ``vendor.link_flags`` (its
     ``-include`` headers go into the precompiled header, its macros are defined when it is made)."""
-    return _header(tuple(compile_flags), tuple(vendor_flags), toolchain.cxx(), toolchain.tilelang_templates())
+    digest, text, command = _plan(tuple(compile_flags), tuple(vendor_flags), toolchain.cxx(), toolchain.tilelang_templates())
+    folder = env.cache_dir() / "pch" / digest  # looked up each time: the cache folder may change in a process
+    path = folder / HEADER
+    if (folder / (HEADER + ".gch")).is_file() and path.is_file():
+        return path
+    try:
+        _make(folder, text, command)
+    except (BuildError, OSError) as err:
+        log.warning("no precompiled header for the kernels (each build parses TileLang's headers): %s", err)
+        return None
+    return path
 
 
 @functools.lru_cache(maxsize=None)
-def _header(compile_flags: tuple[str, ...], vendor_flags: tuple[str, ...], cxx: str, templates: str) -> Optional[Path]:
+def _plan(compile_flags: tuple[str, ...], vendor_flags: tuple[str, ...], cxx: str, templates: str) -> tuple[str, str, list]:
+    """(the header's hash, its text, the command that compiles it but for its file names)."""
     includes = [vendor_flags[k + 1] for k, f in enumerate(vendor_flags) if f == "-include"]
     macros = [f for f in vendor_flags if f.startswith("-D")]
     # Only what changes how the headers compile: no libraries, no linker flags, no -shared.
@@ -59,19 +70,11 @@ def _header(compile_flags: tuple[str, ...], vendor_flags: tuple[str, ...], cxx: 
     text = "// What every kernel of this target parses first, compiled once (septran/build/precompiled.py).\n" + "".join(
         f'#include "{h}"\n' for h in includes) + "#include <tl_templates/cpp/common.h>\n"
     facts = {"cxx": toolchain.compiler_facts()["version"], "native": toolchain.native_flags(compile_flags) or "",
-             "flags": flags, "text": text, "tilelang": tilelang_version(), "templates": templates,
+             "flags": flags, "text": text, "tilelang": tilelang_version(),
+             "templates": os.path.realpath(templates),  # TileLang's own spelling once imported: 3rdparty/../src
              "headers": [hashlib.sha256(Path(h).read_bytes()).hexdigest() for h in includes if Path(h).is_file()]}
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
-    folder = env.cache_dir() / "pch" / digest
-    path = folder / HEADER
-    if (folder / (HEADER + ".gch")).is_file() and path.is_file():
-        return path
-    try:
-        _make(folder, text, [cxx, "-std=c++17", "-fPIC", "-fopenmp", *flags, f"-I{templates}", "-x", "c++-header"])
-    except (BuildError, OSError) as err:
-        log.warning("no precompiled header for the kernels (each build parses TileLang's headers): %s", err)
-        return None
-    return path
+    return digest, text, [cxx, "-std=c++17", "-fPIC", "-fopenmp", *flags, f"-I{templates}", "-x", "c++-header"]
 
 
 def _make(folder: Path, text: str, command: list[str]) -> None:
@@ -87,3 +90,9 @@ def _make(folder: Path, text: str, command: list[str]) -> None:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def discard(path: Path) -> None:
+    """Removes a precompiled header a build failed with (the next build makes it anew), with a warning."""
+    log.warning("a kernel failed to build with the precompiled header %s; removing it and building without", path)
+    shutil.rmtree(path.parent, ignore_errors=True)
