@@ -9,6 +9,7 @@ import torch
 
 import septran
 from conftest import mapping_path, needs_nvcc
+from support.model_graphs import count_builds as _count_builds
 from septran.errors import LoweringError, MappingError
 from support.cuda_tools import nvcc_resource_usage
 
@@ -21,15 +22,6 @@ from run_attention import reference  # noqa: E402
 def _attention(target: str, dynamic: str = "dynamic: {Q: [2], K: [2]}\n"):
     return septran.compile(logic_file=ATTN, mapping=mapping_path(target, "attention").read_text() + dynamic,
                            target=target)
-
-
-def _count_builds(monkeypatch) -> list:
-    from septran.build import c_builder as c_build
-
-    built = []
-    real = c_build.build
-    monkeypatch.setattr(c_build, "build", lambda *a, **k: built.append(1) or real(*a, **k))
-    return built
 
 
 @pytest.mark.build

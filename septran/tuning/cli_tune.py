@@ -66,7 +66,7 @@ def parse_inputs(items) -> dict:
 def _memory_bytes(device: str):
     """What tensors on ``device`` may take at most: the host's memory for the CPU, the GPU's for a GPU (None: not
     known here)."""
-    if device == "cpu":
+    if device != "cuda":  # the host's tensors (a target's torch device is "cpu" or "cuda")
         try:
             return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         except (ValueError, OSError, AttributeError):
