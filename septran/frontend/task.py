@@ -22,7 +22,7 @@ from septran.frontend import reduce_axis  # noqa: I001 - primitives with axis=
 from septran.frontend.primitives import PRIMITIVES, PrimitiveSig
 from septran.frontend.types_api import cast, temp_dtype, with_dtypes as _with_dtypes
 from septran.frontend import launch_args, tracer
-from septran.frontend.tracer import TaskFunction, caller_loc
+from septran.frontend.tracer import TaskFunction, assigned_name, caller_loc
 from septran.frontend.scalar_index import as_index
 
 __all__ = ["define", "partition", "window", "parallel_range", "range", "launch", "call_primitive", "temp", "compute",
@@ -47,15 +47,28 @@ def define(fn: Optional[Callable] = None, *, leaf: bool = False, dtype: Optional
 TileEntry = Union[int, str, None]
 
 
-def partition(tensor, by: str = "blocks", tile: tuple = ()):
+# The design notes' ``shape_from=`` partitions: tiles of this tunable along every dimension (design_tiles).
+DESIGN_TILE = "block_size"
+
+
+def partition(tensor, by: str = "blocks", tile: tuple = (), shape_from=None, **unknown):
     """Splits ``tensor`` into a grid of tiles of shape ``tile``.
 
     Each entry of ``tile`` is an int, the name of a tunable the mapping sets, or None for the whole
     dimension. Index the result (``Ap[i, k]``) for a tile; ``by="windows"``: see ``task.window``.
+    ``shape_from="A"`` (the design notes' spelling, instead of ``tile``): square tiles of the tunable
+    ``block_size`` along each dimension, as the tensor ``A`` is cut (see ``design_tiles``).
     """
     frame = tracer.current("partition")
     loc = caller_loc()
+    if unknown:
+        raise FrontendError(f"task.partition got an unknown keyword {next(iter(unknown))!r}", loc,
+                            hint='give the tile shape as tile=("BM", "BK") (ints, tunable names or None), or shape_from="A"')
     source = tracer.unwrap(tensor, "partition", "the tensor", loc)
+    if shape_from is not None:
+        if tile:
+            raise FrontendError("task.partition takes tile= or shape_from=, not both", loc)
+        tile = design_tiles(frame, source, shape_from, loc)
     if by not in ("blocks", "windows"):
         raise FrontendError(f'task.partition: unknown partitioning by={by!r}', loc, hint='use by="blocks" or by="windows"')
     if not isinstance(tile, (tuple, list)) or not tile:
@@ -89,6 +102,23 @@ def partition(tensor, by: str = "blocks", tile: tuple = ()):
     part = Partition(fresh(_partition_name(loc, source)), source, tuple(entries), loc, by)
     frame.partitions.append(part)
     return tracer.PartitionHandle(part)
+
+
+def design_tiles(frame, source, shape_from, loc) -> tuple:
+    """``shape_from="A"``: the tile the design notes' GEMM example describes. Its mapping sets one tunable,
+    ``block_size``, and cuts C, A and B alike, after A: so each dimension gets a tile of ``block_size``
+    (``Ap[i, :]`` then spans a row of tiles: under the implicit host, a loop over them). The rank is the
+    tensor's where known (a tile's, or an earlier partition's of the same tensor), else 2: a matrix, as the
+    example's are; other shapes are written with ``tile=``."""
+    named = shape_from if isinstance(shape_from, str) else None
+    if isinstance(shape_from, tracer.TensorHandle) and isinstance(shape_from._arg, Param):
+        named = shape_from._arg.name
+    if named is None or named not in frame.task.param_names:
+        raise FrontendError(f"task.partition: shape_from={shape_from!r} names no tensor parameter of {frame.task.name}",
+                            loc, hint=f"name one of {', '.join(frame.task.param_names)}, or give the tile with tile=(...)")
+    rank = source.rank if isinstance(source, (TileRef, Temp)) else next(
+        (p.rank for p in frame.partitions if isinstance(p.source, Param) and p.source == source), 2)
+    return (DESIGN_TILE,) * rank
 
 
 def window(tensor, start: tuple = (), shape: tuple = ()):
@@ -231,13 +261,15 @@ def call_primitive(name: str, *args, **options) -> None:
 
 
 
-def temp(*shape, dtype=None):
+def temp(*shape, dtype=None, name: Optional[str] = None):
     """A tile this task allocates for itself: ``S = task.temp(Q.shape[2], "BN")``.
 
     Each extent is an int, a tunable name, or an extent of a parameter. Its
     element type is the accumulator type (float32 unless the mapping sets
     ``accum_dtype``), or that of the parameter passed as ``dtype``. The mapping
-    says where it lives: ``mems: {S: REGISTER}``.
+    says where it lives: ``mems: {S: REGISTER}``, by the name the call is assigned
+    to (read from the caller's bytecode, so a notebook cell or ``exec``'d text
+    works too) or ``name="S"`` where it is not assigned to a plain name.
     """
     frame = tracer.current("temp")
     loc = caller_loc()
@@ -255,13 +287,20 @@ def temp(*shape, dtype=None):
         else:
             raise FrontendError(f"task.temp: extent {t!r} must be a positive int, a tunable name or a parameter's extent", loc)
     dtype_of, named = temp_dtype(dtype, loc)
-    name = _partition_name(loc, None)
-    target = loc.source_line().split("=", 1)[0].strip()
-    if name is None and target.isidentifier():
-        check_name(target, "task.temp: the temp's name", loc, FrontendError)
-    if name is None or name in frame.task.param_names or any(t.name == name for t in frame.temps):
+    if name is not None:
+        if not isinstance(name, str):
+            raise FrontendError(f"task.temp: name= takes a string, got {type(name).__name__}", loc)
+        check_name(name, "task.temp: the temp's name", loc, FrontendError)
+    else:
+        name = assigned_name()
+        if name is not None:
+            check_name(name, "task.temp: the temp's name", loc, FrontendError)
+    if name is None:
         raise FrontendError("task.temp: assign the temp to a new name (S = task.temp(...)); the mapping's mems use it",
-                            loc)
+                            loc, hint='or name it: task.temp(..., name="S")')
+    if name in frame.task.param_names or any(t.name == name for t in frame.temps):
+        raise FrontendError(f"task.temp: {name} already names a parameter or temp of {frame.task.name}; assign the temp "
+                            "to a new name (S = task.temp(...)); the mapping's mems use it", loc)
     t = Temp(fresh(name), tuple(extents), dtype_of, loc, named)
     frame.temps.append(t)
     return tracer.TensorHandle(t)

@@ -22,8 +22,10 @@ from septran.mapping.yaml_source import Located, LocatedDict, load_located, read
 from septran.names import check_name
 from septran.paths import check_user_path
 
-TOP_KEYS = ("target", "entrypoint", "task_mappings")
-OPTIONAL_TOP_KEYS = ("dynamic", "static")  # entry parameter -> axes that stay symbolic / that stay numbers
+TOP_KEYS = ("entrypoint", "task_mappings")
+# ``target`` may be left out: the compile's ``target=`` or SEPTRAN_TARGET names it (septran.runtime.select.with_target);
+# dynamic / static: entry parameter -> axes that stay symbolic / that stay numbers
+OPTIONAL_TOP_KEYS = ("target", "dynamic", "static")
 INSTANCE_KEYS = (
     "task_name", "proc", "mems", "tunables", "calls", "pipeline",
     "leaf_task_bindings", "threads", "copy", "accum_dtype", "schedule", "halo",
@@ -78,7 +80,7 @@ class Mapping:
     """A whole mapping file, or one point of the search space a file with ``!tune`` describes."""
 
     file: str
-    target: Located
+    target: Located  # its value is None where the file names no target (the compile supplies one: with_target)
     entrypoint: Located
     instances: TMapping[str, InstanceMapping]
     space: Optional[SearchSpace] = None  # the file's !tune dimensions (None: an ordinary mapping)
@@ -111,6 +113,12 @@ class Mapping:
         (default: the caller's line)."""
         where = loc or _caller()
         return self._edited(lambda root: edits.add_dynamic(root, axes, where))
+
+    def with_target(self, name: str, loc: Optional[SourceLoc] = None) -> "Mapping":
+        """This mapping for target ``name`` (a file that names none: the compile's ``target=`` or SEPTRAN_TARGET),
+        as if its ``target:`` said so; located at ``loc`` (default: the caller's line)."""
+        where = loc or _caller()
+        return self._edited(lambda root: edits.set_target(root, name, where))
 
     def without_binding(self, leaf: str, instance: Optional[str] = None, loc: Optional[SourceLoc] = None) -> "Mapping":
         """This mapping without the ``leaf_task_bindings`` entry of logic task ``leaf`` (in every instance that
@@ -275,7 +283,9 @@ def _parse_located(root: Located, file: str) -> Mapping:
     for required in TOP_KEYS:
         if required not in top:
             raise MappingError(f"the mapping has no {required!r}", SourceLoc(file, 1), hint=f"add `{required}: ...` at the top level")
-    _ident(top["target"], "target")
+    target = top["target"] if "target" in top else Located(None, SourceLoc(file, 1))
+    if target.value is not None:
+        _ident(target, "target")
     entry = _ident(top["entrypoint"], "entrypoint")
     table = _dict(top["task_mappings"], "task_mappings")
     instances = {}
@@ -311,7 +321,7 @@ def _parse_located(root: Located, file: str) -> Mapping:
             if axis.value in pinned:
                 raise MappingError(f"dynamic.{param} names axis {axis.value}, which static.{param} keeps a number",
                                    axis.loc, hint="name the axis in one of dynamic and static")
-    return Mapping(file, top["target"], top["entrypoint"], MappingProxyType(instances), dynamic=dynamic,
+    return Mapping(file, target, top["entrypoint"], MappingProxyType(instances), dynamic=dynamic,
                    dynamic_loc=top.key_locs["dynamic"] if "dynamic" in top else None, static=static, source=root)
 
 

@@ -49,7 +49,7 @@ class Kernel:
 
     def __init__(self, graph: TaskGraph, mapping: Mapping, target: Target, tuner: Optional[Tuner] = None, logic=None):
         self.graph = graph
-        self.logic = logic  # the entry task function: traced again for a call that passes optional tensors
+        self.logic = logic  # the entry task function (or implicit_host.ImplicitHost): traced again for a call that passes optional tensors
         self.optional = graph.entry_task.absent  # the optional tensors (M=None); `graph` is the trace without them
         self.mapping = mapping  # for a search space (!tune): its first point, with .space
         self.target = target
@@ -92,14 +92,14 @@ class Kernel:
 
     def with_optional(self, present: tuple) -> "Kernel":
         """The kernel for calls that pass the optional tensors ``present`` (traced on first use)."""
-        from septran.frontend.graph import build_graph
+        from septran.frontend.implicit_host import graph_of
 
         sub = self._with_optional.get(present)
         if sub is None:
             if self.logic is None:
                 raise CallError(f"this kernel was built from a task graph: it cannot take the optional tensors "
                                 f"{', '.join(present)}", hint="compile it with septran.compile(logic, ...)")
-            graph = build_graph(self.logic, absent=frozenset(self.optional) - set(present))
+            graph = graph_of(self.logic, absent=frozenset(self.optional) - set(present))
             sub = Kernel(graph, self.mapping, self.target, self.tuner)
             sub.optional = ()  # it takes exactly these; this kernel routes
             optional.check_roles(sub, present)
