@@ -44,13 +44,19 @@ class ImplicitHost:
 
 def find(names: dict, mapping) -> Optional[ImplicitHost]:
     """The implicit host of ``mapping`` over a logic defining ``names``: where its entry instance's task is not
-    defined and its ``calls`` names exactly one task, which is. None otherwise (the caller reports the unknown task)."""
+    defined and its ``calls`` names exactly one task, which is the logic's top (no task of the logic refers to it:
+    a misspelt host task over a logic that has one is still reported as unknown). None otherwise."""
     entry = mapping.instance(mapping.entrypoint.value)
     if isinstance(names.get(entry.task_name.value), TaskFunction) or len(entry.calls) != 1:
         return None
     (top,) = entry.calls
     found = names.get(top)
-    return ImplicitHost(entry.task_name.value, found, entry.task_name.loc) if isinstance(found, TaskFunction) else None
+    if not isinstance(found, TaskFunction):
+        return None
+    tasks = {id(v): v for v in names.values() if isinstance(v, TaskFunction) and v is not found}
+    if any(found.name in t.fn.__code__.co_names for t in tasks.values()):
+        return None
+    return ImplicitHost(entry.task_name.value, found, entry.task_name.loc)
 
 
 def graph_of(logic, absent=None) -> TaskGraph:
