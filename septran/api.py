@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from septran import env
-from septran.errors import MappingError
+from septran.errors import SepTranError
 from septran.frontend import implicit_host
 from septran.frontend.tracer import TaskFunction
 from septran.mapping.schema import Mapping
@@ -86,6 +86,19 @@ class JITKernel:
 
     def __call__(self, *args, **kwargs):
         return self.kernel(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        """As ``septran.compile``'s kernel renders (compiling is cheap: tracing and checks, nothing built)."""
+        try:
+            return repr(self.kernel)
+        except SepTranError as err:
+            return f"<septran.jit {self.fn.name}: does not compile: {err.message}>"
+
+    def _repr_markdown_(self) -> str:  # Jupyter
+        try:
+            return self.kernel._repr_markdown_()
+        except SepTranError as err:
+            return f"**SepTran kernel** `{self.fn.name}` (`@septran.jit`) does not compile:\n\n```\n{err}\n```\n"
 
     def specialize(self, **args):
         return self.kernel.specialize(**args)
