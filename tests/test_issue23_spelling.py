@@ -201,3 +201,10 @@ def test_an_unknown_host_task_that_calls_no_logic_task_is_still_reported(tmp_pat
 def test_the_designs_main_runs_as_written():
     code = (DESIGN / "main.py").read_text() + "\nassert (c.float() - a.float() @ b.float()).abs().max() < 0.5\n"
     subprocess.run([sys.executable, "-c", code], cwd=DESIGN, check=True, timeout=600)
+
+
+def test_the_wheel_ships_task_lang_and_the_commands():
+    tomllib = pytest.importorskip("tomllib")  # (Python 3.11)
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "task_lang" in config["py-modules"] and "septran.commands" in config["packages"]
