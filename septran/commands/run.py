@@ -10,7 +10,7 @@ import argparse
 import statistics
 import time
 
-from septran.commands.inputs import at_least
+from septran.commands.inputs import at_least, parse_scalars
 from septran.commands.kernels import add_kernel_arguments, head, print_json, variant_for
 from septran.errors import CallError
 
@@ -34,19 +34,20 @@ def run(args) -> int:
     torch.manual_seed(args.seed)
     device = torch.device(kernel.target.torch_device)
     tensors = [_random(inputs[a.name], device) for a in kernel.inputs]
-    scalars = {k: float(v) for k, v in (s.split("=", 1) for s in args.scalar)}
+    # optional tensors given an --input, and scalars, by name
+    named = {n: _random(inputs[n], device) for n in kernel.optional if n in inputs} | parse_scalars(args.scalar)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     start = time.perf_counter()
-    out = kernel(*[t.clone() for t in tensors], **scalars)
+    out = kernel(*[t.clone() for t in tensors], **{k: v.clone() if hasattr(v, "clone") else v for k, v in named.items()})
     sync()
     first = time.perf_counter() - start
-    check = _check(kernel, tensors, scalars, out, args.tolerance)
-    kernel(*tensors, **scalars)  # warm-up
+    check = _check(kernel, tensors, named, out, args.tolerance)
+    kernel(*tensors, **named)  # warm-up
     times = []
     for _ in range(args.repeat):
         sync()
         start = time.perf_counter()
-        kernel(*tensors, **scalars)
+        kernel(*tensors, **named)
         sync()
         times.append(time.perf_counter() - start)
     result = {**head(kernel, variant), **check, "first_call_s": first, "median_s": statistics.median(times),
@@ -84,18 +85,20 @@ def _reference(kernel):
     return found if callable(found) else None
 
 
-def _check(kernel, tensors, scalars, out, tolerance) -> dict:
+def _check(kernel, tensors, named, out, tolerance) -> dict:
     import torch
 
     reference = _reference(kernel)
     if reference is None:
         return {"checked": False, "max_error": None, "tolerance": None, "ok": True}
-    wide = [t.to("cpu", torch.float64) if t.is_floating_point() else t.cpu() for t in tensors]
+    def wide(t):
+        return (t.to("cpu", torch.float64) if t.is_floating_point() else t.cpu()) if isinstance(t, torch.Tensor) else t
+
     try:
-        expected = reference(*wide, **scalars)
+        expected = reference(*map(wide, tensors), **{k: wide(v) for k, v in named.items()})
     except Exception as err:  # noqa: BLE001 - the user's reference: its failure is theirs, reported without a traceback
         raise CallError(f"the logic's reference failed: {type(err).__name__}: {err}",
-                        hint="reference(...) takes the kernel's inputs in order, scalars by name") from None
+                        hint="reference(...) takes the kernel's inputs in order, optional tensors and scalars by name") from None
     outs = out if isinstance(out, tuple) else (out,)
     refs = expected if isinstance(expected, (tuple, list)) else (expected,)
     if len(outs) != len(refs):
