@@ -24,6 +24,7 @@ from septran.frontend.types_api import cast, temp_dtype, with_dtypes as _with_dt
 from septran.frontend import launch_args, tracer
 from septran.frontend.tracer import TaskFunction, assigned_name, caller_loc
 from septran.frontend.scalar_index import as_index
+from septran.frontend.shape_from import design_tiles
 
 __all__ = ["define", "partition", "window", "parallel_range", "range", "launch", "call_primitive", "temp", "compute",
            "global_index", "global_size", "global_offset", "ceildiv", "cast", "as_index", *el.FUNCTIONS, "TaskFunction"]
@@ -47,17 +48,13 @@ def define(fn: Optional[Callable] = None, *, leaf: bool = False, dtype: Optional
 TileEntry = Union[int, str, None]
 
 
-# The design notes' ``shape_from=`` partitions: tiles of this tunable along every dimension (design_tiles).
-DESIGN_TILE = "block_size"
-
-
 def partition(tensor, by: str = "blocks", tile: tuple = (), shape_from=None, **unknown):
     """Splits ``tensor`` into a grid of tiles of shape ``tile``.
 
     Each entry of ``tile`` is an int, the name of a tunable the mapping sets, or None for the whole
     dimension. Index the result (``Ap[i, k]``) for a tile; ``by="windows"``: see ``task.window``.
     ``shape_from="A"`` (the design notes' spelling, instead of ``tile``): square tiles of the tunable
-    ``block_size`` along each dimension, as the tensor ``A`` is cut (see ``design_tiles``).
+    ``block_size`` along each dimension, as the tensor ``A`` is cut (see ``shape_from.design_tiles``).
     """
     frame = tracer.current("partition")
     loc = caller_loc()
@@ -102,23 +99,6 @@ def partition(tensor, by: str = "blocks", tile: tuple = (), shape_from=None, **u
     part = Partition(fresh(_partition_name(loc, source)), source, tuple(entries), loc, by)
     frame.partitions.append(part)
     return tracer.PartitionHandle(part)
-
-
-def design_tiles(frame, source, shape_from, loc) -> tuple:
-    """``shape_from="A"``: the tile the design notes' GEMM example describes. Its mapping sets one tunable,
-    ``block_size``, and cuts C, A and B alike, after A: so each dimension gets a tile of ``block_size``
-    (``Ap[i, :]`` then spans a row of tiles: under the implicit host, a loop over them). The rank is the
-    tensor's where known (a tile's, or an earlier partition's of the same tensor), else 2: a matrix, as the
-    example's are; other shapes are written with ``tile=``."""
-    named = shape_from if isinstance(shape_from, str) else None
-    if isinstance(shape_from, tracer.TensorHandle) and isinstance(shape_from._arg, Param):
-        named = shape_from._arg.name
-    if named is None or named not in frame.task.param_names:
-        raise FrontendError(f"task.partition: shape_from={shape_from!r} names no tensor parameter of {frame.task.name}",
-                            loc, hint=f"name one of {', '.join(frame.task.param_names)}, or give the tile with tile=(...)")
-    rank = source.rank if isinstance(source, (TileRef, Temp)) else next(
-        (p.rank for p in frame.partitions if isinstance(p.source, Param) and p.source == source), 2)
-    return (DESIGN_TILE,) * rank
 
 
 def window(tensor, start: tuple = (), shape: tuple = ()):
