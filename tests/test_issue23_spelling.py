@@ -208,3 +208,24 @@ def test_the_wheel_ships_task_lang_and_the_commands():
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "task_lang" in config["py-modules"] and "septran.commands" in config["packages"]
+
+
+def test_a_search_space_without_target_keeps_the_compiles_at_every_point():
+    text = (REPO / "mappings" / "cpu" / "gemm.yaml").read_text().replace("target: cpu\n", "")
+    kernel = septran.compile(logic_file=REPO / "septran" / "ops" / "logic" / "gemm.py", mapping=text, target="cpu")
+    assert kernel.mapping.space.size > 1 and kernel.mapping.target.value == "cpu"
+    assert kernel.at({}).mapping.target.value == "cpu"  # a point is parsed again from the edited file
+
+
+@pytest.mark.parametrize("default, ok", [("128", True), ("96", False), ("2048", False)])
+def test_a_targets_default_thread_count_is_one_it_takes(tmp_path, default, ok):
+    from septran.target import TargetError, load_target_file
+
+    text = (REPO / "backends" / "sm90" / "target.yaml").read_text()
+    assert "default: 128}" in text
+    (tmp_path / "target.yaml").write_text(text.replace("default: 128}", f"default: {default}}}"))
+    if ok:
+        assert load_target_file(tmp_path / "target.yaml").default_threads == int(default)
+    else:
+        with pytest.raises(TargetError, match="threads.default must be a multiple of 128 up to 1024"):
+            load_target_file(tmp_path / "target.yaml")
