@@ -92,7 +92,7 @@ def _check(kernel, tensors, named, out, tolerance) -> dict:
     if reference is None:
         return {"checked": False, "max_error": None, "tolerance": None, "ok": True}
     def wide(t):
-        return (t.to("cpu", torch.float64) if t.is_floating_point() else t.cpu()) if isinstance(t, torch.Tensor) else t
+        return (t.cpu().to(torch.float64) if t.is_floating_point() else t.cpu()) if isinstance(t, torch.Tensor) else t
 
     try:
         expected = reference(*map(wide, tensors), **{k: wide(v) for k, v in named.items()})
@@ -106,7 +106,7 @@ def _check(kernel, tensors, named, out, tolerance) -> dict:
     worst, allowed = 0.0, None
     for o, r in zip(outs, refs):
         r = torch.as_tensor(r).to(torch.float64)
-        o64 = o.to("cpu", torch.float64)
+        o64 = o.cpu().to(torch.float64)
         if o64.shape != r.shape:
             raise CallError(f"the logic's reference returns shape {tuple(r.shape)}, the kernel {tuple(o64.shape)}")
         dtype = str(o.dtype).removeprefix("torch.")
