@@ -57,6 +57,7 @@ def test_targets_refuses_an_unknown_target(capsys):
 
 
 # explain --------------------------------------------------------------------------------------------------------
+@pytest.mark.build  # lowers (builds nothing)
 def test_explain_shows_each_pass(capsys):
     assert septran_main(["explain", str(LOGIC), str(CPU), *GEMM, "--json"]) == 0
     result = _json(capsys)
@@ -151,3 +152,10 @@ def test_run_hands_an_onnx_model_to_septran_onnx(capsys, monkeypatch):
 def test_run_without_the_onnx_extra_says_how_to_install_it(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "septran.onnx.cli", None)  # as if the module were missing
     _refused(capsys, ["run", "m.onnx", "--input", "x=2x3:float32"], "pip install septran[onnx]")
+
+
+def test_run_for_a_gpu_target_without_one_says_so(capsys, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    _refused(capsys, ["run", str(LOGIC), str(DESIGN / "gemm_on_nvidia_gpu.mapping.yaml"), "--target", "sm90",
+                      "--input", "A=256x256:float16", "--input", "B=256x256:float16"],
+             "target sm90 runs on a CUDA device, and torch sees none here")

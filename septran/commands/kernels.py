@@ -25,10 +25,13 @@ def kernel_for(args):
     return septran.compile(logic_file=args.logic, mapping_file=args.mapping, target=args.target)
 
 
-def variant_for(args):
-    """(kernel, variant, inputs) for the command's --input shapes and --scalar values: every mistake a SepTranError."""
+def variant_for(args, check=None):
+    """(kernel, variant, inputs) for the command's --input shapes and --scalar values: every mistake a SepTranError.
+    ``check(kernel)``: the command's own refusals, before anything is lowered."""
     inputs = parse_inputs(args.input)
     kernel = kernel_for(args)
+    if check is not None:
+        check(kernel)
     check_inputs(kernel, inputs)
     scalars = parse_scalars(args.scalar)
     given = described(kernel, inputs)

@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     if args.logic.endswith(".onnx"):
         return _onnx(args)
-    kernel, variant, inputs = variant_for(args)
+    kernel, variant, inputs = variant_for(args, _check_device)
     import torch
 
     torch.manual_seed(args.seed)
@@ -64,6 +64,16 @@ def run(args) -> int:
             print("  not checked: the logic defines no `reference`")
         print(f"  first call (compile + run) {first:.3f} s; median of {len(times)} calls {result['median_s'] * 1e3:.3f} ms")
     return 0 if check["ok"] else 1
+
+
+def _check_device(kernel) -> None:
+    """Before anything is lowered: a target whose tensors live on a device torch does not see here is refused."""
+    import torch
+
+    if torch.device(kernel.target.torch_device).type == "cuda" and not torch.cuda.is_available():
+        raise CallError(f"target {kernel.target.name} runs on a CUDA device, and torch sees none here",
+                        hint="`septran compile` builds it and `septran explain` shows it without a device; "
+                             "run where the GPU is, or pass --target for this machine")
 
 
 def _random(described, device):
