@@ -65,6 +65,14 @@ class ShapeRelations:
             for root, m in groups.items()
         )
         self._root_class = {root: ci for ci, root in enumerate(groups)}
+        # Pairs of classes a compute reads beside each other (its defaults): where a call gives them one size,
+        # the program names it once, as it did when such reads tied (lowering/constants.py).
+        beside = set()
+        for a, b, _ in self._defaults:
+            ca, cb = self._root_class.get(self._find(a)), self._root_class.get(self._find(b))
+            if ca is not None and cb is not None and ca != cb:
+                beside.add((min(ca, cb), max(ca, cb)))
+        self.beside: tuple[tuple[int, int], ...] = tuple(sorted(beside))
 
     # union-find -----------------------------------------------------------
     def _find(self, n: Node) -> Node:
