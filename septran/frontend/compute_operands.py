@@ -14,8 +14,8 @@ tile is read at any index sets. The rule for extents:
   valid-mode stencil (``X[i, j + 1] - X[i, j]`` into a Y one column narrower),
   half-width tables and a shorter mask are accepted where their reads are in
   bounds. Such a dimension still suggests an extent for an output the kernel
-  allocates (``PrimitiveSig.defaults``): the plain name's, from an unguarded
-  read first.
+  allocates (``PrimitiveSig.defaults``): an unguarded plain read's, else the
+  longest guarded one's.
 
 Tensors named only by sizes and offsets (``X.shape[1] // 2``, ``global_size``)
 are operands that are never read.

@@ -165,9 +165,9 @@ class ShapeRelations:
                     node = self._dim(path, name, part.source, axis)
                     key = (idx, tile)
                     if key in seen:
-                        self._union(seen[key], node, loc)
+                        self._union(seen[key][0], node, loc, hint=_tiles_hint(seen[key][1], part.source, axis, idx, tile))
                     elif node is not None:
-                        seen[key] = node
+                        seen[key] = (node, part.source)
             arg = part.source
 
     # binding a call --------------------------------------------------------
@@ -214,8 +214,9 @@ class ShapeRelations:
         return out
 
     def _take_defaults(self, value: dict) -> None:
-        """An allocated output's dimension that nothing ties takes the extent a compute reads beside it
-        (``X[i, j + 1] - X[i, j]``: X's), from an unguarded read before a guarded one; two different ones: none."""
+        """An allocated output's dimension that nothing ties takes the extent a compute reads beside it at a plain
+        index: an unguarded read's (``X[i, j + 1] - X[i, j]``: X's; two different ones: refused), else the longest
+        guarded one (each guard pads a read that may be shorter: RoPE's half-width tables beside X)."""
         entry = self.graph.entry_task
         while True:
             offers: dict[int, dict[int, dict[int, tuple]]] = {}  # class -> rank -> value -> (size, name, member)
@@ -228,6 +229,8 @@ class ShapeRelations:
                 return
             for ci, ranks in offers.items():
                 found = ranks[min(ranks)]
+                if min(ranks) == 1:  # guarded reads only: each may be the shorter one, padded by its guard
+                    found = {max(found): found[max(found)]}
                 if len(found) > 1:
                     pname, axis = self.classes[ci].members[0]
                     shown = " or ".join(f"{v[1]} ({v[0]})" for v in found.values())
@@ -296,3 +299,16 @@ def _guard_hint(stmt: PrimCall, k: int, axis: int, rank: int) -> str:
             f"it under a guard: task.where(task.global_index({name}, {ax}, {index}) < task.global_size({name}, {ax}), "
             f"{read}, 0.0) (a guarded or shifted read, such as {name}[..., {index} + 1], ties nothing: verify proves "
             "it in bounds)")
+
+
+def _tiles_hint(first: Arg, other: Arg, axis: int, idx: Var, tile) -> str:
+    """What to write where two tiles indexed by one loop variable may come from tensors of different extents."""
+    while isinstance(first, TileRef):
+        first = first.partition.source
+    while isinstance(other, TileRef):
+        other = other.partition.source
+    a, b = first.name, other.name
+    return (f"tiles of {a} and {b} indexed by the same loop variable {idx} with the same tile ({tile}) must come from "
+            f"tensors as long; pad the shorter to the other's extent, or pass it whole along that dimension (None in "
+            f"its partition) and read it in the leaf under a guard: task.where(task.global_index({b}, {axis}, j) < "
+            f"task.global_size({b}, {axis}), {b}[...], 0.0)")

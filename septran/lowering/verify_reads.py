@@ -177,13 +177,16 @@ class _Reads:
                 held = (f"{ext} element{'s' if ext != 1 else ''} there (0..{ext - 1})" if not (before or after) else
                         f"{ext} elements there and a halo of {before} before and {after} after "
                         f"({-before}..{ext - 1 + after})")
+                past = hi - (ext - 1 + after)
+                narrower = (f"; or, for a valid-mode result, pass a narrower output ({past} fewer along {name}: "
+                            "nothing ties its extent to this read)") if name and past > 0 else ""
                 raise LoweringError(
                     f"{_shown(load)} reads {param.name} at {lo}..{hi} along dimension {pad + axis}{runs}, but the tile of "
                     f"{op.param} holds {held}", prim.loc,
                     hint="make the tile cover every element the compute reads (the whole dimension: None in the "
                          "partition, or a larger tile in the mapping), stage a halo around it (the mapping's "
                          f"`halo: {{{op.param}: [...]}}` next to mems), keep the offset inside the tile, or guard the "
-                         "read with task.where(task.global_index(X, axis, j) < ..., ...)")
+                         "read with task.where(task.global_index(X, axis, j) < ..., ...)" + narrower)
 
     def at_own(self, load: el.Load, extents) -> bool:
         """A plain read whose tile is as large as the output's along each index: the compute's own elements."""
