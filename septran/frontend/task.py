@@ -291,7 +291,10 @@ def compute(out, fn: Callable) -> None:
 
     The lambda's parameters name ``out``'s indices; other tiles are read at
     those names (a name shared by two tiles means equal extents; ``m[i]`` is
-    broadcast along ``j``). Only in a leaf task; targets supply the loop.
+    broadcast along ``j``), unless a read is shifted (``X[i, j + 1]``) or
+    guarded (``task.where(task.global_index(M, 1, j) < task.global_size(M, 1),
+    M[i, j], 0.0)``): then the verify pass proves it in bounds instead. Only in a
+    leaf task; targets supply the loop.
     """
     frame = tracer.current("compute")
     loc = caller_loc()
@@ -311,12 +314,13 @@ def compute(out, fn: Callable) -> None:
         value = el.as_elem(fn(*(el.Index(n) for n in names)))
     except TypeError as err:
         raise FrontendError(f"task.compute: {err}", loc) from None
-    operands, dims, privileges = collect(frame, value, names, out_arg, loc)
+    operands, dims, privileges, defaults = collect(frame, value, names, out_arg, loc)
     name_of = lambda a: a.name  # noqa: E731
     sig = PrimitiveSig(
         name="compute", kind="elementwise", params=tuple(a.name for a in operands),
         privileges=privileges, dims=dims,
         meaning=f"{out_arg.name}[{', '.join(names)}] = {el.describe(value, name_of)}", batched=True,
+        defaults=defaults,
     )
     frame.stmts.append(PrimCall("compute", tuple(operands), loc, sig=sig, expr=value))
 
