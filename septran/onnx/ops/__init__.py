@@ -1,0 +1,24 @@
+"""ONNX op converters: each turns one ONNX node into torch calls on a ``Builder`` (``septran/onnx/builder.py``).
+
+``CONVERTERS`` maps an op type (default domain) to ``fn(b, n) -> list of output values``, ``n`` being a
+``Node`` view (inputs as values, attributes decoded, the opset). The ops are torch functions the SepTran rewrite
+knows where one exists (``torch.matmul``, ``F.linear``, ``torch.softmax``, ``F.layer_norm``, ``F.rms_norm``,
+``F.scaled_dot_product_attention``, ``F.gelu``, elementwise math), so the same patterns take them.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+CONVERTERS: dict[str, Callable] = {}
+
+
+def op(*names: str):
+    def register(fn):
+        for name in names:
+            CONVERTERS[name] = fn
+        return fn
+
+    return register
+
+
+from septran.onnx.ops import attention, elementwise, nn, reduce, shape  # noqa: E402,F401 - they register
