@@ -74,7 +74,7 @@ class OnnxModel:
             if v.dtype != want:
                 raise OnnxError(f"{self.name}: input {name!r} is {str(v.dtype).removeprefix('torch.')}, the model "
                                 f"declares {str(want).removeprefix('torch.')}")
-            if shape is not None:
+            if shape is not None and not (v.numel() == 1 and len(shape) <= 1):  # a scalar as one element: taken
                 if len(shape) != v.dim() or any(s is not None and s != d for s, d in zip(shape, v.shape)):
                     text = "x".join("?" if s is None else str(s) for s in shape)
                     raise OnnxError(f"{self.name}: input {name!r} has shape {tuple(v.shape)}, the model declares {text}")

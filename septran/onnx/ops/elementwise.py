@@ -22,14 +22,30 @@ BINARY = {
 }
 
 
+WIDE = (torch.uint16, torch.uint32, torch.uint64)  # torch stores them but computes little on them
+
+
+def _widened(fn, *args):
+    """``fn`` on uint16/32/64 tensors, computed in int64 (the same bits for + - *) and stored back."""
+    dtype = args[0].dtype
+    out = fn(*(a.to(torch.int64) for a in args))
+    return out.to(dtype) if out.dtype == torch.int64 else out
+
+
+def _call(n, fn, *args):
+    if n.dtype(0) in WIDE:
+        return n.call(_widened, fn, *args)
+    return n.call(fn, *args)
+
+
 @op(*UNARY)
 def unary(b, n):
-    return [n.call(UNARY[n.op_type], n.input(0))]
+    return [_call(n, UNARY[n.op_type], n.input(0))]
 
 
 @op(*BINARY)
 def binary(b, n):
-    return [n.call(BINARY[n.op_type], n.input(0), n.input(1))]
+    return [_call(n, BINARY[n.op_type], n.input(0), n.input(1))]
 
 
 def _int_div(a, c):
@@ -39,7 +55,7 @@ def _int_div(a, c):
 @op("Div")
 def div(b, n):
     fn = torch.div if n.dtype(0).is_floating_point else _int_div  # ONNX truncates integer division
-    return [n.call(fn, n.input(0), n.input(1))]
+    return [_call(n, fn, n.input(0), n.input(1))]
 
 
 def _pow(a, e):
@@ -49,7 +65,7 @@ def _pow(a, e):
 
 @op("Pow")
 def pow_(b, n):
-    return [n.call(_pow, n.input(0), n.input(1))]
+    return [_call(n, _pow, n.input(0), n.input(1))]
 
 
 @op("Mod")
@@ -62,7 +78,7 @@ def mod(b, n):
 def variadic(b, n):
     fn = {"Max": torch.maximum, "Min": torch.minimum, "Sum": torch.add, "Mean": torch.add}[n.op_type]
     vals = [v for v in n.inputs if v is not None]
-    out = functools.reduce(lambda x, y: n.call(fn, x, y), vals)
+    out = functools.reduce(lambda x, y: _call(n, fn, x, y), vals)
     if n.op_type == "Mean":
         out = n.call(torch.div, out, float(len(vals)))
     return [out]
