@@ -7,18 +7,5 @@ knows where one exists (``torch.matmul``, ``F.linear``, ``torch.softmax``, ``F.l
 """
 from __future__ import annotations
 
-from typing import Callable
-
-CONVERTERS: dict[str, Callable] = {}
-
-
-def op(*names: str):
-    def register(fn):
-        for name in names:
-            CONVERTERS[name] = fn
-        return fn
-
-    return register
-
-
-from septran.onnx.ops import attention, elementwise, nn, reduce, shape  # noqa: E402,F401 - they register
+from septran.onnx.ops import attention, elementwise, nn, reduce, shape  # noqa: F401 - they fill the table
+from septran.onnx.ops.registry import CONVERTERS, op  # noqa: F401

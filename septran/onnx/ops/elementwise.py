@@ -7,7 +7,7 @@ import functools
 import torch
 
 from septran.onnx.dtypes import to_torch
-from septran.onnx.ops import op
+from septran.onnx.ops.registry import op
 
 UNARY = {
     "Abs": torch.abs, "Neg": torch.neg, "Exp": torch.exp, "Log": torch.log, "Sqrt": torch.sqrt,

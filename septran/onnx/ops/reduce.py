@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from septran.onnx.ops import op
+from septran.onnx.ops.registry import op
 from septran.onnx.ops.shape import _axes
 
 

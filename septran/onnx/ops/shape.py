@@ -8,7 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from septran.onnx.ops import op
+from septran.onnx.ops.registry import op
 
 
 @op("Constant")
