@@ -83,7 +83,10 @@ class Builder:
             node.meta["stack_trace"] = self.label
 
     def output(self, values: list) -> fx.GraphModule:
-        outs = tuple(self.tensor_node(v) if is_const(v) else v for v in values)
+        # A folded output is a copy of its buffer, so that a caller writing into it changes no later call's result.
+        outs = tuple(self.graph.call_function(torch.clone, (self.tensor_node(v),)) if is_const(v) else v for v in values)
+        for o in outs:
+            o.meta.setdefault("val", o.args[0].meta["val"] if o.target is torch.clone else None)
         self.graph.output(outs)
         gm = fx.GraphModule(self.root, self.graph)
         gm.graph.eliminate_dead_code()

@@ -25,17 +25,21 @@ BINARY = {
 WIDE = (torch.uint16, torch.uint32, torch.uint64)  # torch stores them but computes little on them
 
 
-def _widened(fn, *args):
-    """``fn`` on uint16/32/64 tensors, computed in int64 (the same bits for + - *) and stored back."""
-    dtype = args[0].dtype
-    out = fn(*(a.to(torch.int64) for a in args))
-    return out.to(dtype) if out.dtype == torch.int64 else out
+@functools.lru_cache(maxsize=None)
+def _widened(fn):
+    """``fn`` on uint16/32/64 tensors, computed in int64 (the same bits for + - *) and stored back. One function
+    per ``fn``, the graph's call target (an FX graph cannot hold a function as an argument)."""
+    def widened(*args):
+        dtype = args[0].dtype
+        out = fn(*(a.to(torch.int64) for a in args))
+        return out.to(dtype) if out.dtype == torch.int64 else out
+
+    widened.__name__ = f"widened_{getattr(fn, '__name__', 'op')}"
+    return widened
 
 
 def _call(n, fn, *args):
-    if n.dtype(0) in WIDE:
-        return n.call(_widened, fn, *args)
-    return n.call(fn, *args)
+    return n.call(_widened(fn) if n.dtype(0) in WIDE else fn, *args)
 
 
 @op(*UNARY)

@@ -50,11 +50,11 @@ def matmul(b, n):
     return [n.call(torch.matmul, n.input(0), n.input(1))]
 
 
-def _coerced(fn, x, axis):
+def _coerced(x, axis, log):
     """Softmax before opset 13: over everything from ``axis`` on, as one dimension."""
     shape = x.shape
     flat = x.reshape(math.prod(shape[:axis]), math.prod(shape[axis:]))
-    return fn(flat, 1).reshape(shape)
+    return (torch.log_softmax if log else torch.softmax)(flat, 1).reshape(shape)
 
 
 @op("Softmax", "LogSoftmax")
@@ -66,7 +66,7 @@ def softmax(b, n):
     axis = n.attr("axis", 1) % max(rank, 1)
     if axis == rank - 1:
         return [n.call(fn, n.input(0), -1)]
-    return [n.call(_coerced, fn, n.input(0), axis)]
+    return [n.call(_coerced, n.input(0), axis, n.op_type == "LogSoftmax")]
 
 
 def _affine(n, i, shape):

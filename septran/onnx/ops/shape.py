@@ -53,7 +53,8 @@ def reshape(b, n):
 @op("Flatten")
 def flatten(b, n):
     shape = n.shape(0)
-    axis = n.attr("axis", 1) % (len(shape) + 1) if shape else 0
+    axis = n.attr("axis", 1)
+    axis = axis + len(shape) if axis < 0 else axis  # in [-r, r]
     return [n.call(torch.reshape, n.input(0), (math.prod(shape[:axis]), math.prod(shape[axis:])))]
 
 
