@@ -36,7 +36,8 @@ def test_onnx_backend_node_tests(capsys):
     text = (f"ONNX backend node tests ({onnx_cases.source()}): {len(run)} of {len(cases)} selected cases "
             f"({'all' if ALL else 'representative subset; SEPTRAN_ONNX_CONFORMANCE=all runs all'}), {wall:.1f} s\n"
             + onnx_cases.table(results)
-            + "".join(f"\nWRONG {r.name}: {r.why}" for r in wrong))
+            + "".join(f"\nWRONG {r.name}: {r.why}" for r in wrong)
+            + "\nslowest: " + ", ".join(f"{r.name} {r.seconds:.1f} s" for r in sorted(results, key=lambda r: -r.seconds)[:5]))
     with capsys.disabled():
         print("\n" + text)
     out = env.cache_dir() / "onnx_conformance.txt"
