@@ -36,15 +36,6 @@ class OnnxModel:
 
     # -- the inputs ---------------------------------------------------------------------------------------------
 
-    def static_shapes(self) -> list[Optional[tuple]]:
-        """Each input's shape when the model fixes every dimension, else None for that input."""
-        out = []
-        for i in self._inputs:
-            dims = i.type.tensor_type.shape.dim
-            fixed = [d.dim_value if d.HasField("dim_value") else None for d in dims]
-            out.append(tuple(fixed) if i.type.tensor_type.HasField("shape") and None not in fixed else None)
-        return out
-
     def input_dtypes(self) -> list[torch.dtype]:
         return list(self._dtypes)
 

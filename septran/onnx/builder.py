@@ -33,7 +33,8 @@ class Builder:
         self.graph = fx.Graph()
         self.root = torch.nn.Module()
         self.label = ""  # the ONNX node being converted (set by graph.py)
-        self._buffers: dict[int, fx.Node] = {}
+        self._buffers: dict[int, fx.Node] = {}  # by id of the constant...
+        self._constants: list[torch.Tensor] = []  # ...kept alive here, so that no id is reused while building
 
     def input(self, name: str, example: torch.Tensor) -> fx.Node:
         node = self.graph.placeholder(_ident(name, "input"))
@@ -49,7 +50,7 @@ class Builder:
             node = self.graph.get_attr(name)
             node.meta["val"] = torch.empty(t.shape, dtype=t.dtype, device="meta")
             self._buffers[key] = node
-            self._keep = getattr(self, "_keep", []) + [t]  # ids stay unique while the builder lives
+            self._constants.append(t)
         return self._buffers[key]
 
     def call(self, fn: Callable, *args, **kwargs):
