@@ -9,7 +9,8 @@ AOTAutograd, rewrite, kernels; warm from the kernel cache after the first run), 
 timed in interleaved rounds (SepTran, onnxruntime, SepTran, ...): each sample is the mean of enough calls to fill
 --sample-s, and the table shows the median of the rounds with their min-max. Both run on --threads threads
 (torch.set_num_threads, which SepTran's OpenMP kernels follow; onnxruntime's intra-op pool). Ratio = onnxruntime time / SepTran time (> 1: SepTran is
-faster). "septran nodes": the ONNX nodes that ran in SepTran kernels, of all.
+faster). Column torch: the same imported graph run eagerly in torch (no rewrite), for scale. "nodes": the ONNX
+nodes that ran in SepTran kernels, of all.
 """
 from __future__ import annotations
 
@@ -114,11 +115,19 @@ def run_model(name, proto, shapes, label, rounds, sample_s, threads) -> dict:
            "septran_nodes": f"{len(report.septran_nodes)}/{len(report.rows)}", "runs": [r.runs for r in report.rows]}
     if not ok:
         return row
+    from septran.onnx.graph import import_graph
+
+    eager = import_graph(proto, name, tensors, model._consts).module  # the same imported graph, all in torch
+
+    def torch_eager():
+        with torch.no_grad():
+            return eager(*tensors)
+
     others = Others()
-    samples, reps = interleaved({"septran": lambda: model(*tensors), "onnxruntime": lambda: session.run(None, feeds)},
-                                rounds, sample_s)
+    samples, reps = interleaved({"septran": lambda: model(*tensors), "onnxruntime": lambda: session.run(None, feeds),
+                                 "torch": torch_eager}, rounds, sample_s)
     row.update({"septran_ms": stats(samples["septran"]), "onnxruntime_ms": stats(samples["onnxruntime"]),
-                "calls_per_sample": reps, "others_cores": others.cores()})
+                "torch_ms": stats(samples["torch"]), "calls_per_sample": reps, "others_cores": others.cores()})
     row["ratio"] = row["onnxruntime_ms"]["median"] / row["septran_ms"]["median"]
     return row
 
@@ -145,8 +154,8 @@ def main(argv=None) -> int:
     print(f"{info['cpu_model']}, {info['cores']} cores; {args.threads} thread(s) each: torch {info['torch']}, "
           f"onnxruntime {info['onnxruntime']} (CPU EP); load {info['loadavg_start'][0]:.1f}")
     rows, status = [], 0
-    print(f"{'model':10} {'shape':28} {'SepTran ms (min-max)':>26} {'onnxruntime ms (min-max)':>26} {'ratio':>6} "
-          f"{'nodes':>6} {'compile s':>9} {'other':>5}")
+    print(f"{'model':10} {'shape':26} {'SepTran ms (min-max)':>26} {'onnxruntime ms (min-max)':>26} {'ratio':>6} "
+          f"{'torch ms (min-max)':>26} {'nodes':>6} {'compile s':>9} {'other':>5}")
     for name in wanted:
         row = run_model(name, *models[name], args.rounds, args.sample_s, args.threads)
         rows.append(row)
@@ -155,8 +164,9 @@ def main(argv=None) -> int:
             print(f"{name:10} {row['shape']:28} WRONG: max |septran - onnxruntime| {row['max_abs_diff']:.3g}")
             continue
         other = f"{row['others_cores']:5.2f}" if row["others_cores"] is not None else "    -"
-        print(f"{name:10} {row['shape']:28} {fmt(row['septran_ms']):>26} {fmt(row['onnxruntime_ms']):>26} "
-              f"{row['ratio']:6.2f} {row['septran_nodes']:>6} {row['compile_s']:9.2f} {other}", flush=True)
+        print(f"{name:10} {row['shape']:26} {fmt(row['septran_ms']):>26} {fmt(row['onnxruntime_ms']):>26} "
+              f"{row['ratio']:6.2f} {fmt(row['torch_ms']):>26} {row['septran_nodes']:>6} {row['compile_s']:9.2f} {other}",
+              flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"machine": info, "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.json}")
