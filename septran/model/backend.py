@@ -25,11 +25,32 @@ def _inference_compiler(reports: Optional[list], dry: bool) -> Callable:
             run, report = captured, unrewritten(captured, f"the rewrite failed: {type(err).__name__}: {err}")
         report.dump()
         log.info("septran: %s", report.summary())
+        if run is gm:
+            run = _direct(gm)
         if reports is not None:
             reports.append(report)
         return _boxed(run)
 
     return compile_graph
+
+
+def _direct(gm):
+    """The rewritten graph on the direct runner (``septran.model.executor``), or as rewritten if lowering fails or
+    SEPTRAN_DIRECT=0."""
+    from septran import env
+    from septran.model.executor import lower
+
+    if not env.direct_runner():
+        return gm
+    kept = _copy(gm)
+    try:
+        executor = lower(gm)
+    except Exception:  # noqa: BLE001 - the direct runner must never break the model: the custom ops still run it
+        log.warning("septran: the direct runner failed; the graph calls its kernels through torch's custom ops",
+                    exc_info=True)
+        return kept
+    gm.septran_executor = executor
+    return gm
 
 
 def _copy(gm):
