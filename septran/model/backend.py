@@ -78,7 +78,10 @@ def septran_backend(gm, example_inputs, reports: Optional[list] = None, dry: boo
     ``dry``: rewrite only to report, run the graph with torch."""
     from torch._dynamo.backends.common import aot_autograd
 
-    backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=_inference_compiler(reports, dry))
+    # keep_inference_input_mutations: a KV cache's write stays in the graph (a copy_ into the input), where the
+    # direct runner turns it into one in-place copy (septran.model.inplace); else AOTAutograd copies it all back
+    backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=_inference_compiler(reports, dry),
+                           keep_inference_input_mutations=True)
     return backend(gm, example_inputs)
 
 

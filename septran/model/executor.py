@@ -3,6 +3,8 @@
 ``lower(gm)`` runs after ``rewrite`` in the backend (never for ``explain_model``, ``torch.export`` or a graph
 handed to another backend: those keep the custom ops). It
 
+0. writes KV caches in place (``septran.model.inplace``) and fuses sibling GEMMs (Q, K, V: one GEMM on their
+   weights concatenated once, ``septran.model.patterns.fuse_gemms``);
 1. replaces every ``torch.ops.septran.*`` call by a step (``septran.model.steps``): no dispatcher at run time;
 2. plans the intermediates' memory (``septran.model.memory_plan``): each output of a step that can write into a
    given tensor, and that neither the graph returns nor a view of it does, gets a place in one arena per shape
@@ -26,8 +28,9 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-from septran.model import memory_plan, steps
+from septran.model import inplace, memory_plan, steps
 from septran.model.flops import is_view
+from septran.model.patterns import fuse_gemms
 
 log = logging.getLogger(__name__)
 BUCKETS = 8  # shape buckets (arenas) kept per graph
@@ -207,9 +210,12 @@ def _bind(graph: fx.Graph, symbols: set) -> Optional[tuple[list, list, list]]:
     return ordered, args, [where[s] for s in ordered]
 
 
-def lower(gm: fx.GraphModule, plan_memory: bool = True) -> Executor:
+def lower(gm: fx.GraphModule, plan_memory: bool = True, fuse: bool = True) -> Executor:
     """Steps for the graph's SepTran nodes, and its memory plan (see the module's docstring). In place."""
     graph = gm.graph
+    inplace.reinplace_cache_writes(graph)
+    if fuse:
+        fuse_gemms.fuse_sibling_gemms(graph)
     step_list = []
     for node in list(graph.nodes):
         if _is_septran(node):
