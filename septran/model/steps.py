@@ -192,7 +192,33 @@ class Elementwise(Step):
         return self.raw(inputs, spec, out_dtype) if done is None else y
 
 
-FAST = {"gemm": Gemm, "rms_norm": RMSNorm, "swiglu": SwiGLU, "elementwise": Elementwise}
+class Rope(Step):
+    """The op's common case (one cos/sin table for every batch, x contiguous in either heads layout) on its plan."""
+
+    def __call__(self, out, x, cos, sin, seq_major):
+        self.calls += 1
+        from septran.ops import rope as ops_rope
+        from septran.ops.heads import in_layout
+
+        b, h, s, d = x.shape
+        if not x.numel():
+            return self.raw(x, cos, sin, seq_major)
+        x_seq_major = x.transpose(1, 2).is_contiguous()
+        c, sn = ops_rope._tables(cos, s, d), ops_rope._tables(sin, s, d)
+        if (not x_seq_major and not x.is_contiguous()) or c.shape[0] != 1 or sn.shape[0] != 1:
+            return self.raw(x, cos, sin, seq_major)
+        c, sn = c[0], sn[0]
+        if not (c.is_contiguous() and sn.is_contiguous()):
+            return self.raw(x, cos, sin, seq_major)
+        if self.kernel is None:
+            self.kernel = ops_rope.rope_kernel(_target(x.device))
+        y = self._run((x.shape, x_seq_major), (ops_rope._as_logic(x, x_seq_major), c, sn), {})
+        if y is None:
+            return self.raw(x, cos, sin, seq_major)
+        return in_layout(y.transpose(1, 2) if x_seq_major else y.view(b, h, s, d), seq_major)
+
+
+FAST = {"rope": Rope, "gemm": Gemm, "rms_norm": RMSNorm, "swiglu": SwiGLU, "elementwise": Elementwise}
 
 
 def make(op: torch._ops.OpOverload) -> Step:
