@@ -39,7 +39,7 @@ def _dispatched(monkeypatch) -> list:
     return seen
 
 
-def _compiled(model, direct: bool, monkeypatch, executors: list):
+def _compiled(model, direct: bool, monkeypatch, executors: list, reports=None):
     from septran.model import executor
     from septran.model.backend import septran_backend
 
@@ -53,7 +53,7 @@ def _compiled(model, direct: bool, monkeypatch, executors: list):
 
     monkeypatch.setattr(executor, "lower", keep)
     # a backend of its own: dynamo keeps a compiled frame per backend, so the two runs do not share graphs
-    return torch.compile(model, backend=functools.partial(septran_backend), fullgraph=True)
+    return torch.compile(model, backend=functools.partial(septran_backend, reports=reports), fullgraph=True)
 
 
 def test_decode_runs_no_custom_op_and_matches_eager(monkeypatch):
@@ -61,7 +61,8 @@ def test_decode_runs_no_custom_op_and_matches_eager(monkeypatch):
     gen = torch.Generator().manual_seed(0)
     xs = [torch.randn(1, 13, 64, generator=gen)] + [torch.randn(1, 1, 64, generator=gen) for _ in range(4)]
     executors: list = []
-    fn = _compiled(model, True, monkeypatch, executors)
+    reports: list = []
+    fn = _compiled(model, True, monkeypatch, executors, reports)
     caches, eager_caches, pos, seen = model.new_cache(), model.new_cache(), 0, None
     with torch.no_grad():
         for i, x in enumerate(xs):
@@ -82,6 +83,8 @@ def test_decode_runs_no_custom_op_and_matches_eager(monkeypatch):
     assert decode.arena is not None and len(decode.arena.buckets) == 1  # every cache length: one bucket
     (_, views, (shapes, placement)), = decode.arena.buckets.values()
     assert 0 < decode.peak_bytes == placement.peak < placement.unplanned
+    assert reports[-1].executors == [decode] and reports[-1].arena_bytes == decode.peak_bytes  # the peak reported
+    assert f"{decode.peak_bytes:,} bytes of arena" in reports[-1].summary()
 
 
 def test_direct_off_keeps_the_custom_ops(monkeypatch):

@@ -27,6 +27,9 @@ def _inference_compiler(reports: Optional[list], dry: bool) -> Callable:
         log.info("septran: %s", report.summary())
         if run is gm:
             run = _direct(gm)
+            executor = getattr(run, "septran_executor", None)
+            if executor is not None:
+                report.executors.append(executor)
         if reports is not None:
             reports.append(report)
         return _boxed(run)
