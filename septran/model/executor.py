@@ -13,7 +13,8 @@ handed to another backend: those keep the custom ops). It
    symbols the planned sizes depend on (a decode step's sizes depend on none of the cache length's, so every
    step of a generation shares one arena); a new bucket is planned once and kept (the last ``BUCKETS``).
 
-A call that finds its arena in use (the same graph re-entered from another thread) runs with fresh buffers.
+A call that finds its arena in use (the same graph re-entered from another thread, or a call after one that
+raised before the graph's last node released it) runs with fresh buffers: slower, never wrong.
 """
 from __future__ import annotations
 

@@ -103,9 +103,9 @@ class Gemm(Step):
                 bias = self._bias = torch.zeros(n, dtype=x.dtype, device=x.device)
         args = (a, w) if plain else (a, w, bias)
         if out is None:
-            c = self._run(a.shape, args, {})
+            c = self._run((a.shape, w.shape), args, {})
         else:
-            c = self._run((a.shape, 1), args, {"C": out.view(-1, n)})
+            c = self._run((a.shape, w.shape, 1), args, {"C": out.view(-1, n)})
         if c is None:
             return self.raw(x, w, bias, w_transposed, act)
         return c.view(*x.shape[:-1], n)
@@ -129,7 +129,7 @@ class RMSNorm(Step):
         w = weight.view(n) if weight is not None and weight.is_contiguous() else (
             weight.reshape(n).contiguous() if weight is not None else _constant(1.0, n, x))
         y = out if out is not None else torch.empty(x.shape, dtype=out_dtype, device=x.device)
-        done = self._run(x.shape, (x.view(rows, n), w), {"eps": float(eps), "Y": y.view(rows, n)})
+        done = self._run((x.shape, n), (x.view(rows, n), w), {"eps": float(eps), "Y": y.view(rows, n)})
         return self.raw(x, n, weight, eps, out_dtype) if done is None else y
 
 
@@ -148,9 +148,9 @@ class SwiGLU(Step):
             self.kernel = swiglu_kernel(_target(x.device), transposed)
         x2 = x.view(-1, k)
         if out is None:
-            h = self._run(x2.shape, (x2, wg, wu), {})
+            h = self._run((x2.shape, wg.shape, wu.shape), (x2, wg, wu), {})
         else:
-            h = self._run((x2.shape, 1), (x2, wg, wu), {"H": out.view(-1, n)})
+            h = self._run((x2.shape, wg.shape, wu.shape, 1), (x2, wg, wu), {"H": out.view(-1, n)})
         return self.raw(x, wg, wu, transposed) if h is None else h.view(*x.shape[:-1], n)
 
 
