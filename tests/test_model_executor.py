@@ -80,6 +80,7 @@ def test_decode_runs_no_custom_op_and_matches_eager(monkeypatch):
     assert len(executors) == 2 and all(e.steps for e in executors)
     decode = executors[-1]
     assert all(s.calls == len(xs) - 1 for s in decode.steps), [(s, s.calls) for s in decode.steps]
+    assert all(s.slow_calls == 0 for s in decode.steps), [(s, s.slow_calls) for s in decode.steps]  # all on plans
     assert decode.arena is not None and len(decode.arena.buckets) == 1  # every cache length: one bucket
     (_, views, (shapes, placement)), = decode.arena.buckets.values()
     assert 0 < decode.peak_bytes == placement.peak < placement.unplanned

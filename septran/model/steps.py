@@ -41,6 +41,7 @@ class Step:
     view the output is written into (only for steps with ``takes_out``)."""
 
     takes_out = False
+    without_optional = False  # the step calls a kernel with optional tensors, passing none of them
 
     def __init__(self, op: torch._ops.OpOverload):
         self.op = op
@@ -52,6 +53,7 @@ class Step:
         self.kernel = None
         self._plans: dict = {}
         self.calls = 0  # how many times the step ran (tests count them)
+        self.slow_calls = 0  # of which through the op's own Python
 
     def __repr__(self) -> str:
         return f"<septran step {self.__name__}>"
@@ -60,13 +62,18 @@ class Step:
         self.calls += 1
         return self.raw(*args)
 
+    def _slow(self, *args):
+        """The op's own Python, for a call the fast path does not take."""
+        self.slow_calls += 1
+        return self.raw(*args)
+
     def _run(self, key, args: tuple, kwargs: dict):
         """The kernel's plan for ``key`` (this node's shapes), run; None when the plan does not take the call."""
         plan = self._plans.get(key)
         if plan is None:
-            plan = self.kernel.prepared(args, kwargs)
+            plan = self.kernel.prepared(args, kwargs, self.without_optional)
             if plan is None:
-                return self.kernel(*args, **kwargs)
+                return None
             self._plans[key] = plan
         return plan.run(args, kwargs)
 
@@ -89,7 +96,7 @@ class Gemm(Step):
         k = x.shape[-1]
         n = w.shape[0] if w_transposed else w.shape[1]
         if not x.numel() or not n or not x.is_contiguous():
-            return self.raw(x, w, bias, w_transposed, act)
+            return self._slow(x, w, bias, w_transposed, act)
         plain = bias is None and act == "none" and not w_transposed
         if self.kernel is None:
             from septran.ops.gemm import _check_act, gemm_kernel
@@ -107,7 +114,7 @@ class Gemm(Step):
         else:
             c = self._run((a.shape, w.shape, 1), args, {"C": out.view(-1, n)})
         if c is None:
-            return self.raw(x, w, bias, w_transposed, act)
+            return self._slow(x, w, bias, w_transposed, act)
         return c.view(*x.shape[:-1], n)
 
 
@@ -117,7 +124,7 @@ class RMSNorm(Step):
     def __call__(self, out, x, n, weight, eps, out_dtype):
         self.calls += 1
         if not x.numel() or not x.is_contiguous():
-            return self.raw(x, n, weight, eps, out_dtype)
+            return self._slow(x, n, weight, eps, out_dtype)
         if self.kernel is None:
             from septran.ops import norms
 
@@ -130,7 +137,7 @@ class RMSNorm(Step):
             weight.reshape(n).contiguous() if weight is not None else _constant(1.0, n, x))
         y = out if out is not None else torch.empty(x.shape, dtype=out_dtype, device=x.device)
         done = self._run((x.shape, n), (x.view(rows, n), w), {"eps": float(eps), "Y": y.view(rows, n)})
-        return self.raw(x, n, weight, eps, out_dtype) if done is None else y
+        return self._slow(x, n, weight, eps, out_dtype) if done is None else y
 
 
 class SwiGLU(Step):
@@ -141,7 +148,7 @@ class SwiGLU(Step):
         k = x.shape[-1]
         n = wg.shape[0] if transposed else wg.shape[1]
         if not x.numel() or not n or not x.is_contiguous():
-            return self.raw(x, wg, wu, transposed)
+            return self._slow(x, wg, wu, transposed)
         if self.kernel is None:
             from septran.ops.swiglu import swiglu_kernel
 
@@ -151,7 +158,7 @@ class SwiGLU(Step):
             h = self._run((x2.shape, wg.shape, wu.shape), (x2, wg, wu), {})
         else:
             h = self._run((x2.shape, wg.shape, wu.shape, 1), (x2, wg, wu), {"H": out.view(-1, n)})
-        return self.raw(x, wg, wu, transposed) if h is None else h.view(*x.shape[:-1], n)
+        return self._slow(x, wg, wu, transposed) if h is None else h.view(*x.shape[:-1], n)
 
 
 class Elementwise(Step):
@@ -178,7 +185,7 @@ class Elementwise(Step):
             kinds = tuple(kind_of(s, shape) for s in key)
             if None in kinds or not math.prod(shape) or any(x.dim() == 0 or x.device != inputs[0].device
                                                            for x in inputs):
-                return self.raw(inputs, spec, out_dtype)
+                return self._slow(inputs, spec, out_dtype)
             check(ops, kinds)
             cols = shape[-1]
             target = _target(inputs[0].device)
@@ -189,7 +196,7 @@ class Elementwise(Step):
         y = out if out is not None else torch.empty(shape, dtype=out_dtype, device=inputs[0].device)
         views = tuple(ew._view(x, kd, rows, cols, y.device) for x, kd in zip(inputs, kinds))
         done = self._run(key, views, {"Y": y.view(rows, cols)})
-        return self.raw(inputs, spec, out_dtype) if done is None else y
+        return self._slow(inputs, spec, out_dtype) if done is None else y
 
 
 class Rope(Step):
@@ -202,23 +209,54 @@ class Rope(Step):
 
         b, h, s, d = x.shape
         if not x.numel():
-            return self.raw(x, cos, sin, seq_major)
+            return self._slow(x, cos, sin, seq_major)
         x_seq_major = x.transpose(1, 2).is_contiguous()
         c, sn = ops_rope._tables(cos, s, d), ops_rope._tables(sin, s, d)
         if (not x_seq_major and not x.is_contiguous()) or c.shape[0] != 1 or sn.shape[0] != 1:
-            return self.raw(x, cos, sin, seq_major)
+            return self._slow(x, cos, sin, seq_major)
         c, sn = c[0], sn[0]
         if not (c.is_contiguous() and sn.is_contiguous()):
-            return self.raw(x, cos, sin, seq_major)
+            return self._slow(x, cos, sin, seq_major)
         if self.kernel is None:
             self.kernel = ops_rope.rope_kernel(_target(x.device))
         y = self._run((x.shape, x_seq_major), (ops_rope._as_logic(x, x_seq_major), c, sn), {})
         if y is None:
-            return self.raw(x, cos, sin, seq_major)
+            return self._slow(x, cos, sin, seq_major)
         return in_layout(y.transpose(1, 2) if x_seq_major else y.view(b, h, s, d), seq_major)
 
 
-FAST = {"rope": Rope, "gemm": Gemm, "rms_norm": RMSNorm, "swiglu": SwiGLU, "elementwise": Elementwise}
+class Attention(Step):
+    """The op without a mask (causal, grouped or not: a prefill, a decode step over a KV cache) on its plan."""
+
+    without_optional = True
+
+    def __init__(self, op):
+        super().__init__(op)
+        self._kernels: dict = {}
+
+    def __call__(self, out, q, k, v, mask, causal, scale, seq_major, lower_right=False):
+        self.calls += 1
+        from septran.ops import attention as ops_attention
+        from septran.ops.heads import in_layout
+
+        b, hq, sq, _ = q.shape
+        sk = k.shape[2]
+        if mask is not None or not q.numel() or not sk or not v.shape[3] or (causal and sq != sk and not lower_right):
+            return self._slow(q, k, v, mask, causal, scale, seq_major, lower_right)
+        variant = (causal, k.shape[1] != hq, sq <= ops_attention.DECODE_ROWS)
+        kernel = self._kernels.get(variant)
+        if kernel is None:
+            kernel = self._kernels[variant] = ops_attention.attention_kernel(_target(q.device), causal, variant[1],
+                                                                             "none", decode=variant[2])
+        self.kernel = kernel
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        o = self._run((variant, q.shape, k.shape, v.shape), (q, k, v, float(scale)), {})
+        if o is None:
+            return self._slow(q, k, v, mask, causal, scale, seq_major, lower_right)
+        return in_layout(o, seq_major)
+
+
+FAST = {"attention": Attention, "rope": Rope, "gemm": Gemm, "rms_norm": RMSNorm, "swiglu": SwiGLU, "elementwise": Elementwise}
 
 
 def make(op: torch._ops.OpOverload) -> Step:

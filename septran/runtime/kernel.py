@@ -233,12 +233,13 @@ class Kernel:
             self._last = plan.variant
         return out
 
-    def prepared(self, args: tuple, kwargs: dict) -> Optional[Plan]:
+    def prepared(self, args: tuple, kwargs: dict, without_optional: bool = False) -> Optional[Plan]:
         """The plan of calls with this call's signature (made and kept if new). A caller that knows its calls
         repeat a signature (a compiled graph's step) keeps the plan and calls ``plan.run`` itself, skipping the
         signature's lookup; ``run`` returning None (another device or layout) sends it back to ``__call__``.
-        None for a kernel with optional tensors (its calls are routed first: call it)."""
-        if self.optional:
+        A kernel with optional tensors routes its calls first: None, unless ``without_optional`` says that the
+        call passes none of them and leaves their places out (``kernel(q, k, v, sm_scale)``)."""
+        if self.optional and not without_optional:
             return None
         key = call_key(args, kwargs)
         plan = self._plans.get(key)
