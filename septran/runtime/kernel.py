@@ -233,6 +233,20 @@ class Kernel:
             self._last = plan.variant
         return out
 
+    def prepared(self, args: tuple, kwargs: dict, without_optional: bool = False) -> Optional[Plan]:
+        """The plan of calls with this call's signature (made and kept if new). A caller that knows its calls
+        repeat a signature (a compiled graph's step) keeps the plan and calls ``plan.run`` itself, skipping the
+        signature's lookup; ``run`` returning None (another device or layout) sends it back to ``__call__``.
+        A kernel with optional tensors routes its calls first: None, unless ``without_optional`` says that the
+        call passes none of them and leaves their places out (``kernel(q, k, v, sm_scale)``)."""
+        if self.optional and not without_optional:
+            return None
+        key = call_key(args, kwargs)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self.plan(args, kwargs)
+        return plan
+
     def plan(self, args: tuple, kwargs: dict) -> Plan:
         """The plan of a call like this one: its arguments bound and checked, its variant chosen and built."""
         import torch
