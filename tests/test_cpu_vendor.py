@@ -137,7 +137,7 @@ def check_gemm(lib, dtype, m, n, k, trans_a, trans_b, pads=(0, 0, 0), seed=0):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
-@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (37, 53, 19), (64, 48, 96)])
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (37, 53, 19), (64, 48, 96), (1, 53, 19), (37, 1, 19)])  # one row, one column: sgemv
 def test_gemm(lib, dtype, trans_a, trans_b, m, n, k):
     check_gemm(lib, dtype, m, n, k, trans_a, trans_b, pads=(3, 5, 1))
 
