@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Mapping as TMapping, Optional, Sequence, Union
 
 from septran.errors import MappingError, SourceLoc
-from septran.mapping import edits
+from septran.mapping import edits, shape_points
 from septran.mapping.halo import Halo, parse_halo
 from septran.mapping.space import SearchSpace, collect
 from septran.mapping.yaml_source import Located, LocatedDict, load_located, read_mapping_text
@@ -24,8 +24,9 @@ from septran.paths import check_user_path
 
 TOP_KEYS = ("entrypoint", "task_mappings")
 # ``target`` may be left out: the compile's ``target=`` or SEPTRAN_TARGET names it (septran.runtime.select.with_target);
-# dynamic / static: entry parameter -> axes that stay symbolic / that stay numbers
-OPTIONAL_TOP_KEYS = ("target", "dynamic", "static")
+# dynamic / static: entry parameter -> axes that stay symbolic / that stay numbers;
+# shape_points: the point calls of some shapes run untuned (mapping/shape_points.py)
+OPTIONAL_TOP_KEYS = ("target", "dynamic", "static", "shape_points")
 INSTANCE_KEYS = (
     "task_name", "proc", "mems", "tunables", "calls", "pipeline",
     "leaf_task_bindings", "threads", "copy", "accum_dtype", "schedule", "halo",
@@ -95,6 +96,8 @@ class Mapping:
     # The located file this mapping was parsed from (a point's: its !tune values resolved): what typed edits
     # rewrite. Not part of the mapping's value: two mappings that say the same are equal wherever they came from.
     source: Optional[Located] = dataclasses.field(default=None, compare=False, repr=False)
+    # The space's points by shape bucket, for calls the tuning database has no record for (a space's only).
+    shape_points: tuple[shape_points.ShapePoint, ...] = ()
 
     def instance(self, name: str) -> InstanceMapping:
         return self.instances[name]
@@ -267,6 +270,8 @@ def parse_mapping(text: str, file: str) -> Mapping:
     root = load_located(text, file)
     space = collect(root, file)
     if not space.dimensions:
+        top = _dict(root, "a mapping file")
+        shape_points.parse(top.get("shape_points"), None)  # refused: no !tune to choose between
         return _parse_located(root, file)
     return _point(space, space.first)
 
@@ -274,7 +279,9 @@ def parse_mapping(text: str, file: str) -> Mapping:
 def _point(space: SearchSpace, point) -> Mapping:
     full = {**space.first, **point}
     mapping = _parse_located(space.resolved(full), space.file)
-    return dataclasses.replace(mapping, space=space, point=MappingProxyType(full))
+    top = _dict(space.root, "a mapping file")
+    return dataclasses.replace(mapping, space=space, point=MappingProxyType(full),
+                               shape_points=shape_points.parse(top.get("shape_points"), space))
 
 
 def _parse_located(root: Located, file: str) -> Mapping:

@@ -177,9 +177,10 @@ class Kernel:
         return key, spec
 
     def _variant(self, key: tuple, spec: Specialization, described: dict) -> Variant:
-        if self.dynamic:  # one variant serves every size of the dynamic dimensions
+        if self.dynamic:  # one variant serves every size of the dynamic dimensions (in one shape_points bucket)
             dynamic_dims.check_sizes(spec.shapes, self.dynamic)
-            key = tuple(sorted(dynamic_dims.masked_described(described, self.dynamic).items())) + key[len(described):]
+            key = tuple(sorted(dynamic_dims.masked_described(described, self.dynamic).items())) + key[len(described):] \
+                + (("shape_points", points.bucket(self, spec)),)
         variant = self._variants.get(key)
         if variant is None:
             choice = points.choose(self, spec, described, self.tuner, self._first_point_warning)

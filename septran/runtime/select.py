@@ -62,6 +62,8 @@ def op_name(file: Optional[str], logic: Logic) -> str:
 def find_task(names: dict, file: Optional[str], logic: Logic, name: str, loc: SourceLoc) -> TaskFunction:
     if isinstance(logic, TaskFunction) and logic.name == name:
         return logic
+    if isinstance(logic, TaskFunction) and name in getattr(logic, "alternatives", {}):
+        return logic.alternatives[name]  # another algorithm built with the same arguments (a mapping picks it)
     found = names.get(name)
     if isinstance(found, TaskFunction):
         return found
