@@ -243,7 +243,9 @@ class Kernel:
         scalars = self.scalar_values(given)
         described = {n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}
         key, spec = self._specialization(described, scalars)  # shapes without lowering: empty outputs need no program
-        passed_outputs.check_passed(tensors, [a.name for a in self.outputs if a.name in tensors])
+        roles = {a.name: a.role for a in self.args}
+        passed_outputs.check_views(tensors, roles)
+        passed_outputs.check_passed(tensors, [n for n in tensors if roles.get(n, "input") != "input"], roles)
         written = [spec.shapes[a.name] for a in self.outputs] + [spec.shapes[a.name] for a in self.inputs if a.role == "inout"]
         # Empty inputs do not stop the program: a nonempty output still needs it (a sum over K = 0 is its
         # identity, then the epilogue runs; TileLang takes extents of 0). Only where there is nothing to
