@@ -96,9 +96,11 @@ class LeafImpl:
     # kinds of reduction ("reduce", "reduce_axis") whose reduced tile extent must be a power of two (a butterfly
     # all-reduce across the threads that share a row)
     reduced_power_of_two: tuple[str, ...] = ()
-    # what it implements (a primitive's name or kind) -> operand -> the element types its functions are declared
-    # for (a vendor's septran_cpu_reduce_max_f32 takes float* out and float* X); none listed: any
-    operand_dtypes: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=lambda: MappingProxyType({}))
+    # what it implements (a primitive's name or kind) -> the combinations its functions are declared for, each
+    # operand -> element types (a vendor's septran_cpu_reduce_max_f32 takes float* out and float* X; a tensor
+    # core accumulates float16 from float16 operands only). The operands must all fit one combination; an
+    # operand a combination does not list may be any type; nothing listed: any.
+    operand_dtypes: Mapping[str, tuple[Mapping[str, tuple[str, ...]], ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     def runs(self, prim) -> bool:
         return prim.name in self.implements or prim.kind in self.implements
