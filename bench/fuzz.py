@@ -130,7 +130,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per case before it counts as a hang")
-    parser.add_argument("--families", default="tracer,index", help="logic mutation families (tracer, index)")
+    parser.add_argument("--families", default="tracer,index,dtype", help="logic mutation families (tracer, index, dtype)")
     parser.add_argument("--json", type=Path, default=None, help="write counts and every unexpected case here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -79,6 +79,7 @@ def load_target_file(path: Path) -> Target:
             bool(mp.get("per_stage", False)), placed, int(mp.get("align_bytes", 64)), MappingProxyType(dict(ops)),
             own_index_only=bool(mp.get("own_index_only", False)),
             op_dtypes=tuple(mp.get("op_dtypes", ())),
+            copy_by_dtype=MappingProxyType({str(t): MappingProxyType(dict(o)) for t, o in mp.get("copy_by_dtype", {}).items()}),
         )
     for proc in procs.values():
         for mem in proc.memories:

@@ -36,6 +36,10 @@ class MemorySpace:
     # The element types its ``ops`` have functions for (the vendor's septran_cpu_load_f32_f16...); a copy or clear of
     # another type stays TileLang's own (T.copy, T.clear). Empty: any.
     op_dtypes: tuple[str, ...] = ()
+    # T.copy keywords that copies into or out of it take for an element type, where TileLang's default copy has no
+    # implementation for it (sm90: TMA has no bool descriptor, so a bool tile is copied without TMA). A mapping's
+    # own `copy:` keyword for the same option wins.
+    copy_by_dtype: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def is_global(self) -> bool:

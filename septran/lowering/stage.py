@@ -264,6 +264,7 @@ class _Stager:
 
     def _copies(self, src: fl.View, dst: fl.View, options, via, why: Why, param: str, shape, s: fl.Invoke) -> list:
         """One copy, or two through a buffer in the ``via`` memory (global memory's side takes the options)."""
+        options = self._dtype_copy_options(src, dst, options)
         if via is None:
             return [ir.Copy(self.region(src), self.region(dst), options, why)]
         mem = self.target.memories[via.value]
@@ -276,6 +277,18 @@ class _Stager:
         if outer is src:
             return [ir.Copy(self.region(src), self.region(mid), options, hop), ir.Copy(self.region(mid), self.region(dst), (), hop)]
         return [ir.Copy(self.region(src), self.region(mid), (), hop), ir.Copy(self.region(mid), self.region(dst), options, hop)]
+
+    def _dtype_copy_options(self, src: fl.View, dst: fl.View, options: tuple) -> tuple:
+        """The mapping's copy options, plus those the memories on either side need for the element type
+        (target.yaml: copy_by_dtype)."""
+        given = {k for k, _ in options}
+        extra = {}
+        for view in (src, dst):
+            mem = self.target.memories.get(view.space)
+            for k, v in (mem.copy_by_dtype.get(self.dtypes[view.of], {}) if mem is not None else {}).items():
+                if k not in given:
+                    extra[k] = v
+        return options + tuple(sorted(extra.items()))
 
     def _new_buffer(self, sym, shape, dtype: str, mem, why: Why, loc, stages: int = 1) -> ir.Buffer:
         self.dtypes[sym] = dtype
