@@ -15,6 +15,7 @@ import math
 import os
 import re
 
+from septran.records.shown import shown
 from septran.errors import CallError
 
 _INPUT = re.compile(r"\A([A-Za-z_][A-Za-z0-9_]*)=([0-9]+(?:x[0-9]+)*)?:([a-z0-9]+)\Z")
@@ -140,15 +141,15 @@ def run(args) -> int:
         return 0
     print(f"search space: {result.space} points, {result.pruned} pruned statically, {result.measured} measured"
           + (" (from the tuning database)" if result.cached else ""))
-    for path, value in result.best.items():
-        print(f"  {path} = {value}")
+    for path, value in result.best.items():  # a point from the tuning database: its text escaped
+        print(f"  {shown(path)} = {shown(value)}")
     if result.best_s is not None:
         line = f"best: {result.best_s * 1e3:.3f} ms"
         if result.first_s:
             line += f"; first point: {result.first_s * 1e3:.3f} ms; speed-up {result.first_s / result.best_s:.2f}x"
         print(line)
     for rule, n in list(result.rules.items())[:5]:
-        print(f"  pruned {n:5d}  {rule}")
+        print(f"  pruned {n:5d}  {shown(rule)}")
     if result.correlation is not None:
         print(f"cost model rank correlation with the measured times: {result.correlation:.2f}")
     return 0
