@@ -285,7 +285,9 @@ def i_shift_index(rng, source):
 
 def i_zero_to_one(rng, source):
     """``Ap[0, k]`` -> ``Ap[1, k]``: every such 0 indexes a dimension whose grid has one tile."""
-    spots = [m for m in re.finditer(r"(?<=[\[, ])0(?=[,\]])", source)]
+    # Not a default value on a ``def`` line (``axis: int = 0`` of the operator's builder): that is another operator.
+    spots = [m for m in re.finditer(r"(?<=[\[, ])0(?=[,\]])", source)
+             if not source[source.rfind("\n", 0, m.start()) + 1:m.start()].lstrip().startswith("def ")]
     m = rng.choice(spots)
     return source[:m.start()] + "1" + source[m.end():], f"subscript 0 -> 1 at {m.start()}"
 
