@@ -1,4 +1,4 @@
-"""The matrix of issue 22: for every target, every leaf it lists, every primitive kind the leaf implements, every
+"""The matrix of issue 22: for every target, every leaf it lists, every primitive kind the leaf implements (and the named primitive silu for elementwise leaves), every
 dtype the target lists and every memory the leaf may hold its operands in, one small generated kernel.
 
 On a target whose kernels run on this host (cpu, the DSAs' simulators) the kernel runs and its result is compared
@@ -29,6 +29,23 @@ LOGIC = {
 @task.define(leaf=True)
 def mx_leaf(Y, X):
     task.compute(Y, lambda i, j: X[i, j] + X[i, j])
+
+@task.define
+def mx_block(Y, X):
+    task.launch(mx_leaf, Y, X)
+
+@task.define(dtype={"Y": "X"})
+def mx_logic(Y, X):
+    Yp = task.partition(Y, by="blocks", tile=("BM", "BN"))
+    Xp = task.partition(X, by="blocks", tile=("BM", "BN"))
+    for i, j in task.parallel_range(Yp.shape):
+        task.launch(mx_block, Yp[i, j], Xp[i, j])
+''',
+    "silu": '''
+@task.define(leaf=True)
+def mx_leaf(Y, X):
+    task.compute(Y, lambda i, j: X[i, j])
+    task.call_primitive("silu", Y)
 
 @task.define
 def mx_block(Y, X):
@@ -95,8 +112,8 @@ def mx_logic(C, A, B):
         task.launch(mx_block, Cp[i, j], Ap[i, 0], Bp[0, j])
 ''',
 }
-PARAMS = {"elementwise": ("Y", "X"), "reduce": ("Y", "X"), "reduce_axis": ("Y", "X"), "gemm": ("C", "A", "B")}
-LEAF_PARAMS = {"elementwise": ("out", "X"), "reduce": ("out", "X"), "reduce_axis": ("out", "X"), "gemm": ("C", "A", "B")}
+PARAMS = {"elementwise": ("Y", "X"), "silu": ("Y", "X"), "reduce": ("Y", "X"), "reduce_axis": ("Y", "X"), "gemm": ("C", "A", "B")}
+LEAF_PARAMS = {"elementwise": ("out", "X"), "silu": ("out", "X"), "reduce": ("out", "X"), "reduce_axis": ("out", "X"), "gemm": ("C", "A", "B")}
 
 
 @dataclass(frozen=True)
@@ -120,7 +137,7 @@ def cells(target_name: str) -> list[Cell]:
     out = []
     for leaf in target.leaves.values():
         memories = [m for m in block.memories if any(m in ms for ms in leaf.mems.values())]
-        for kind in leaf.implements:
+        for kind in leaf.implements + (("silu",) if "elementwise" in leaf.implements else ()):  # a named primitive
             if kind not in LOGIC:
                 continue
             for dtype in target.dtypes:
@@ -142,7 +159,8 @@ def mapping_text(cell: Cell) -> str:
     for param, leaf_param in zip(PARAMS[cell.kind], LEAF_PARAMS[cell.kind]):
         allowed = leaf.mems.get(leaf_param) or leaf.mems.get("*") or block.memories
         mems[param] = cell.memory if cell.memory in allowed else allowed[0]
-    tunables = {"gemm": {"BM": TILE, "BN": TILE, "BK": TILE}, "elementwise": {"BM": 8, "BN": TILE}}.get(cell.kind, {"BM": 8})
+    tunables = {"gemm": {"BM": TILE, "BN": TILE, "BK": TILE}, "elementwise": {"BM": 8, "BN": TILE},
+                "silu": {"BM": 8, "BN": TILE}}.get(cell.kind, {"BM": 8})
     threads = "    threads: 128\n" if target.has_threads else ""
     mem_text = ", ".join(f"{p}: {m}" for p, m in mems.items())
     return textwrap.dedent(f'''\
@@ -188,6 +206,8 @@ def reference(cell: Cell, args):
     (x,) = args
     if cell.kind == "elementwise":
         return x + x
+    if cell.kind == "silu":  # torch has no integer SiLU: the float result, cast as torch casts
+        return torch.nn.functional.silu(x.float()).to(x.dtype)
     return x.float().sum(1).to(x.dtype)
 
 
