@@ -15,7 +15,6 @@ import math
 import os
 import re
 
-from septran.records.shown import shown
 from septran.errors import CallError
 
 _INPUT = re.compile(r"\A([A-Za-z_][A-Za-z0-9_]*)=([0-9]+(?:x[0-9]+)*)?:([a-z0-9]+)\Z")
@@ -141,7 +140,9 @@ def run(args) -> int:
         return 0
     print(f"search space: {result.space} points, {result.pruned} pruned statically, {result.measured} measured"
           + (" (from the tuning database)" if result.cached else ""))
-    for path, value in result.best.items():  # a point from the tuning database: its text escaped
+    from septran.records.shown import shown  # a point from the tuning database: its text escaped
+
+    for path, value in result.best.items():
         print(f"  {shown(path)} = {shown(value)}")
     if result.best_s is not None:
         line = f"best: {result.best_s * 1e3:.3f} ms"
