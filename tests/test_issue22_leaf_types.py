@@ -156,3 +156,16 @@ def test_specialize_without_an_input_names_the_callers_line():
     with pytest.raises(septran.CallError, match="must be a tensor or a \\(shape, dtype\\) pair") as info:
         kernel.specialize(A=((64, 48), "float32"), B=64)
     assert info.value.loc.file == __file__
+
+
+@pytest.mark.build
+def test_a_bfloat16_temp_on_cpu_is_computed_in_float32_like_its_tensors(tmp_path):
+    """cpu computes bfloat16 in float32 (target.yaml: converts); a bfloat16 temp was left bfloat16 and TileLang's C
+    failed to lower it ("variables (m,) are used, but are not passed in"), an InternalError (found by the fuzzer)."""
+    old = "m = task.temp(Q.shape[2])  # running"
+    logic = tmp_path / "attention.py"
+    logic.write_text(ATTENTION.read_text().replace(old, 'm = task.temp(Q.shape[2], dtype="bfloat16")  # running'))
+    kernel = septran.compile(logic_file=logic, mapping_file=mapping_path("cpu", "attention"))
+    q, k, v = torch.randn(1, 2, 37, 64), torch.randn(1, 2, 51, 64), torch.randn(1, 2, 51, 64)
+    torch.testing.assert_close(kernel(q, k, v), torch.nn.functional.scaled_dot_product_attention(q, k, v),
+                               atol=1e-4, rtol=1e-4)

@@ -92,6 +92,9 @@ class _Stager:
         inst = s.instance
         for t, view in s.temps:
             dtype = t.dtype or (self.dtypes[self._view_of_param(s, t.dtype_of)] if t.dtype_of else leaf_calls.accum_dtype(inst))
+            # A type the target computes in another (cpu: bfloat16 in float32), as for its tensors: TileLang's C has
+            # no bfloat16, and a bfloat16 temp failed to lower ("variables are used, but are not passed in").
+            dtype = self.target.converts.get(dtype, dtype)
             space = inst.mem(t.name)
             mem = self.target.memories[space.value]
             why = Why(f"temp {t.name} of {s.callee.name}: {self._size(view.extents, t.name, space.loc)} {dtype} "
