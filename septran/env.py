@@ -66,3 +66,14 @@ def autotune() -> bool:
     if value in ("1", "true", "yes", "on"):
         return True
     raise SettingError(f"SEPTRAN_AUTOTUNE={value!r}: use 1 or 0")
+
+
+def direct_runner() -> bool:
+    """SEPTRAN_DIRECT=0: a compiled graph calls its SepTran kernels through their torch custom ops (as captured),
+    not through the direct runner (``septran.model.executor``) and its memory plan. On by default."""
+    value = os.environ.get("SEPTRAN_DIRECT", "").strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise SettingError(f"SEPTRAN_DIRECT={value!r}: use 1 or 0")

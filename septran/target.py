@@ -53,6 +53,17 @@ def _builder(value, loc) -> str:
     return value
 
 
+def _default_threads(threads: dict, loc: SourceLoc) -> Optional[int]:
+    """``threads: {default: 128}``: a program's thread count where its mapping names none; one the target takes."""
+    n = threads.get("default")
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n > threads["max"] or n % threads.get("multiple_of", 1):
+        raise TargetError(f"threads.default must be a multiple of {threads.get('multiple_of', 1)} up to {threads['max']}, "
+                          f"got {n!r}", loc)
+    return n
+
+
 def load_target_file(path: Path) -> Target:
     root = load_located(path.read_text(), str(path))
     d = root.value
@@ -136,6 +147,7 @@ def load_target_file(path: Path) -> Target:
         dtypes=tuple(_plain(_need(d, "dtypes", "target.yaml"))),
         max_threads=threads["max"] if threads else None,
         thread_multiple=threads.get("multiple_of", 1) if threads else 1,
+        default_threads=_default_threads(threads, d["threads"].loc) if threads else None,
         procs=MappingProxyType(procs),
         memories=MappingProxyType(memories),
         leaves=MappingProxyType(leaves),

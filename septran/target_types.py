@@ -178,6 +178,8 @@ class Target:
     parallel_in_program: bool = False
     # One program may hold two kernels launched one after the other (a mapping's `combine: two_kernels`).
     two_kernels: bool = False
+    # The thread count of a program whose mapping names none (``threads: {default: 128}``); None: it must name one.
+    default_threads: Optional[int] = None
 
     @property
     def index_bits(self) -> int:

@@ -102,9 +102,9 @@ def _grid(graph: TaskGraph, mapping: Mapping, target: Target, inst: InstanceMapp
             hint=f"launch an inner task that launches {launch.callee}, and map it with `calls:` in {inst.name}",
         )
     callee = mapping.instance(inst.calls[launch.callee].value)
-    if target.has_threads and callee.threads is None:
+    if target.has_threads and callee.threads is None and target.default_threads is None:
         raise LoweringError(f"{callee.name} is one program of the grid and needs a thread count", callee.loc,
-                            hint="add `threads: <n>`, e.g. 128")
+                            hint="add `threads: <n>`, e.g. 128 (or give the target a default: threads.default)")
 
 
 # per-instance rules ----------------------------------------------------------------------

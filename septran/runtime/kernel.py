@@ -65,7 +65,7 @@ class Kernel:
 
     def __init__(self, graph: TaskGraph, mapping: Mapping, target: Target, tuner: Optional[Tuner] = None, logic=None):
         self.graph = graph
-        self.logic = logic  # the entry task function: traced again for a call that passes optional tensors
+        self.logic = logic  # the entry task function (or implicit_host.ImplicitHost): traced again for a call that passes optional tensors
         self.optional = graph.entry_task.absent  # the optional tensors (M=None); `graph` is the trace without them
         self.mapping = mapping  # for a search space (!tune): its first point, with .space
         self.target = target
@@ -108,14 +108,14 @@ class Kernel:
 
     def with_optional(self, present: tuple) -> "Kernel":
         """The kernel for calls that pass the optional tensors ``present`` (traced on first use)."""
-        from septran.frontend.graph import build_graph
+        from septran.frontend.implicit_host import graph_of
 
         sub = self._with_optional.get(present)
         if sub is None:
             if self.logic is None:
                 raise CallError(f"this kernel was built from a task graph: it cannot take the optional tensors "
                                 f"{', '.join(present)}", hint="compile it with septran.compile(logic, ...)")
-            graph = build_graph(self.logic, absent=frozenset(self.optional) - set(present))
+            graph = graph_of(self.logic, absent=frozenset(self.optional) - set(present))
             sub = Kernel(graph, self.mapping, self.target, self.tuner)
             sub.optional = ()  # it takes exactly these; this kernel routes
             optional.check_roles(sub, present)
@@ -201,9 +201,10 @@ class Kernel:
         return key, spec
 
     def _variant(self, key: tuple, spec: Specialization, described: dict) -> Variant:
-        if self.dynamic:  # one variant serves every size of the dynamic dimensions
+        if self.dynamic:  # one variant serves every size of the dynamic dimensions (in one shape_points bucket)
             dynamic_dims.check_sizes(spec.shapes, self.dynamic)
-            key = tuple(sorted(dynamic_dims.masked_described(described, self.dynamic).items())) + key[len(described):]
+            key = tuple(sorted(dynamic_dims.masked_described(described, self.dynamic).items())) + key[len(described):] \
+                + (("shape_points", points.bucket(self, spec)),)
         variant = self._variants.get(key)
         if variant is None:
             choice = points.choose(self, spec, described, self.tuner, self._first_point_warning)
@@ -256,6 +257,20 @@ class Kernel:
         if plan.variant is not None:
             self._last = plan.variant
         return out
+
+    def prepared(self, args: tuple, kwargs: dict, without_optional: bool = False) -> Optional[Plan]:
+        """The plan of calls with this call's signature (made and kept if new). A caller that knows its calls
+        repeat a signature (a compiled graph's step) keeps the plan and calls ``plan.run`` itself, skipping the
+        signature's lookup; ``run`` returning None (another device or layout) sends it back to ``__call__``.
+        A kernel with optional tensors routes its calls first: None, unless ``without_optional`` says that the
+        call passes none of them and leaves their places out (``kernel(q, k, v, sm_scale)``)."""
+        if self.optional and not without_optional:
+            return None
+        key = call_key(args, kwargs)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self.plan(args, kwargs)
+        return plan
 
     def plan(self, args: tuple, kwargs: dict) -> Plan:
         """The plan of a call like this one: its arguments bound and checked, its variant chosen and built."""

@@ -206,6 +206,8 @@ def lay_out(params: tuple, sources: dict, tensors: dict, spec, user: dict, read_
             reshape.append((k, "empty"))
     results = tuple((index[n], None if n in sources or user[n] == spec.dtypes[n] else getattr(torch, user[n]))
                     for n, role in params if role == "output")
+    if not results:  # a kernel that only writes into tensors it is passed (a split sum's Y, KV caches): those
+        results = tuple((index[n], None) for n, role in params if role == "inout")
     nbytes = tuple(tensors[n].numel() * tensors[n].element_size() for n in names)
     return Layout(take=tuple(sources[n] for n in names), allocate=tuple(allocate),
                   order=None if order == tuple(range(len(order))) else order, convert=tuple(convert), zero=tuple(zero),

@@ -5,6 +5,7 @@ point the tuning database (``septran.records``) holds for exactly these
 shapes, dtypes, scalars, device and versions; else, when the kernel was
 handed a tuner (``septran.compile(..., autotune=True)`` or
 ``SEPTRAN_AUTOTUNE=1`` hands it ``septran.tuning``'s), a search now; else the
+mapping's point for the call's shape bucket (``shape_points:``); else the
 space's first point, the hand-written mapping, with one warning per kernel.
 
 The runtime stands below the tuner: it knows a tuner only as the callable
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from septran import env
+from septran.mapping import shape_points
 from septran.mapping.schema import Mapping
 from septran.mapping.space import SearchSpace
 from septran.records import TuningDB, TuningKey, TuningRecord, best_of, default_db, device_identity
@@ -63,6 +65,11 @@ def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_poi
         if tuner is not None:
             tuned = tuner(kernel, described, dict(spec.scalars))
             return _choice(mapping, dict(tuned.point), tuned.source)
+    k = bucket(kernel, spec)
+    if k is not None:
+        entry = mapping.shape_points[k]
+        return _choice(mapping, dict(entry.point), f"the mapping's point for these shapes (shape_points entry {k + 1}, "
+                                                   f"{entry.loc.file}:{entry.loc.line})")
     if warn_first_point():
         log.warning("%s: a search space of %d points (!tune) with no tuned point for these shapes: running its first "
                     "point; tune with septran.compile(..., autotune=True), SEPTRAN_AUTOTUNE=1 or `septran tune`",
@@ -90,6 +97,12 @@ def best_in_space(db: TuningDB, key: TuningKey, space: SearchSpace) -> Optional[
 
 
 _WARNED: set[str] = set()  # records already warned about (file:line), once per process
+
+def bucket(kernel, spec) -> Optional[int]:
+    """Which ``shape_points`` entry the call's shapes fall in (None: none, or no entries). A kernel with dynamic
+    dimensions keeps one variant per bucket: a decode step's one row runs the decode point, not the prefill's."""
+    entries = kernel.mapping.shape_points if kernel.mapping.space is not None else ()
+    return shape_points.bucket(entries, spec.shapes) if entries else None
 
 
 def record_key(kernel, spec) -> TuningKey:
