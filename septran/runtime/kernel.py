@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
-from septran.errors import CallError
+from septran.errors import CallError, SourceLoc
 from septran.frontend.ir import Privilege, TaskGraph
 from septran.frontend.shapes import ShapeRelations
 from septran.lowering import Specialization
@@ -27,6 +29,20 @@ from septran.runtime.variant import Variant
 from septran.target import Target
 
 log = logging.getLogger(__name__)
+
+
+def _user_line() -> Optional[SourceLoc]:
+    """The first line of the caller's code outside SepTran (where ``specialize()`` was called)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the septran package
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here + os.sep):
+        frame = frame.f_back
+    return SourceLoc(frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _dtype_name(dtype) -> str:
@@ -122,16 +138,24 @@ class Kernel:
         described = {}
         for a in self.inputs + tuple(o for o in self.outputs if o.name in args):  # outputs: optional, as in a call
             if a.name not in args:
-                raise CallError(f"specialize() needs input {a.name}", hint=f"inputs: {', '.join(x.name for x in self.inputs)}")
+                raise CallError(f"specialize() needs input {a.name}", _user_line(),
+                                hint=f"inputs: {', '.join(x.name for x in self.inputs)}; e.g. "
+                                     f"{a.name}=((64, 64), 'float32') or a tensor")
             val = args.pop(a.name)
             if hasattr(val, "shape") and hasattr(val, "dtype"):
                 described[a.name] = (tuple(val.shape), _dtype_name(val.dtype))
             else:
-                shape, dtype = val
-                described[a.name] = (tuple(int(s) for s in shape), _dtype_name(dtype))
+                try:
+                    shape, dtype = val
+                    described[a.name] = (tuple(int(s) for s in shape), _dtype_name(dtype))
+                except (TypeError, ValueError):
+                    raise CallError(f"specialize(): {a.name} must be a tensor or a (shape, dtype) pair, not "
+                                    f"{_short(val)}", _user_line(), hint=f"{a.name}=((64, 64), 'float32')") from None
         scalars = self.scalar_values({k: args.pop(k) for k in list(args) if k in self.scalars})
         if args:
-            raise CallError(f"specialize() got unknown arguments {', '.join(args)}")
+            raise CallError(f"specialize() got unknown arguments {', '.join(args)}", _user_line(),
+                            hint=f"inputs: {', '.join(x.name for x in self.inputs)}"
+                                 + (f"; scalars: {', '.join(self.scalars)}" if self.scalars else ""))
         return self.variant(described, scalars)
 
     def scalar_values(self, given: dict) -> dict[str, float]:
@@ -258,7 +282,9 @@ class Kernel:
         scalars = self.scalar_values(given)
         described = {n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}
         key, spec = self._specialization(described, scalars)  # shapes without lowering: empty outputs need no program
-        passed_outputs.check_passed(tensors, [a.name for a in self.outputs if a.name in tensors])
+        roles = {a.name: a.role for a in self.args}
+        passed_outputs.check_views(tensors, roles)
+        passed_outputs.check_passed(tensors, [n for n in tensors if roles.get(n, "input") != "input"], roles)
         written = [spec.shapes[a.name] for a in self.outputs] + [spec.shapes[a.name] for a in self.inputs if a.role == "inout"]
         # Empty inputs do not stop the program: a nonempty output still needs it (a sum over K = 0 is its
         # identity, then the epilogue runs; TileLang takes extents of 0). Only where there is nothing to

@@ -22,7 +22,9 @@ from typing import Callable, Optional
 from septran import env
 from septran.mapping import shape_points
 from septran.mapping.schema import Mapping
-from septran.records import TuningKey, default_db, device_identity
+from septran.mapping.space import SearchSpace
+from septran.records import TuningDB, TuningKey, TuningRecord, best_of, default_db, device_identity
+from septran.records.shown import shown
 from septran.runtime.dynamic_dims import masked
 
 log = logging.getLogger(__name__)
@@ -56,10 +58,10 @@ def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_poi
         return Choice(mapping, {}, "the mapping has no !tune", checked=True)
     if _device_present(kernel.target):
         db = default_db()
-        record = None if db.empty() else db.best(record_key(kernel, spec))
+        record = None if db.empty() else best_in_space(db, record_key(kernel, spec), mapping.space)
         if record is not None:
-            return _choice(mapping, dict(record.point), f"the tuning database ({env.tuning_db()}): "
-                                                        f"{record.median_s * 1e3:.4g} ms, recorded {record.created}")
+            return _choice(mapping, dict(record.point), f"the tuning database ({shown(env.tuning_db())}): "
+                                                        f"{record.median_s * 1e3:.4g} ms, recorded {shown(record.created)}")
         if tuner is not None:
             tuned = tuner(kernel, described, dict(spec.scalars))
             return _choice(mapping, dict(tuned.point), tuned.source)
@@ -74,6 +76,27 @@ def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_poi
                     mapping.file, mapping.space.size)
     return Choice(mapping, dict(mapping.space.first), "the space's first point (not tuned)", checked=True)
 
+
+def best_in_space(db: TuningDB, key: TuningKey, space: SearchSpace) -> Optional[TuningRecord]:
+    """The best record of ``key`` whose point is a point of ``space``. A record whose point is not (a value the
+    space does not list, ``"64"`` for 64, ``true`` for 1, a dimension missing or foreign: written by hand or by
+    another program) is skipped with a warning naming the database's file and line, once per process; it must
+    not stop every call of the kernel, nor be blamed on the mapping."""
+    usable = []
+    for record in db.records(key):
+        why = space.refusal(record.point)
+        if why is None:
+            usable.append(record)
+            continue
+        where = db.where(record)
+        if where not in _WARNED:
+            _WARNED.add(where)
+            log.warning("%s: skipped a tuning record whose point is not a point of the search space of %s: %s",
+                        where, shown(space.file), shown(why))
+    return best_of(usable)
+
+
+_WARNED: set[str] = set()  # records already warned about (file:line), once per process
 
 def bucket(kernel, spec) -> Optional[int]:
     """Which ``shape_points`` entry the call's shapes fall in (None: none, or no entries). A kernel with dynamic

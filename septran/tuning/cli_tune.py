@@ -48,15 +48,17 @@ def run(args) -> int:
         return 0
     print(f"search space: {result.space} points, {result.pruned} pruned statically, {result.measured} measured"
           + (" (from the tuning database)" if result.cached else ""))
+    from septran.records.shown import shown  # a point from the tuning database: its text escaped
+
     for path, value in result.best.items():
-        print(f"  {path} = {value}")
+        print(f"  {shown(path)} = {shown(value)}")
     if result.best_s is not None:
         line = f"best: {result.best_s * 1e3:.3f} ms"
         if result.first_s:
             line += f"; first point: {result.first_s * 1e3:.3f} ms; speed-up {result.first_s / result.best_s:.2f}x"
         print(line)
     for rule, n in list(result.rules.items())[:5]:
-        print(f"  pruned {n:5d}  {rule}")
+        print(f"  pruned {n:5d}  {shown(rule)}")
     if result.correlation is not None:
         print(f"cost model rank correlation with the measured times: {result.correlation:.2f}")
     return 0
