@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import septran
 import septran.model  # noqa: F401  (registers the backend)
 from septran import env, progress
 from septran.model import modes
@@ -96,3 +97,15 @@ def test_the_profile_setting(monkeypatch, tmp_path):
     assert env.profile() == tmp_path / "septran_profile.trace.json"
     monkeypatch.setenv("SEPTRAN_PROFILE", str(tmp_path / "step.json"))
     assert env.profile() == tmp_path / "step.json"
+
+
+def test_septran_profile_compiles_a_model_given_uncompiled():
+    """A function of views only (nothing built): compiled by septran.profile, warmed up once, its steps timed."""
+    x = torch.arange(12.0).reshape(3, 4)
+    torch._dynamo.reset()
+    prof = septran.profile(lambda t: t.reshape(-1)[:5], x, steps=2)
+    torch._dynamo.reset()
+    assert len(prof.steps) == 2 and len(prof.graph_runs) == 2 and prof.events
+    assert {e.kind for e in prof.events} == {"glue"} and "2 step(s)" in str(prof)
+    with pytest.raises(septran.CallError, match="steps >= 1"):
+        septran.profile(lambda t: t, x, steps=0)

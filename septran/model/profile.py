@@ -355,8 +355,8 @@ def wrap(run: Callable, gm: fx.GraphModule, graph: int, option: Optional[bool]) 
 def profile(model, *inputs, steps: int = 3, warmup: int = 1, trace=None, **compile_kwargs) -> Profile:
     """Times ``model(*inputs)``: compiled with the septran backend unless it is compiled already (a
     ``torch.compile`` result), run ``warmup`` times (the compile and the builds), then ``steps`` times with
-    every node timed. ``trace``: a path the Chrome trace is written to. ``compile_kwargs`` go to
-    ``septran.compile_model`` (``dynamic``, ``fullgraph``)."""
+    every node timed. ``trace``: a path the Chrome trace is written to. ``compile_kwargs`` go to ``torch.compile``
+    (``dynamic``, ``fullgraph``, ``mode``)."""
     import torch
 
     from septran.errors import CallError
@@ -365,10 +365,8 @@ def profile(model, *inputs, steps: int = 3, warmup: int = 1, trace=None, **compi
         raise CallError(f"septran.profile needs steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
     compiled = model if isinstance(model, torch._dynamo.eval_frame.OptimizedModule) or hasattr(model, "septran_report") \
         else None
-    if compiled is None:
-        from septran.model.api import compile_model
-
-        compiled = compile_model(model, **compile_kwargs)
+    if compiled is None:  # (by name: septran.model registered it; the backend module stands above this one)
+        compiled = torch.compile(model, backend="septran", **compile_kwargs)
     with torch.no_grad():
         for _ in range(warmup if compiled is model else max(warmup, 1)):  # the first call compiles and builds
             compiled(*inputs)
