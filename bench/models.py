@@ -244,8 +244,10 @@ def main(argv=None) -> int:
         new = run(name, backends, threads, args.sizes == "small", args.prompt, rounds, sample_s, args.wait_idle,
                   not args.no_memory)
         rows += new
-        print(f"  {name} ({new[0]['sizes']}): compile s " + ", ".join(f"{b} {s:.1f}" for b, s in new[0]["compile_s"].items()),
-              flush=True)
+        print(f"  {new[0]['block']} ({new[0]['sizes']}): compile s " + ", ".join(
+            f"{b} {s:.1f}" for b, s in new[0]["compile_s"].items()), flush=True)
+        print_rows(new, backends)  # as it goes: a long run on a shared machine may be stopped
+        sys.stdout.flush()
     elapsed = time.perf_counter() - start
     torch.set_num_threads(max(threads))
     print(f"\nfp32, batch 1; ms per call: median of {rounds} interleaved rounds (min-max); x backend = eager's median / "

@@ -70,6 +70,12 @@ def _show() -> None:
         root.addHandler(_handler)
 
 
+def show() -> None:
+    """Where progress is on, SepTran's warnings from now on show on stderr (a kernel's untuned first point)."""
+    if enabled():
+        _show()
+
+
 def note(message: str, *args) -> None:
     """One progress line (a model graph rewritten, its kernels about to build)."""
     if enabled():

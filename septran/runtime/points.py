@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from septran import env
+from septran import env, progress
 from septran.mapping.schema import Mapping
 from septran.records import TuningKey, default_db, device_identity
 from septran.runtime.dynamic_dims import masked
@@ -62,9 +62,10 @@ def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_poi
             tuned = tuner(kernel, described, dict(spec.scalars))
             return _choice(mapping, dict(tuned.point), tuned.source)
     if warn_first_point():
-        log.warning("%s: a search space of %d points (!tune) with no tuned point for these shapes: running its first "
-                    "point; tune with septran.compile(..., autotune=True), SEPTRAN_AUTOTUNE=1 or `septran tune`",
-                    mapping.file, mapping.space.size)
+        progress.show()  # shown on stderr with the build lines where progress is on
+        log.warning("kernel %s (%s): a search space of %d points (!tune) with no tuned point for these shapes: running "
+                    "its first point; tune with septran.compile(..., autotune=True), SEPTRAN_AUTOTUNE=1 or `septran tune`",
+                    kernel.graph.entry, mapping.file, mapping.space.size)
     return Choice(mapping, dict(mapping.space.first), "the space's first point (not tuned)", checked=True)
 
 
