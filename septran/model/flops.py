@@ -40,10 +40,15 @@ def hint(size: Any) -> int:
     """A size as a number: a symbolic one at its hint (the example's value)."""
     if isinstance(size, int):
         return size
+    try:  # torch 2.13 names it optimization_hint (hint_int before): with neither, every symbolic size was 1
+        from torch.fx.experimental.symbolic_shapes import optimization_hint as size_hint
+    except ImportError:
+        try:
+            from torch.fx.experimental.symbolic_shapes import hint_int as size_hint
+        except ImportError:
+            size_hint = None
     try:
-        from torch.fx.experimental.symbolic_shapes import hint_int
-
-        return int(hint_int(size, fallback=1))
+        return int(size_hint(size, fallback=1)) if size_hint is not None else int(size.node.hint)
     except Exception:  # a size with no hint counts as 1, which undercounts but never breaks a report
         return 1
 

@@ -16,7 +16,7 @@ torch hands both to a backend function when they are not the defaults (``mode !=
 
     autotune   bool   tune untuned shapes now (what max-autotune sets)
     profile    bool   time every kernel of the graph (as SEPTRAN_PROFILE=1; see ``septran.model.profile``)
-    progress   bool   one log line per kernel build (see ``septran.model.progress``)
+    progress   bool   one stderr line per kernel build, for the whole process (see ``septran.progress``)
 """
 from __future__ import annotations
 
