@@ -70,9 +70,10 @@ def _show() -> None:
         root.addHandler(_handler)
 
 
-def show() -> None:
-    """Where progress is on, SepTran's warnings from now on show on stderr (a kernel's untuned first point)."""
-    if enabled():
+def show(always: bool = False) -> None:
+    """Where progress is on (or ``always``: what a user asked for, a profile's files), SepTran's warnings from
+    now on show on stderr (a kernel's untuned first point)."""
+    if always or enabled():
         _show()
 
 

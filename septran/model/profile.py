@@ -2,7 +2,7 @@
 
     prof = septran.profile(model, *inputs)          # compiles (or takes a compiled model), runs, times
     print(prof)                                     # the table; prof.write_trace("step.json") for Perfetto
-    SEPTRAN_PROFILE=1 python run.py                 # every compiled graph's runs, written at exit
+    SEPTRAN_PROFILE=1 python run.py                 # every compiled graph's runs but its first, written at exit
 
 While a profile is on, a graph compiled by the septran backend runs node by node (``fx.Interpreter``) with a
 clock around each node, instead of its usual path: each SepTran op is timed with its dispatch (``time``) and
@@ -329,7 +329,10 @@ def _write_at_exit(prof: Profile, trace: Optional[Path]) -> None:
     except OSError as err:
         log.warning("septran profile: could not write %s: %s", trace, err)
         return
-    log.warning("septran profile of %d graph runs written to %s and %s", len(prof.graph_runs), table, trace)
+    from septran import progress
+
+    progress.show(always=True)  # SEPTRAN_PROFILE asked for it: say where it is even without a logging set-up
+    log.warning("profile of %d graph runs written to %s and %s", len(prof.graph_runs), table, trace)
 
 
 def wrap(run: Callable, gm: fx.GraphModule, graph: int, option: Optional[bool]) -> Callable:
@@ -342,9 +345,13 @@ def wrap(run: Callable, gm: fx.GraphModule, graph: int, option: Optional[bool]) 
 
     trace = env.profile()
     always = _process_profile(trace) if option or trace is not None else None
+    first = [True]  # SEPTRAN_PROFILE leaves out each graph's first run: it builds the kernels
 
     def call(*args):
-        prof = _SCOPED or always
+        prof = _SCOPED
+        if prof is None and always is not None and not first[0]:
+            prof = always
+        first[0] = False
         if prof is None:
             return run(*args)
         return prof.run_graph(gm, graph, args)
