@@ -44,7 +44,7 @@ def build(name: str, sizes: str, max_len: int):
         model = tf.Qwen2ForCausalLM(cfg)
     elif name == "gpt2":
         cfg = tf.GPT2Config(vocab_size=vocab, n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"],
-                            n_positions=max_len)
+                            n_positions=max_len, bos_token_id=None, eos_token_id=None)  # 50256 is past the vocabulary
         model = tf.GPT2LMHeadModel(cfg)
     elif name == "bert":
         cfg = tf.BertConfig(vocab_size=vocab, hidden_size=s["hidden"], num_hidden_layers=s["layers"],

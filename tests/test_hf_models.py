@@ -31,7 +31,7 @@ def _llama():
 
 def _gpt2():
     cfg = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=1, n_head=4, n_positions=32,
-                                  initializer_range=0.3)
+                                  initializer_range=0.3, bos_token_id=None, eos_token_id=None)  # 50256: no such token
     return transformers.GPT2LMHeadModel(cfg)
 
 
