@@ -61,25 +61,41 @@ SEPTRAN: dict[str, Callable[..., int]] = {
 }
 
 
-def is_septran(node: fx.Node) -> bool:
+def septran_op(node: fx.Node):
+    """The ``torch.ops.septran`` op a node calls: its target, or the op of a direct runner's step
+    (``septran.model.steps``: called ``step(out, *the op's arguments)``); else None."""
     t = node.target
-    return isinstance(t, torch._ops.OpOverload) and t.namespace == "septran"
+    if isinstance(t, torch._ops.OpOverload):
+        return t if t.namespace == "septran" else None
+    op = getattr(t, "op", None)
+    return op if isinstance(op, torch._ops.OpOverload) and op.namespace == "septran" and hasattr(t, "kernel") else None
+
+
+def is_septran(node: fx.Node) -> bool:
+    return septran_op(node) is not None
+
+
+def is_step(node: fx.Node) -> bool:
+    """A direct runner's step (its first argument is the arena's view for its output, or None)."""
+    return not isinstance(node.target, torch._ops.OpOverload) and is_septran(node)
 
 
 def flops(node: fx.Node, args: tuple, kwargs: dict, out: Any) -> int:
     """The FLOPs of ``node`` called with ``args`` and ``kwargs`` (real values), giving ``out``."""
     if node.op != "call_function":
         return 0
-    if is_septran(node):
-        name = op_name(node)
+    op = septran_op(node)
+    if op is not None:
+        name = op._overloadpacket.__name__
+        if is_step(node):
+            args = args[1:]
         if name == "elementwise":
             return _elementwise(*args, out=out, **kwargs)
         count = SEPTRAN.get(name)
-        if count is not None:
-            try:
-                return int(count(*args, *kwargs.values()))
-            except (AttributeError, IndexError, TypeError, ValueError):  # an op this table does not know yet
-                pass
+        try:
+            return int(count(*args, *kwargs.values())) if count is not None else 0
+        except (AttributeError, IndexError, TypeError, ValueError):  # a signature this table does not know yet
+            return 0  # no FLOPs rather than a wrong count
     # fx.Interpreter fetched ``args`` and ``kwargs`` in the node's own structure: the same places hold the values
     values = {node: out}
     values.update((a, v) for a, v in zip(node.args, args) if isinstance(a, fx.Node))

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import torch
 import torch.fx as fx
 
 from septran.model import call_cost
@@ -218,21 +219,29 @@ class _Timed(fx.Interpreter):
 def _event(n: fx.Node, graph: int, start: int, dur: int, args, kwargs, out, kernels: list) -> Event:
     from septran.model.rewrite import _op_text
 
-    septran = call_cost.is_septran(n)
-    if septran:
+    op = call_cost.septran_op(n)
+    if op is not None:
         kind = "septran"
-    elif n.op != "call_function" or is_view(n) or not _holds_tensor(out):  # views, getitem, shape arithmetic
-        kind = "glue"
-    else:
+    elif isinstance(n.target, torch._ops.OpOverload) and not is_view(n) and _holds_tensor(out):
         kind = "torch"
-    event = Event(graph, n.name, _op_text(n), kind, start, dur, call_cost.flops(n, args, kwargs, out),
-                  call_cost.nbytes(args, kwargs, out) if kind != "glue" else 0, shapes=call_cost.shapes_text(args))
-    if septran and kernels:
+    else:  # views, getitem, shape arithmetic, a memory plan's arena
+        kind = "glue"
+    text = f"septran.{op._overloadpacket.__name__}" if op is not None else _op_text(n)
+    event = Event(graph, n.name, text, kind, start, dur, call_cost.flops(n, args, kwargs, out),
+                  call_cost.nbytes(args, kwargs, out) if kind != "glue" else 0,
+                  shapes=call_cost.shapes_text(args[1:] if call_cost.is_step(n) else args))
+    if kind != "septran":
+        return event
+    variant = None
+    if call_cost.is_step(n):  # the direct runner calls the kernel's plan itself: the step's time is the kernel's
+        event.kernel_ns = dur
+        plans = [p for p in getattr(n.target, "_plans", {}).values() if getattr(p, "variant", None) is not None]
+        variant = plans[-1].variant if plans else getattr(n.target.kernel, "latest", None)
+    elif kernels:
         event.kernel_ns = sum(d for _, d in kernels)
-        kernel = kernels[-1][0]
-        variant = kernel.latest
-        if variant is not None:
-            event.kernel, event.point = variant.tag, _point(variant.choice)
+        variant = kernels[-1][0].latest
+    if variant is not None:
+        event.kernel, event.point = variant.tag, _point(variant.choice)
     return event
 
 
@@ -364,7 +373,6 @@ def profile(model, *inputs, steps: int = 3, warmup: int = 1, trace=None, **compi
     ``torch.compile`` result), run ``warmup`` times (the compile and the builds), then ``steps`` times with
     every node timed. ``trace``: a path the Chrome trace is written to. ``compile_kwargs`` go to ``torch.compile``
     (``dynamic``, ``fullgraph``, ``mode``)."""
-    import torch
 
     from septran.errors import CallError
 
