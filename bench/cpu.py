@@ -15,7 +15,11 @@ failing case is reported and not timed, and the exit status is then 1.
 Ratio = SepTran throughput / torch throughput (> 1: SepTran is faster). Column "other":
 the cores other processes used during the block (a row with ~1 is not to be trusted at
 2 threads); --wait-idle S waits up to S seconds for a quiet moment before each block.
-Call overhead: a 16x16x16 GEMM called --calls times through SepTran, through
+Rows: the GEMM family (square, odd), decode-shaped GEMMs (M = 1 to 16 rows, N and K in the thousands: the
+mapping's shape_points give them their own point), a bf16 GEMM (the header line says whether the CPU has
+bf16 matrix units), the row operators, attention; --inductor OPS adds torch.compile of the torch code as a
+second baseline. Call overhead: a 16x16x16 GEMM called --calls times through SepTran (and with its output
+passed by keyword), through
 the built kernel's own call (tensors to addresses), the compiled function through ctypes with
 the addresses computed once (the floor), and torch.matmul.
 """
@@ -41,7 +45,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 from interleave import Others, interleaved, stats, wait_idle  # noqa: E402
-OPS = ("gemm", "bmm", "gemm_epilogue", "softmax", "layernorm", "rmsnorm", "attention", "overhead")
+OPS = ("gemm", "decode", "bmm", "gemm_epilogue", "bf16", "softmax", "layernorm", "rmsnorm", "attention", "overhead")
+INDUCTOR: set = set()  # operators also timed against torch.compile (inductor) of the same torch code (--inductor)
+MATRIX_UNIT_FLAGS = ("amx_bf16", "avx512_bf16")  # what a bf16 GEMM leaf on the matrix units would need
 
 
 def _example(op: str):
@@ -61,15 +67,26 @@ def cases(small: bool) -> list[dict]:
     gen = torch.Generator().manual_seed(0)
     out = []
 
-    def add(op, label, shape, logic, shapes, baselines, work, unit, atol=1e-4, scalars=None, first=lambda x: x):
+    def add(op, label, shape, logic, shapes, baselines, work, unit, atol=1e-4, scalars=None, first=lambda x: x,
+            dtype=torch.float32, rtol=1e-4):
         def inputs():
             made = [torch.randn(*s, generator=gen) for s in shapes]
-            return [first(made[0])] + made[1:]
+            return [t.to(dtype) for t in [first(made[0])] + made[1:]]
+        if op in INDUCTOR:  # torch.compile of the first baseline: compiled on the first call (outside the timing)
+            name, fn = next(iter(baselines.items()))
+            baselines = {**baselines, "inductor": torch.compile(fn, dynamic=False)}
         out.append(dict(op=op, label=label, shape=shape, logic=logic, inputs=inputs, baselines=baselines, work=work,
-                        unit=unit, atol=atol, scalars=scalars or {}))
+                        unit=unit, atol=atol, rtol=rtol, scalars=scalars or {}))
 
     for n in ((64, 100, 128) if small else (512, 1000, 1024)):
         add("gemm", "gemm", f"{n}^3", "gemm", [(n, n)] * 2, {"matmul": torch.matmul}, 2.0 * n ** 3, "GFLOP/s", atol=1e-3)
+    for m, n, k in (((1, 256, 256), (4, 256, 256), (16, 256, 256)) if small else
+                    ((1, 4096, 4096), (4, 4096, 4096), (16, 4096, 4096), (1, 11008, 4096))):
+        add("decode", "gemm decode", f"{m}x{n}x{k}", "gemm", [(m, k), (k, n)], {"matmul": torch.matmul}, 2.0 * m * n * k,
+            "GFLOP/s", atol=1e-3)
+    n = 128 if small else 1024
+    add("bf16", "gemm bf16", f"{n}^3", "gemm", [(n, n)] * 2, {"matmul": torch.matmul}, 2.0 * n ** 3, "GFLOP/s",
+        atol=0.5, rtol=2e-2, dtype=torch.bfloat16)
     b, n = (2, 64) if small else (8, 512)
     add("bmm", "bmm", f"{b}x{n}x{n}x{n}", "bmm", [(b, n, n)] * 2, {"bmm": torch.bmm}, 2.0 * b * n ** 3, "GFLOP/s", atol=1e-3)
     n = 128 if small else 1024
@@ -127,8 +144,9 @@ def run_case(case: dict, threads: list[int], mapping_dir: Path, rounds: int, sam
         row["tuning"] = kernel.tuning
         ref = next(iter(case["baselines"].values()))(*inputs)
         row["max_abs_err"] = (out - ref).abs().max().item() if out.shape == ref.shape else float("inf")
-        if out.shape != ref.shape or not torch.allclose(out, ref, rtol=1e-4, atol=case["atol"]):
-            row["error"] = f"WRONG: max |septran - torch| = {row['max_abs_err']:.3g} (rtol 1e-4, atol {case['atol']:g})"
+        if out.shape != ref.shape or not torch.allclose(out.float(), ref.float(), rtol=case["rtol"], atol=case["atol"]):
+            row["error"] = (f"WRONG: max |septran - torch| = {row['max_abs_err']:.3g} (rtol {case['rtol']:g}, "
+                            f"atol {case['atol']:g})")
             continue
         fns = {"septran": lambda: kernel(*inputs, **scalars)}
         fns.update({name: (lambda f=f: f(*inputs)) for name, f in case["baselines"].items()})
@@ -154,7 +172,9 @@ def overhead(threads: list[int], mapping_dir: Path, calls: int, idle_s: float) -
     c = kernel(a, b)
     built = kernel._last.build()  # the variant that just ran: SepTran's CKernel (a target it builds) or TileLang's
     args = [a, b, c]  # the program's parameters: the inputs, then the outputs (as Kernel.__call__ passes them)
-    fns = {"septran": lambda: kernel(a, b), "compiled": lambda: built(*args)}
+    out = torch.empty(16, 16)
+    kernel(a, b, C=out)  # the keyword-output path: its own plan
+    fns = {"septran": lambda: kernel(a, b), "septran_kw_out": lambda: kernel(a, b, C=out), "compiled": lambda: built(*args)}
     if hasattr(built, "function"):  # SepTran's C build: the ctypes function with the addresses computed once
         ptrs = [args[k].data_ptr() for k in built.order]
         c.zero_()
@@ -178,6 +198,7 @@ def overhead(threads: list[int], mapping_dir: Path, calls: int, idle_s: float) -
         mean = {k: statistics.fmean(s["samples"]) for k, s in us.items()}  # the mean over all the calls
         floor = "ctypes_floor" if "ctypes_floor" in mean else "compiled"
         rows.append({"op": "overhead", "label": "call overhead", "shape": "16^3", "threads": n, "waited_s": waited,
+                     "point": kernel.tuning["source"],
                      "others_cores": others.cores(), "stall_share": others.stalls(), "calls": -(-calls // 10) * 10, "us": us, "mean_us": mean,
                      "floor": floor, "septran_overhead_us": mean["septran"] - mean[floor],
                      "septran_overhead_us_median": us["septran"]["median"] - us[floor]["median"]})
@@ -195,6 +216,7 @@ def machine() -> dict:
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     return {"cpu_model": field("model name") or platform.processor(), "cpu_family": field("cpu family"),
             "cpu_model_number": field("model"), "avx512f": " avx512f" in (field("flags") or ""),
+            "matrix_units": [f for f in MATRIX_UNIT_FLAGS if f in (field("flags") or "").split()],
             "cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)), "torch": torch.__version__,
             "tilelang": tilelang.__version__, "septran": septran.__version__, "python": platform.python_version(),
             "commit": commit or None, "loadavg_start": os.getloadavg()}
@@ -260,6 +282,8 @@ def main(argv=None) -> int:
                     "seconds for other work to drop below 0.3 cores (a shared machine); each row records what other work used")
     ap.add_argument("--autotune", default="", metavar="OPS", help="comma-separated operators whose kernels are tuned for each "
                     "shape before they are timed (septran's autotune; the tuning database keeps the result)")
+    ap.add_argument("--inductor", default="", metavar="OPS", help="comma-separated operators also timed against "
+                    "torch.compile (inductor) of the torch baseline, e.g. softmax,layernorm,rmsnorm,gemm_epilogue")
     ap.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "cpu.json")
     args = ap.parse_args(argv)
     wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -270,6 +294,7 @@ def main(argv=None) -> int:
         ap.error("--threads and --rounds take positive numbers")
     mapping_dir = args.mapping_dir.resolve()
     AUTOTUNE.update(op for op in args.autotune.split(",") if op)
+    INDUCTOR.update(op for op in args.inductor.split(",") if op)
     rounds = args.rounds or (3 if args.quick else 9)
     sample_s = args.sample_s or (0.02 if args.quick else 0.2)
     calls = args.calls or (1_000 if args.quick else 10_000)
@@ -284,7 +309,8 @@ def main(argv=None) -> int:
     for name in ("tilelang", "TileLang", "septran"):
         logging.getLogger(name).setLevel(logging.ERROR)
     info = machine()
-    print(f"cpu: {info['cpu_model']} ({info['usable_cores']} of {info['cores']} cores, avx512f {info['avx512f']}), "
+    print(f"cpu: {info['cpu_model']} ({info['usable_cores']} of {info['cores']} cores, avx512f {info['avx512f']}, "
+          f"bf16 matrix units: {', '.join(info['matrix_units']) or 'none (no AMX, no AVX512-BF16)'}), "
           f"torch {info['torch']}, tilelang {info['tilelang']}, mappings {mapping_dir}, {rounds} rounds")
     start, rows = time.perf_counter(), []
     for case in [c for c in cases(args.sizes == "small") if c["op"] in wanted] + ([None] if "overhead" in wanted else []):
@@ -307,6 +333,11 @@ def main(argv=None) -> int:
     print(f"\nfp32; ms: median of {rounds} interleaved rounds (min-max); ratio = SepTran / torch throughput; "
           "other: cores other processes used meanwhile (!: memory stalls)\n")
     print_rows(rows)
+    if "bf16" in wanted:
+        print("\ngemm bf16: " + (f"this CPU has {', '.join(info['matrix_units'])}, but SepTran's cpu target has no bf16 "
+                                "matrix-unit leaf yet: bf16 is widened to fp32 (target.yaml `converts`)" if info["matrix_units"]
+                                else "this CPU lacks AMX and AVX512-BF16 (no bf16 matrix unit): SepTran widens bf16 to fp32 "
+                                "(target.yaml `converts`); the row times that against torch's bf16 matmul"))
     ups = speedups(rows)
     if ups:
         print(f"\nspeed-up from {ups[0]['from_threads']} to {ups[0]['to_threads']} threads (median / median)")

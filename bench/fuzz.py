@@ -1,11 +1,15 @@
 """Fuzz SepTran with mutated mappings and logic files; count what comes out.
 
     python bench/fuzz.py [--mappings 10000] [--logic 2500] [--seed 0] [--jobs 2] [--timeout 120]
-                         [--families tracer,index] [--json out.json]
+                         [--families tracer,index,dtype] [--json out.json]
 
-Every case is compiled (mutations: bench/fuzz_mutate.py); an accepted case for
-a target that runs here (cpu and the DSAs) is run on small random inputs and
-compared with torch's result (bench/fuzz_case.py). Cases run in worker
+Every case is compiled (mutations: bench/fuzz_mutate.py: bytes of mappings, with
+accumulator types, memories and leaves of any target drawn; logic tokens, with
+int32/int64/bool/float16/bfloat16 drawn for temps and outputs); an accepted case
+for a target that runs here (cpu and the DSAs) is run on small random inputs and
+compared with torch's result (bench/fuzz_case.py), and one case in four is also
+called from 3 threads at once, one in four with an output passed over an input
+(which must be refused). Cases run in worker
 processes, each handling many cases: a worker that dies mid-case records
 ``crash`` for that case and is replaced; one that exceeds ``--timeout``
 records ``hang`` and is killed. The SepTran and TileLang caches dedup
@@ -130,7 +134,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per case before it counts as a hang")
-    parser.add_argument("--families", default="tracer,index", help="logic mutation families (tracer, index)")
+    parser.add_argument("--families", default="tracer,index,dtype", help="logic mutation families (tracer, index, dtype)")
     parser.add_argument("--json", type=Path, default=None, help="write counts and every unexpected case here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -13,6 +13,7 @@ import importlib.util
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -88,14 +89,61 @@ def references() -> dict:
 GIVEN = {"conv2d": ("Y",)}  # outputs the case passes (their shapes are the caller's)
 
 
-def _same(out, ref) -> bool:
+def _same(out, ref, typed: bool = False) -> bool:
+    """``out`` equals the float64 reference ``ref`` as far as its type allows (a typed output or temp, the dtype
+    family's, is compared with the reference cast to the output's type, looser for 16-bit floats)."""
     import torch
 
+    if out.dtype in (torch.float16, torch.bfloat16) or (typed and out.dtype.is_floating_point):
+        ref, tol = ref.to(out.dtype).double(), (5e-2, 5e-2)
+    elif not out.dtype.is_floating_point:  # int or bool: the reference cast as torch casts (truncation), +-1
+        ref = ref.nan_to_num(0.0, 0.0, 0.0)
+        ref, tol = ref.to(out.dtype).double(), (0.0, 0.0 if out.dtype == torch.bool else 1.0)
+    else:
+        tol = (1e-3, 1e-4)
     out, ref = out.double(), ref.double()
     if out.shape != ref.shape or not bool((out.isnan() == ref.isnan()).all()):
         return False
     keep = ~ref.isnan()
-    return bool(torch.allclose(out[keep], ref[keep], rtol=1e-3, atol=1e-4))
+    return bool(torch.allclose(out[keep], ref[keep], rtol=tol[0], atol=tol[1]))
+
+
+def _from_threads(kernel, inputs: dict, n: int = 3, calls: int = 3) -> list:
+    """The kernel called from ``n`` threads at once, ``calls`` times each: every result (or the first exception)."""
+    import threading
+
+    results: list = []
+
+    def work():
+        try:
+            for _ in range(calls):
+                results.append(kernel(**inputs))
+        except BaseException as e:  # noqa: BLE001 - reported by the caller
+            results.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def _overlapping_output(kernel, inputs: dict, out):
+    """The call's inputs with the first input moved into a buffer the output (passed by name) partly overlaps:
+    (inputs, output name, output tensor), or None when the kernel has no output one may pass."""
+    import torch
+
+    names = [a.name for a in kernel.outputs]
+    first = next((k for k, v in inputs.items() if hasattr(v, "numel") and v.numel() and v.dtype == out.dtype), None)
+    if len(names) != 1 or first is None or not out.numel():
+        return None
+    x = inputs[first]
+    base = torch.zeros(x.numel() + out.numel(), dtype=out.dtype)
+    moved = base[: x.numel()].view(x.shape)
+    moved.copy_(x)
+    start = max(0, x.numel() - out.numel() // 2 - 1)  # the output's start inside the input
+    return {**inputs, first: moved}, names[0], base[start: start + out.numel()].view(out.shape)
 
 
 def classify(err: BaseException, files: tuple[str, ...]) -> tuple[str, str]:
@@ -113,8 +161,11 @@ def classify(err: BaseException, files: tuple[str, ...]) -> tuple[str, str]:
     return "other", text
 
 
-def compile_and_check(logic: Path, mapping: Path, op: str, target: str, seed: int, run: bool) -> tuple[str, str]:
-    """Compiles, specialises (source), and where ``run`` builds and compares with torch."""
+def compile_and_check(logic: Path, mapping: Path, op: str, target: str, seed: int, run: bool,
+                      probes: tuple = (), typed: bool = False) -> tuple[str, str]:
+    """Compiles, specialises (source), and where ``run`` builds and compares with torch. ``probes``: "threads"
+    (the kernel called from threads at once: every result right), "overlap" (an output passed partly over an
+    input: refused). ``typed``: the logic's temps or outputs have drawn element types."""
     import torch
     import septran
     import septran.runtime.vendor
@@ -139,10 +190,32 @@ def compile_and_check(logic: Path, mapping: Path, op: str, target: str, seed: in
     except Exception as err:  # noqa: BLE001 - classifying every exception is the point
         return classify(err, (str(logic), str(mapping)))
     ref = reference(**{k: v.double() for k, v in inputs.items()})
-    if _same(out, ref):
-        return "correct", ""
-    err = (out.double() - ref).abs().nan_to_num(math.inf).max().item() if out.shape == ref.shape else math.inf
-    return "wrong", f"max |out - ref| = {err:.3g}, shape {tuple(out.shape)} vs {tuple(ref.shape)}"
+    if not _same(out, ref, typed):
+        if typed and any(f'dtype="{d}"' in logic.read_text() for d in ("int32", "int64", "bool")):
+            return "correct", "an integer temp: no reference in its type (ran, no crash)"
+        err = (out.double() - ref).abs().nan_to_num(math.inf).max().item() if out.shape == ref.shape else math.inf
+        return "wrong", f"max |out - ref| = {err:.3g}, shape {tuple(out.shape)} vs {tuple(ref.shape)}"
+    if "threads" in probes and op not in GIVEN:
+        for r in _from_threads(kernel, inputs):
+            if isinstance(r, BaseException):
+                return classify(r, (str(logic), str(mapping)))[0] if not isinstance(r, septran.SepTranError) else "wrong", \
+                    f"from threads: {type(r).__name__}: {r}"
+            if not _same(r, ref, typed):
+                return "wrong", "a call from one of 3 threads gave another result"
+    if "overlap" in probes and op not in GIVEN:
+        given = _overlapping_output(kernel, inputs, out)
+        if given is not None:
+            args, name, overlapping = given
+            try:
+                kernel(**args, **{name: overlapping})
+            except septran.CallError as err:
+                if "shares memory" not in str(err):
+                    return "other", f"overlapping output: {err}"
+            except Exception as err:  # noqa: BLE001
+                return classify(err, (str(logic), str(mapping)))
+            else:
+                return "wrong", f"output {name} passed partly over an input was accepted"
+    return "correct", ""
 
 
 def run_case(case: dict) -> dict:
@@ -167,7 +240,11 @@ def run_case(case: dict) -> dict:
             logic = folder / f"{case['op']}.py"
             logic.write_text(case["data"])
             mapping = MAPPINGS / case["target"] / f"{case['op']}.yaml"
-        outcome, detail = compile_and_check(logic, mapping, case["op"], case["target"], case["seed"], case.get("run", True))
+        # A drawn 16-bit accumulator (accum_dtype) is as exact as its type: compared like a typed output.
+        typed = case.get("family") == "dtype" or (case["kind"] == "mapping" and
+                                                  re.search(rb"accum_dtype:\s*(float16|bfloat16)", case["data"]) is not None)
+        outcome, detail = compile_and_check(logic, mapping, case["op"], case["target"], case["seed"], case.get("run", True),
+                                            tuple(case.get("probes", ())), typed)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return {"outcome": outcome, "detail": detail[:400]}
@@ -192,7 +269,25 @@ def mapping_cases(n: int, seed: int, targets=None):
         target, op, path = rng.choice(pool)
         data, note = mutate_mapping(rng, originals[path])
         yield {"kind": "mapping", "index": index, "op": op, "target": target, "seed": seed * 1_000_003 + index,
-               "data": data, "mutation": f"{target}/{op}.yaml: {note}"}
+               "data": data, "mutation": f"{target}/{op}.yaml: {note}", "probes": _probes(seed, index)}
+
+
+def _probes(seed: int, index: int) -> tuple:
+    """One case in four is also called from threads at once, one in four with an output over an input (drawn
+    apart from the mutations, so a seed's mutations stay what they were)."""
+    import random
+
+    rng = random.Random(seed * 7_919 + index)
+    return tuple(p for p in ("threads", "overlap") if rng.random() < 0.25)
+
+
+def logic_source(op: str) -> str:
+    """An example's logic: the kernel library's file where the example only imports it."""
+    text = (EXAMPLES / op / f"{op}.py").read_text()
+    library = REPO / "septran" / "ops" / "logic" / f"{op}.py"
+    if f"from septran.ops.logic.{op} import *" in text and library.is_file():
+        return library.read_text()
+    return text
 
 
 def logic_cases(n: int, seed: int, families=("tracer",)):
@@ -203,9 +298,9 @@ def logic_cases(n: int, seed: int, families=("tracer",)):
 
     rng = random.Random(seed)
     ops = sorted(op for _, op, _ in shipped_mappings() if (MAPPINGS / "cpu" / f"{op}.yaml").is_file())
-    sources = {op: (EXAMPLES / op / f"{op}.py").read_text() for op in ops}
+    sources = {op: logic_source(op) for op in ops}
     for index in range(n):
         op = rng.choice(ops)
         text, family, note = mutate_logic(rng, sources[op], families)
         yield {"kind": "logic", "index": index, "op": op, "target": "cpu", "seed": seed * 1_000_003 + index,
-               "data": text, "family": family, "mutation": f"{op}.py: {note}"}
+               "data": text, "family": family, "mutation": f"{op}.py: {note}", "probes": _probes(seed, index)}

@@ -12,6 +12,13 @@ mutators come in two families:
 - ``INDEX``: tile indices moved off the partition's grid (``k`` -> ``k - 1``,
   ``0`` -> ``1`` in a subscript); a correct compiler refuses every one of them
   (the lowering's bounds verification). Only the bench script runs these.
+- ``DTYPE``: element types drawn for temps (``task.temp(..., dtype=...)``) and
+  outputs (``@task.define(dtype={...})`` on the entry): int32, int64, bool,
+  float16, bfloat16. The kernel must compute what torch computes in that type
+  (the case compares with the reference cast to it), or refuse at a line.
+
+Mapping mutators also draw accumulator types (``accum_dtype``), memories of any
+target for a ``mems`` entry, and leaves of any target for a binding.
 """
 from __future__ import annotations
 
@@ -133,8 +140,46 @@ def m_encoding(rng, data):
     return data[:i] + "é".encode(op) + data[i:], f"{op} byte at {i}"
 
 
+DTYPES = ["int32", "int64", "bool", "float16", "bfloat16", "float32", "float64"]
+MEMORIES = [b"GLOBAL", b"LOCAL", b"SHARED", b"REGISTER", b"SCRATCH", b"TCM"]
+LEAVES = [b"gemm_leaf_blas", b"gemm_leaf_cpu", b"vector_loops", b"tile_loops", b"gemm_leaf_tensorcore",
+          b"gemm_leaf_tensorcore_rows", b"gemm_leaf_matrixcore", b"global_parallel", b"tile_parallel",
+          b"gemm_leaf_systolic", b"gemm_leaf_mxu"]
+_PROC = re.compile(rb"(?m)^(\s+)proc: (?!HOST)\w+\n")
+_MEMS = re.compile(rb"mems: \{([^}]*)\}")
+_BINDING = re.compile(rb"leaf_task_bindings: \{([^}]*)\}")
+
+
+def m_accum_dtype(rng, data):
+    """An accumulator type for a program's instance (a float16 or int accumulator a leaf may not take)."""
+    spots = list(_PROC.finditer(data))
+    m, dtype = rng.choice(spots), rng.choice(DTYPES).encode()
+    line = m.group(1) + b"accum_dtype: " + dtype + b"\n"
+    if b"accum_dtype:" in data:
+        return re.sub(rb"accum_dtype: [^\n]*", b"accum_dtype: " + dtype, data, count=1), f"accum_dtype -> {dtype.decode()}"
+    return data[:m.end()] + line + data[m.end():], f"accum_dtype: {dtype.decode()}"
+
+
+def _entry_value(rng, data, pattern, values, what):
+    spots = [(m, e) for m in pattern.finditer(data) for e in re.finditer(rb"(\w+|\"\*\"): (\w+)", m.group(1))]
+    m, e = rng.choice(spots)
+    new = rng.choice(values)
+    start, end = m.start(1) + e.start(2), m.start(1) + e.end(2)
+    return data[:start] + new + data[end:], f"{what} {e.group(1).decode()}: {e.group(2).decode()} -> {new.decode()}"
+
+
+def m_memory(rng, data):
+    """A memory of any target for one ``mems`` entry."""
+    return _entry_value(rng, data, _MEMS, MEMORIES, "mems")
+
+
+def m_leaf(rng, data):
+    """A leaf of any target for one binding."""
+    return _entry_value(rng, data, _BINDING, LEAVES, "leaf")
+
+
 MAPPING_MUTATORS = [m_flip, m_delete, m_control, m_tag, m_number, m_number, m_nesting, m_rename_key, m_rename_value,
-                    m_swap_values, m_lines, m_encoding]
+                    m_swap_values, m_lines, m_encoding, m_accum_dtype, m_memory, m_memory, m_leaf]
 
 
 def mutate_mapping(rng: random.Random, data: bytes) -> tuple[bytes, str]:
@@ -240,7 +285,9 @@ def i_shift_index(rng, source):
 
 def i_zero_to_one(rng, source):
     """``Ap[0, k]`` -> ``Ap[1, k]``: every such 0 indexes a dimension whose grid has one tile."""
-    spots = [m for m in re.finditer(r"(?<=[\[, ])0(?=[,\]])", source)]
+    # Not a default value on a ``def`` line (``axis: int = 0`` of the operator's builder): that is another operator.
+    spots = [m for m in re.finditer(r"(?<=[\[, ])0(?=[,\]])", source)
+             if not source[source.rfind("\n", 0, m.start()) + 1:m.start()].lstrip().startswith("def ")]
     m = rng.choice(spots)
     return source[:m.start()] + "1" + source[m.end():], f"subscript 0 -> 1 at {m.start()}"
 
@@ -254,13 +301,34 @@ def i_tile_to_none(rng, source):
     return source[:i] + "None" + source[i + 1:], f"tile size 1 -> None at {i}"
 
 
+def d_temp_dtype(rng, source):
+    """``task.temp(...)`` -> ``task.temp(..., dtype="<drawn>")`` (an existing dtype= replaced)."""
+    spots = [m for m in re.finditer(r"task\.temp\(([^()]|\([^()]*\))*\)", source)]
+    m, dtype = rng.choice(spots), rng.choice(DTYPES[:5])
+    call = re.sub(r",\s*dtype=[^,)]*", "", m.group())
+    new = call[:-1] + f", dtype=\"{dtype}\")"
+    return source[:m.start()] + new + source[m.end():], f"line {source.count(chr(10), 0, m.start()) + 1}: temp dtype {dtype}"
+
+
+def d_output_dtype(rng, source):
+    """The entry task's outputs typed ``@task.define(dtype={...})``: the last task defined is the entry (the
+    example files end with it); its first parameter is an output in every example."""
+    defs = list(re.finditer(r"(?m)^( *)@task\.define(\([^\n]*\))?\n\1def (\w+)\((\w+)", source))
+    m, dtype = defs[-1], rng.choice(DTYPES[:5])
+    new = f"{m.group(1)}@task.define(dtype={{\"{m.group(4)}\": \"{dtype}\"}})\n"
+    line_end = source.index("\n", m.start()) + 1
+    return source[:m.start()] + new + source[line_end:], f"output {m.group(4)} of {m.group(3)} as {dtype}"
+
+
 TRACER = [l_bad_number, l_bad_name, l_raise, l_syntax, l_delete_token, l_define_twice]
 INDEX = [i_shift_index, i_zero_to_one, i_tile_to_none]
+DTYPE = [d_temp_dtype, d_output_dtype]
 
 
 def mutate_logic(rng: random.Random, source: str, families=("tracer",)) -> tuple[str, str, str]:
     """One mutation of a logic file's text: (mutated, family, description)."""
-    pool = [("tracer", f) for f in TRACER if "tracer" in families] + [("index", f) for f in INDEX if "index" in families]
+    pool = ([("tracer", f) for f in TRACER if "tracer" in families] + [("index", f) for f in INDEX if "index" in families]
+            + [("dtype", f) for f in DTYPE if "dtype" in families])
     family, fn = rng.choice(pool)
     try:
         text, note = fn(rng, source)

@@ -30,6 +30,10 @@ _MODEL = ("compile_model", "explain_model")  # the model level imports torch._dy
 
 
 def __getattr__(name: str):
+    if name == "compile_onnx":  # septran.onnx imports onnx only when a model is compiled
+        from septran.onnx import compile_onnx
+
+        return compile_onnx
     if name in _MODEL:
         from septran.model import api
 
@@ -43,7 +47,7 @@ def __getattr__(name: str):
 __all__ = [
     "task", "compile", "jit", "tune", "TuneResult", "Kernel", "JITKernel", "Variant", "available_targets",
     "SepTranError", "FrontendError", "MappingError", "LoweringError", "BuildError", "CallError", "DeviceError",
-    "InternalError", "SourceLoc", "__version__", "compile_model", "explain_model", "profile",
+    "InternalError", "SourceLoc", "__version__", "compile_model", "explain_model", "compile_onnx", "profile",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

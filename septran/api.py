@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Optional, Union
 
 from septran import env
-from septran.errors import MappingError
-from septran.frontend.graph import build_graph
+from septran.errors import SepTranError
+from septran.frontend import implicit_host
 from septran.frontend.tracer import TaskFunction
 from septran.mapping.schema import Mapping
 from septran.runtime.kernel import Kernel
-from septran.runtime.select import Logic, choose_mapping, find_task, logic_namespace, op_name
+from septran.runtime.select import Logic, choose_mapping, find_task, logic_namespace, op_name, with_target
 from septran.target import TargetError, check_target_name, load_target
 
 
@@ -48,17 +48,11 @@ def compile(  # noqa: A001 - the name users expect, as tilelang.compile
         check_target_name(target, source="the `target` argument", error=TargetError)
     logic = logic if logic is not None else logic_file
     names, file = logic_namespace(logic)
-    m = choose_mapping(op_name(file, logic), mapping if mapping is not None else mapping_file, target)
-    if target is not None and target != m.target.value:
-        raise MappingError(
-            f"asked to compile for {target!r} with a mapping for {m.target.value!r}",
-            m.target.loc,
-            hint="pass that target's mapping, or leave `target` out",
-        )
+    m = with_target(choose_mapping(op_name(file, logic), mapping if mapping is not None else mapping_file, target), target)
     tgt = load_target(m.target.value, m.target.loc)
     entry = m.instance(m.entrypoint.value)
-    entry_fn = find_task(names, file, logic, entry.task_name.value, entry.task_name.loc)
-    return Kernel(build_graph(entry_fn), m, tgt, tuner=_tuner(autotune), logic=entry_fn)
+    entry_fn = implicit_host.find(names, m) or find_task(names, file, logic, entry.task_name.value, entry.task_name.loc)
+    return Kernel(implicit_host.graph_of(entry_fn), m, tgt, tuner=_tuner(autotune), logic=entry_fn)
 
 
 def _tuner(autotune: Optional[bool]):
@@ -92,6 +86,19 @@ class JITKernel:
 
     def __call__(self, *args, **kwargs):
         return self.kernel(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        """As ``septran.compile``'s kernel renders (compiling is cheap: tracing and checks, nothing built)."""
+        try:
+            return repr(self.kernel)
+        except SepTranError as err:
+            return f"<septran.jit {self.fn.name}: does not compile: {err.message}>"
+
+    def _repr_markdown_(self) -> str:  # Jupyter
+        try:
+            return self.kernel._repr_markdown_()
+        except SepTranError as err:
+            return f"**SepTran kernel** `{self.fn.name}` (`@septran.jit`) does not compile:\n\n```\n{err}\n```\n"
 
     def specialize(self, **args):
         return self.kernel.specialize(**args)

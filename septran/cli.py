@@ -32,6 +32,10 @@ def register(name: str, module: str, help: str) -> None:
 
 register("tune", "septran.tuning.cli_tune", "tune a mapping's search space (!tune) for given shapes")
 register("db", "septran.tuning.cli_db", "list and export the tuning database's records")
+register("targets", "septran.commands.targets", "list the targets: processors, memories, leaves, dtypes, copy options")
+register("explain", "septran.commands.explain", "show what each lowering pass makes of a logic and a mapping for given shapes")
+register("compile", "septran.commands.compile", "lower, emit and build a kernel for given shapes; --dump DIR writes every stage")
+register("run", "septran.commands.run", "run a kernel (or an ONNX model) on random inputs, check it against the logic's reference, time it")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -96,3 +96,12 @@ def profile() -> Optional[Path]:
     if not _switch("SEPTRAN_PROFILE"):
         return None
     return (dump_dir() or Path.cwd()) / "septran_profile.trace.json"
+def direct_runner() -> bool:
+    """SEPTRAN_DIRECT=0: a compiled graph calls its SepTran kernels through their torch custom ops (as captured),
+    not through the direct runner (``septran.model.executor``) and its memory plan. On by default."""
+    value = os.environ.get("SEPTRAN_DIRECT", "").strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise SettingError(f"SEPTRAN_DIRECT={value!r}: use 1 or 0")

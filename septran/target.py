@@ -53,6 +53,17 @@ def _builder(value, loc) -> str:
     return value
 
 
+def _default_threads(threads: dict, loc: SourceLoc) -> Optional[int]:
+    """``threads: {default: 128}``: a program's thread count where its mapping names none; one the target takes."""
+    n = threads.get("default")
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n > threads["max"] or n % threads.get("multiple_of", 1):
+        raise TargetError(f"threads.default must be a multiple of {threads.get('multiple_of', 1)} up to {threads['max']}, "
+                          f"got {n!r}", loc)
+    return n
+
+
 def load_target_file(path: Path) -> Target:
     root = load_located(path.read_text(), str(path))
     d = root.value
@@ -79,6 +90,7 @@ def load_target_file(path: Path) -> Target:
             bool(mp.get("per_stage", False)), placed, int(mp.get("align_bytes", 64)), MappingProxyType(dict(ops)),
             own_index_only=bool(mp.get("own_index_only", False)),
             op_dtypes=tuple(mp.get("op_dtypes", ())),
+            copy_by_dtype=MappingProxyType({str(t): MappingProxyType(dict(o)) for t, o in mp.get("copy_by_dtype", {}).items()}),
         )
     for proc in procs.values():
         for mem in proc.memories:
@@ -110,8 +122,7 @@ def load_target_file(path: Path) -> Target:
             accum_dtypes=tuple(lp.get("accum_dtypes", ())),
             dtypes_in=MappingProxyType({k: tuple(v) for k, v in lp.get("dtypes_in", {}).items()}),
             reduced_power_of_two=tuple(lp.get("reduced_power_of_two", ())),
-            operand_dtypes=MappingProxyType({str(kind): MappingProxyType({str(p): tuple(v) for p, v in ops.items()})
-                                             for kind, ops in lp.get("operand_dtypes", {}).items()}),
+            operand_dtypes=_operand_dtypes(lp.get("operand_dtypes", {}), leaf.loc),
         )
     threads = _plain(d["threads"]) if "threads" in d else None
     vendor = _vendor(d["vendor"], path.parent) if "vendor" in d else None
@@ -136,6 +147,7 @@ def load_target_file(path: Path) -> Target:
         dtypes=tuple(_plain(_need(d, "dtypes", "target.yaml"))),
         max_threads=threads["max"] if threads else None,
         thread_multiple=threads.get("multiple_of", 1) if threads else 1,
+        default_threads=_default_threads(threads, d["threads"].loc) if threads else None,
         procs=MappingProxyType(procs),
         memories=MappingProxyType(memories),
         leaves=MappingProxyType(leaves),
@@ -305,3 +317,14 @@ def detect_target() -> str:
         raise TargetError("no accelerator found and no target declares `detect: {fallback: true}`",
                           hint="set SEPTRAN_TARGET to one of: " + ", ".join(available_targets()))
     return fallback
+
+
+def _operand_dtypes(table, loc) -> MappingProxyType:
+    """``operand_dtypes``: kind -> one combination ``{C: [float32], A: [...]}`` or a list of them."""
+    out = {}
+    for kind, combos in table.items():
+        combos = combos if isinstance(combos, list) else [combos]
+        if not combos or not all(isinstance(c, dict) for c in combos):
+            raise TargetError(f"operand_dtypes.{kind}: give {{operand: [dtypes]}} or a list of them", loc)
+        out[str(kind)] = tuple(MappingProxyType({str(p): tuple(v) for p, v in c.items()}) for c in combos)
+    return MappingProxyType(out)

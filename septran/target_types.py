@@ -36,6 +36,10 @@ class MemorySpace:
     # The element types its ``ops`` have functions for (the vendor's septran_cpu_load_f32_f16...); a copy or clear of
     # another type stays TileLang's own (T.copy, T.clear). Empty: any.
     op_dtypes: tuple[str, ...] = ()
+    # T.copy keywords that copies into or out of it take for an element type, where TileLang's default copy has no
+    # implementation for it (sm90: TMA has no bool descriptor, so a bool tile is copied without TMA). A mapping's
+    # own `copy:` keyword for the same option wins.
+    copy_by_dtype: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def is_global(self) -> bool:
@@ -96,9 +100,11 @@ class LeafImpl:
     # kinds of reduction ("reduce", "reduce_axis") whose reduced tile extent must be a power of two (a butterfly
     # all-reduce across the threads that share a row)
     reduced_power_of_two: tuple[str, ...] = ()
-    # what it implements (a primitive's name or kind) -> operand -> the element types its functions are declared
-    # for (a vendor's septran_cpu_reduce_max_f32 takes float* out and float* X); none listed: any
-    operand_dtypes: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=lambda: MappingProxyType({}))
+    # what it implements (a primitive's name or kind) -> the combinations its functions are declared for, each
+    # operand -> element types (a vendor's septran_cpu_reduce_max_f32 takes float* out and float* X; a tensor
+    # core accumulates float16 from float16 operands only). The operands must all fit one combination; an
+    # operand a combination does not list may be any type; nothing listed: any.
+    operand_dtypes: Mapping[str, tuple[Mapping[str, tuple[str, ...]], ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     def runs(self, prim) -> bool:
         return prim.name in self.implements or prim.kind in self.implements
@@ -172,6 +178,8 @@ class Target:
     parallel_in_program: bool = False
     # One program may hold two kernels launched one after the other (a mapping's `combine: two_kernels`).
     two_kernels: bool = False
+    # The thread count of a program whose mapping names none (``threads: {default: 128}``); None: it must name one.
+    default_threads: Optional[int] = None
 
     @property
     def index_bits(self) -> int:

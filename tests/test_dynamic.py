@@ -113,8 +113,8 @@ def test_a_tuned_dynamic_kernel_finds_its_record_at_any_size(tmp_path, monkeypat
 
     monkeypatch.setenv("SEPTRAN_TUNING_DB", str(tmp_path / "db.jsonl"))
     softmax = load_module(REPO / "examples" / "softmax" / "softmax.py")
-    text = mapping_path("cpu", "softmax").read_text().replace("entrypoint: softmax_host",
-                                                              "entrypoint: softmax_host\ndynamic: {X: [0]}")
+    text = mapping_path("cpu", "softmax_online").read_text().replace("entrypoint: softmax_host",
+                                                                     "entrypoint: softmax_host\ndynamic: {X: [0]}")
     text = text.replace("BM: !tune [1, 2, 4, 8, 16, 32]", "BM: !tune [1, 2]").replace(
         "BN: !tune [1024, 256, 512, 2048, 4104, 128]", "BN: 256")
     septran.tune(septran.compile(softmax.softmax(), mapping=text, target="cpu"),

@@ -30,7 +30,7 @@ def test_compute_and_temp_errors(function, marker, phrases):
 
 
 def _softmax_mapping(tmp_path, old: str, new: str):
-    path = edited_mapping(tmp_path, "cpu", "softmax", (old, new))
+    path = edited_mapping(tmp_path, "cpu", "softmax_online", (old, new))
     return path, path.read_text().splitlines()
 
 
@@ -84,7 +84,7 @@ def test_global_size_past_the_rank_is_refused(tmp_path):
         for i in task.parallel_range(Yp.shape[0]):
             task.launch(rows, Yp[i, 0], Xp[i, 0])
 
-    path = edited_mapping(tmp_path, "cpu", "softmax", ("softmax_rows", "rows"), SOFTMAX_WITHOUT_TEMPS,
+    path = edited_mapping(tmp_path, "cpu", "softmax_online", ("softmax_rows", "rows"), SOFTMAX_WITHOUT_TEMPS,
                           ("{softmax_start: vector_loops, softmax_stats: vector_loops, softmax_write: vector_loops}", "{far: vector_loops}"))
     kernel = septran.compile(softmax_logic, mapping_file=path)
     with pytest.raises(septran.LoweringError, match=r"global_size\(X, 5\): the tile has 2 dimensions"):

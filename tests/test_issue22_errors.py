@@ -102,7 +102,7 @@ def test_a_tile_name_typo_is_named_at_its_partition(tmp_path, old, new, typo, ri
     text = SOFTMAX.read_text()
     assert old in text
     logic.write_text(text.replace(old, new))
-    kernel = septran.compile(logic_file=logic, mapping_file=mapping_path("cpu", "softmax"))
+    kernel = septran.compile(logic_file=logic, mapping_file=mapping_path("cpu", "softmax_online"))
     with pytest.raises(septran.CallError, match=f"tile name '{typo}'.*did you mean '{right}'") as info:
         kernel(torch.randn(8, 40))
     assert info.value.loc.file == str(logic) and info.value.loc.line == _line_of(logic, new)

@@ -99,3 +99,73 @@ def test_a_float16_accumulator_temp_reduced_by_the_vendor_is_refused_at_the_bind
     forbid_tilelang(monkeypatch, "refused before TileLang")
     with pytest.raises(septran.LoweringError, match="row_sum for X of float32 only, but temp acc .* is float16"):
         kernel.specialize(X=((8, 40), "float32"), W=((40,), "float32"))
+
+
+# GPU targets and DSAs: the same tables (target.yaml: operand_dtypes), checked before TileLang runs.
+GEMM_LOGIC = REPO / "septran" / "ops" / "logic" / "gemm.py"
+
+
+@pytest.mark.parametrize("target, leaf, dtype", [
+    ("sm80", "gemm_leaf_tensorcore", "bfloat16"),  # tl::mma_sync: a float16 accumulator from float16 operands only
+    ("sm80", "gemm_leaf_tensorcore", "float32"),
+    ("sm90", "gemm_leaf_tensorcore", "bfloat16"),
+    ("gfx942", "gemm_leaf_matrixcore", "float16"),  # MFMA accumulates in float32
+])
+def test_a_float16_accumulator_the_matrix_unit_lacks_is_refused_at_the_binding(tmp_path, monkeypatch, target, leaf, dtype):
+    """nvcc failed with "tl::mma_sync: unsupported configuration" (sm80, sm90) after TileLang emitted the code."""
+    from conftest import edited_mapping
+
+    path = edited_mapping(tmp_path, target, "gemm", ("    proc: BLOCK\n", "    proc: BLOCK\n    accum_dtype: float16\n"))
+    kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
+    forbid_tilelang(monkeypatch, "refused before TileLang")
+    with pytest.raises(septran.LoweringError, match=f"{leaf} implements gemm for .* but C of gemm_block_logic is "
+                                                    f"float16 \\(with A {dtype}, B {dtype}\\)") as info:
+        kernel.specialize(A=((256, 128), dtype), B=((128, 256), dtype))
+    err = info.value
+    assert err.loc.file == str(path) and "leaf_task_bindings" in path.read_text().splitlines()[err.loc.line - 1]
+    assert "accum_dtype: float32" in err.hint
+
+
+@pytest.mark.parametrize("target", ["sm80", "sm90"])
+def test_a_float16_accumulator_from_float16_operands_still_emits(target):
+    """The second combination of the tensor cores' table."""
+    import re
+
+    from conftest import first_point_text
+
+    text = first_point_text(target).replace("    proc: BLOCK\n", "    proc: BLOCK\n    accum_dtype: float16\n")
+    kernel = septran.compile(logic_file=GEMM_LOGIC, mapping=text)
+    variant = kernel.specialize(A=((256, 128), "float16"), B=((128, 256), "float16"))
+    assert re.search(r"C_local = T.alloc_fragment\(\(BM, BN\), \"float16\"\)", variant.tilelang_source)
+
+
+@pytest.mark.parametrize("target", ["dsa_ref", "dsa_acme"])
+def test_a_dsa_accumulates_in_float32_only(tmp_path, monkeypatch, target):
+    from conftest import edited_mapping
+
+    path = edited_mapping(tmp_path, target, "gemm", ("    leaf_task_bindings:", "    accum_dtype: float16\n    leaf_task_bindings:"))
+    with pytest.raises(septran.MappingError, match="accumulates in float32"):
+        septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
+
+
+def test_specialize_without_an_input_names_the_callers_line():
+    kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu"))
+    with pytest.raises(septran.CallError, match="specialize\\(\\) needs input B") as info:
+        kernel.specialize(A=((64, 48), "float32"))  # the line named
+    assert info.value.loc.file == __file__ and "the line named" in open(__file__).read().splitlines()[info.value.loc.line - 1]
+    with pytest.raises(septran.CallError, match="must be a tensor or a \\(shape, dtype\\) pair") as info:
+        kernel.specialize(A=((64, 48), "float32"), B=64)
+    assert info.value.loc.file == __file__
+
+
+@pytest.mark.build
+def test_a_bfloat16_temp_on_cpu_is_computed_in_float32_like_its_tensors(tmp_path):
+    """cpu computes bfloat16 in float32 (target.yaml: converts); a bfloat16 temp was left bfloat16 and TileLang's C
+    failed to lower it ("variables (m,) are used, but are not passed in"), an InternalError (found by the fuzzer)."""
+    old = "m = task.temp(Q.shape[2])  # running"
+    logic = tmp_path / "attention.py"
+    logic.write_text(ATTENTION.read_text().replace(old, 'm = task.temp(Q.shape[2], dtype="bfloat16")  # running'))
+    kernel = septran.compile(logic_file=logic, mapping_file=mapping_path("cpu", "attention"))
+    q, k, v = torch.randn(1, 2, 37, 64), torch.randn(1, 2, 51, 64), torch.randn(1, 2, 51, 64)
+    torch.testing.assert_close(kernel(q, k, v), torch.nn.functional.scaled_dot_product_attention(q, k, v),
+                               atol=1e-4, rtol=1e-4)

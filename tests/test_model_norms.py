@@ -191,7 +191,8 @@ class _Block(nn.Module):
 
 def test_a_block_at_32_sequence_lengths_builds_each_kernel_once(monkeypatch):
     """Under torch.compile (automatic dynamic shapes after the second length), 32 sequence lengths run with
-    one build per kernel and one variant each."""
+    one build per kernel and one variant each, per shape bucket of its mapping (``shape_points``: the cpu GEMM's
+    calls of at most 16 rows run their own point)."""
     kernels.clear()
     built = _count_builds(monkeypatch)
     torch.manual_seed(0)
@@ -202,7 +203,9 @@ def test_a_block_at_32_sequence_lengths_builds_each_kernel_once(monkeypatch):
             x = _x((1, s, 32), torch.float32, s)
             assert (g(x) - m(x)).abs().max().item() < 1e-5
     assert {r.pattern for r in results if isinstance(r, Match)} == {"rms_norm", "gemm", "softmax", "layer_norm", "elementwise"}
-    assert len(built) <= len(kernels._CACHE) and all(len(k._variants) == 1 for k in kernels._CACHE.values())
+    buckets = {name: {key[-1] for key in k._variants} for name, k in kernels._CACHE.items()}  # ("shape_points", k)
+    assert len(built) <= sum(len(b) for b in buckets.values())
+    assert all(len(k._variants) == len(buckets[name]) <= 2 for name, k in kernels._CACHE.items())
 
 
 @pytest.mark.parametrize("target", ["sm80", "sm90", "gfx942"])

@@ -81,7 +81,7 @@ def test_compute_indices_never_shadow_the_programs_names(tmp_path):
         for i in task.parallel_range(Yp.shape[0]):
             task.launch(softmax_rows, Yp[i, 0], Xp[i, 0])
 
-    path = edited_mapping(tmp_path, "cpu", "softmax", SOFTMAX_WITHOUT_TEMPS,
+    path = edited_mapping(tmp_path, "cpu", "softmax_online", SOFTMAX_WITHOUT_TEMPS,
                           ("{softmax_start: vector_loops, softmax_stats: vector_loops, softmax_write: vector_loops}", "{shift: vector_loops}"))
     kern = septran.compile(softmax_logic, mapping_file=path)
     x = torch.randn(5, 600)

@@ -107,6 +107,15 @@ def test_nvcc_resource_usage(which, request):
 
 @needs_nvcc
 @pytest.mark.nvcc
+@pytest.mark.slow
+def test_a_recorded_nvcc_answer_is_what_nvcc_says(sm80_src):
+    """The tests read nvcc's answers from tests/golden/nvcc/ (support/cuda_tools.py): one is checked against nvcc."""
+    recorded = nvcc_resource_usage(sm80_src, "sm_80")
+    assert nvcc_resource_usage(sm80_src, "sm_80", fresh=True) == recorded
+
+
+@needs_nvcc
+@pytest.mark.nvcc
 def test_nvcc_failure_raises_with_stderr():
     with pytest.raises(RuntimeError, match="nvcc failed"):
         nvcc_resource_usage('extern "C" __global__ void k() { this is not C++; }\n', "sm_80")

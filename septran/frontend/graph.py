@@ -30,11 +30,16 @@ def build_graph(entry: TaskFunction, absent=None) -> TaskGraph:
         tasks[tf.name] = tdef
         functions[tf.name] = tf
         pending.extend((c, callee_absent.get(name, frozenset())) for name, c in callees.items())
-    privileges = _infer_privileges(entry.name, tasks)
-    ranks, rank_locs = _infer_ranks(entry.name, tasks)
-    ordered = {name: tasks[name] for name in _reachable_order(entry.name, tasks)}
+    return assemble(entry.name, tasks)
+
+
+def assemble(entry: str, tasks: dict[str, TaskDef]) -> TaskGraph:
+    """The graph of traced (or rewritten: ``implicit_host``) tasks, with privileges and ranks inferred."""
+    privileges = _infer_privileges(entry, tasks)
+    ranks, rank_locs = _infer_ranks(entry, tasks)
+    ordered = {name: tasks[name] for name in _reachable_order(entry, tasks)}
     return TaskGraph(
-        entry.name,
+        entry,
         MappingProxyType(ordered),
         MappingProxyType(privileges),
         MappingProxyType(ranks),

@@ -35,6 +35,10 @@ class PrimitiveSig:
     # elementwise: the new value of operand 0 as an element expression of the operands' elements
     element: Optional[Callable[..., el.Elem]] = field(default=None, compare=False)
     attrs: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))  # fixed template fields ({op})
+    # task.compute: (operand, axis from the end, index, rank) for a dimension read at the output's index but tied
+    # to nothing (a shifted or guarded read beside it): the extent an allocated output takes where nothing ties
+    # it, from a rank 0 (an unguarded plain read) before a rank 1 (guarded reads only; the longest).
+    defaults: tuple[tuple[int, int, str, int], ...] = ()
 
     @property
     def ranks(self) -> tuple[Optional[int], ...]:

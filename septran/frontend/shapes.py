@@ -12,6 +12,13 @@ tie dimensions together, on the tree of launches from the entry task:
    Windows (``task.window``) never tie: a convolution's output has H - KH + 1
    rows, not its input's H; such an output's shape comes from the caller.
 
+A compute's plain read ties as a primitive does (rule 1); a shifted or
+guarded read ties nothing (``compute_operands``: verify proves it in bounds),
+but suggests its extent to an output the kernel allocates whose dimension
+nothing ties (``PrimitiveSig.defaults``): ``X[i, j + 1] - X[i, j]`` gives an
+allocated Y X's width (and verify then refuses the read past the row), while a
+Y passed one column narrower is the valid-mode stencil.
+
 Dimensions tied this way form classes; a call binds the classes that hold an
 input's dimension and reads the outputs' shapes off them.
 """
@@ -41,7 +48,8 @@ class ShapeRelations:
         self.graph = graph
         self._parent: dict[Node, Node] = {}
         self._reason: dict[Node, SourceLoc] = {}
-        self._edges: dict[Node, list[tuple[Node, SourceLoc, bool]]] = {}  # node -> (node, line, a tie?)
+        self._edges: dict[Node, list[tuple[Node, SourceLoc, bool, str]]] = {}  # node -> (node, line, a tie?, hint)
+        self._defaults: list[tuple[Node, Node, int]] = []  # (output's dimension, a dimension it may take, rank)
         self._launch_ids: dict[Launch, int] = {}  # equal launches, one number (as the statements compared)
         self._split: list[tuple[Node, str, SourceLoc]] = []  # (dimension, the tunable tile splitting it, partition line)
         self._walk(graph.entry, ())
@@ -56,6 +64,15 @@ class ShapeRelations:
                                             key=lambda l: (l.file, l.line))))
             for root, m in groups.items()
         )
+        self._root_class = {root: ci for ci, root in enumerate(groups)}
+        # Pairs of classes a compute reads beside each other (its defaults): where a call gives them one size,
+        # the program names it once, as it did when such reads tied (lowering/constants.py).
+        beside = set()
+        for a, b, _ in self._defaults:
+            ca, cb = self._root_class.get(self._find(a)), self._root_class.get(self._find(b))
+            if ca is not None and cb is not None and ca != cb:
+                beside.add((min(ca, cb), max(ca, cb)))
+        self.beside: tuple[tuple[int, int], ...] = tuple(sorted(beside))
 
     # union-find -----------------------------------------------------------
     def _find(self, n: Node) -> Node:
@@ -65,13 +82,13 @@ class ShapeRelations:
             n = self._parent[n]
         return n
 
-    def _union(self, a: Optional[Node], b: Optional[Node], loc: SourceLoc, tie: bool = True) -> None:
+    def _union(self, a: Optional[Node], b: Optional[Node], loc: SourceLoc, tie: bool = True, hint: str = "") -> None:
         """``tie``: the line says the two are equal (a primitive, tiles sharing a loop index); else it only
-        hands a whole dimension on (a launch)."""
+        hands a whole dimension on (a launch). ``hint``: what to change where the two must differ."""
         if a is None or b is None:
             return
-        self._edges.setdefault(a, []).append((b, loc, tie))
-        self._edges.setdefault(b, []).append((a, loc, tie))
+        self._edges.setdefault(a, []).append((b, loc, tie, hint))
+        self._edges.setdefault(b, []).append((a, loc, tie, hint))
         ra, rb = self._find(a), self._find(b)
         if ra != rb:
             self._parent[ra] = rb
@@ -108,7 +125,13 @@ class ShapeRelations:
                 ranks = [self._rank(name, arg) for arg in stmt.args]
                 for (a, da), (b, db) in sig.equal_dims:
                     self._union(self._dim(path, name, stmt.args[a], da % ranks[a]),
-                                self._dim(path, name, stmt.args[b], db % ranks[b]), stmt.loc)
+                                self._dim(path, name, stmt.args[b], db % ranks[b]), stmt.loc,
+                                hint=_guard_hint(stmt, b, db, ranks[b]) if stmt.expr is not None else "")
+                for k, axis, index, rank in sig.defaults:
+                    out = sig.dims[0].index(index) - len(sig.dims[0])
+                    a, b = self._dim(path, name, stmt.args[0], out % ranks[0]), self._dim(path, name, stmt.args[k], axis % ranks[k])
+                    if a is not None and b is not None:
+                        self._defaults.append((a, b, rank))
                 batch = 0 if sig.per_operand_batch else ranks[0] - sig.ranks[0]
                 for axis in range(batch):  # batch dimensions, between operands that have as many
                     for k, arg in enumerate(stmt.args[1:], 1):
@@ -142,9 +165,9 @@ class ShapeRelations:
                     node = self._dim(path, name, part.source, axis)
                     key = (idx, tile)
                     if key in seen:
-                        self._union(seen[key], node, loc)
+                        self._union(seen[key][0], node, loc, hint=_tiles_hint(seen[key][1], part.source, axis, idx, tile))
                     elif node is not None:
-                        seen[key] = node
+                        seen[key] = (node, part.source)
             arg = part.source
 
     # binding a call --------------------------------------------------------
@@ -161,14 +184,15 @@ class ShapeRelations:
                 if pname in shapes:
                     size = shapes[pname][axis]
                     if ci in value and value[ci][0] != size:
-                        where = self._why_equal(value[ci][2], (pname, axis)) or (cls.reasons[0] if cls.reasons else call_loc)
+                        where, why = self._why_equal(value[ci][2], (pname, axis))
                         raise CallError(
                             f"{value[ci][1]} is {value[ci][0]} but {pname}.shape[{axis}] is {size}; "
                             f"the logic needs them equal",
-                            where,
-                            hint="check the shapes of the tensors you pass",
+                            where or (cls.reasons[0] if cls.reasons else call_loc),
+                            hint="check the shapes of the tensors you pass" + (f"; {why}" if why else ""),
                         )
                     value.setdefault(ci, (size, f"{pname}.shape[{axis}]", (pname, axis)))
+        self._take_defaults(value)
         out: dict[str, tuple[int, ...]] = {}
         for p in entry.params:
             if p.name in shapes:
@@ -189,6 +213,33 @@ class ShapeRelations:
             out[p.name] = tuple(dims)
         return out
 
+    def _take_defaults(self, value: dict) -> None:
+        """An allocated output's dimension that nothing ties takes the extent a compute reads beside it at a plain
+        index: an unguarded read's (``X[i, j + 1] - X[i, j]``: X's; two different ones: refused), else the longest
+        guarded one (each guard pads a read that may be shorter: RoPE's half-width tables beside X)."""
+        entry = self.graph.entry_task
+        while True:
+            offers: dict[int, dict[int, dict[int, tuple]]] = {}  # class -> rank -> value -> (size, name, member)
+            for a, b, rank in self._defaults:
+                ca, cb = self._root_class.get(self._find(a)), self._root_class.get(self._find(b))
+                for want, have in ((ca, cb), (cb, ca)):
+                    if want is not None and have is not None and want not in value and have in value:
+                        offers.setdefault(want, {}).setdefault(rank, {}).setdefault(value[have][0], value[have])
+            if not offers:
+                return
+            for ci, ranks in offers.items():
+                found = ranks[min(ranks)]
+                if min(ranks) == 1:  # guarded reads only: each may be the shorter one, padded by its guard
+                    found = {max(found): found[max(found)]}
+                if len(found) > 1:
+                    pname, axis = self.classes[ci].members[0]
+                    shown = " or ".join(f"{v[1]} ({v[0]})" for v in found.values())
+                    raise CallError(
+                        f"cannot tell the shape of output {pname}: its dimension {axis} is tied to no input, and the "
+                        f"computes that read beside it suggest {shown}", entry.loc,
+                        hint=f"pass it by name ({pname}=...), and the kernel writes into it")
+                value[ci] = next(iter(found.values()))
+
     def _refuse_a_typo(self, output: str, axis: int) -> None:
         """An output dimension tied to no input, split by a tile name the logic uses nowhere else and close to one
         it does use ("Bn" for "BN"): the typo, at its partition's line, is the culprit to name."""
@@ -208,8 +259,8 @@ class ShapeRelations:
                     hint=f"the other tile names of the logic: {', '.join(others)}",
                 )
 
-    def _why_equal(self, a: tuple[str, int], b: tuple[str, int]) -> Optional[SourceLoc]:
-        """The line that makes entry dimensions ``a`` and ``b`` equal: on the chain of unions between
+    def _why_equal(self, a: tuple[str, int], b: tuple[str, int]) -> tuple[Optional[SourceLoc], str]:
+        """(the line that makes entry dimensions ``a`` and ``b`` equal, its hint): on the chain of unions between
         them, the first that ties (a primitive, a shared loop index) rather than hands a dimension on."""
         entry = self.graph.entry
         start, goal = ((), entry, a[0], a[1]), ((), entry, b[0], b[1])
@@ -219,20 +270,45 @@ class ShapeRelations:
             node = queue.pop(0)
             if node == goal:
                 break
-            for nxt, loc, tie in self._edges.get(node, ()):
+            for nxt, loc, tie, hint in self._edges.get(node, ()):
                 if nxt not in came:
-                    came[nxt] = (node, loc, tie)
+                    came[nxt] = (node, loc, tie, hint)
                     queue.append(nxt)
         if goal not in came:
-            return None
+            return None, ""
         path = []
         node = goal
         while came[node] is not None:
-            prev, loc, tie = came[node]
-            path.append((loc, tie))
+            prev, loc, tie, hint = came[node]
+            path.append((loc, tie, hint))
             node = prev
         path.reverse()
-        return next((loc for loc, tie in path if tie), path[0][0] if path else None)
+        return next(((loc, hint) for loc, tie, hint in path if tie), (path[0][0], "") if path else (None, ""))
 
     def class_of(self, param: str, axis: int) -> int:
         return next(i for i, c in enumerate(self.classes) if (param, axis) in c.members)
+
+
+def _guard_hint(stmt: PrimCall, k: int, axis: int, rank: int) -> str:
+    """What to write where a compute's plain read ties operand ``k``'s dimension and it may be shorter."""
+    letters = stmt.signature.dims[k]
+    name, index = stmt.args[k].name, letters[axis]
+    ax = axis % rank
+    read = f"{name}[{', '.join(letters)}]"
+    return (f"a plain index shared by two tiles ties their extents; where {name} may be shorter along {index}, read "
+            f"it under a guard: task.where(task.global_index({name}, {ax}, {index}) < task.global_size({name}, {ax}), "
+            f"{read}, 0.0) (a guarded or shifted read, such as {name}[..., {index} + 1], ties nothing: verify proves "
+            "it in bounds)")
+
+
+def _tiles_hint(first: Arg, other: Arg, axis: int, idx: Var, tile) -> str:
+    """What to write where two tiles indexed by one loop variable may come from tensors of different extents."""
+    while isinstance(first, TileRef):
+        first = first.partition.source
+    while isinstance(other, TileRef):
+        other = other.partition.source
+    a, b = first.name, other.name
+    return (f"tiles of {a} and {b} indexed by the same loop variable {idx} with the same tile ({tile}) must come from "
+            f"tensors as long; pad the shorter to the other's extent, or pass it whole along that dimension (None in "
+            f"its partition) and read it in the leaf under a guard: task.where(task.global_index({b}, {axis}, j) < "
+            f"task.global_size({b}, {axis}), {b}[...], 0.0)")

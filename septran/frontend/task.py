@@ -22,8 +22,9 @@ from septran.frontend import reduce_axis  # noqa: I001 - primitives with axis=
 from septran.frontend.primitives import PRIMITIVES, PrimitiveSig
 from septran.frontend.types_api import cast, temp_dtype, with_dtypes as _with_dtypes
 from septran.frontend import launch_args, tracer
-from septran.frontend.tracer import TaskFunction, caller_loc
+from septran.frontend.tracer import TaskFunction, assigned_name, caller_loc
 from septran.frontend.scalar_index import as_index
+from septran.frontend.shape_from import design_tiles
 
 __all__ = ["define", "partition", "window", "parallel_range", "range", "launch", "call_primitive", "temp", "compute",
            "global_index", "global_size", "global_offset", "ceildiv", "cast", "as_index", *el.FUNCTIONS, "TaskFunction"]
@@ -47,15 +48,24 @@ def define(fn: Optional[Callable] = None, *, leaf: bool = False, dtype: Optional
 TileEntry = Union[int, str, None]
 
 
-def partition(tensor, by: str = "blocks", tile: tuple = ()):
+def partition(tensor, by: str = "blocks", tile: tuple = (), shape_from=None, **unknown):
     """Splits ``tensor`` into a grid of tiles of shape ``tile``.
 
     Each entry of ``tile`` is an int, the name of a tunable the mapping sets, or None for the whole
     dimension. Index the result (``Ap[i, k]``) for a tile; ``by="windows"``: see ``task.window``.
+    ``shape_from="A"`` (the design notes' spelling, instead of ``tile``): square tiles of the tunable
+    ``block_size`` along each dimension, as the tensor ``A`` is cut (see ``shape_from.design_tiles``).
     """
     frame = tracer.current("partition")
     loc = caller_loc()
+    if unknown:
+        raise FrontendError(f"task.partition got an unknown keyword {next(iter(unknown))!r}", loc,
+                            hint='give the tile shape as tile=("BM", "BK") (ints, tunable names or None), or shape_from="A"')
     source = tracer.unwrap(tensor, "partition", "the tensor", loc)
+    if shape_from is not None:
+        if tile:
+            raise FrontendError("task.partition takes tile= or shape_from=, not both", loc)
+        tile = design_tiles(frame, source, shape_from, loc)
     if by not in ("blocks", "windows"):
         raise FrontendError(f'task.partition: unknown partitioning by={by!r}', loc, hint='use by="blocks" or by="windows"')
     if not isinstance(tile, (tuple, list)) or not tile:
@@ -231,13 +241,15 @@ def call_primitive(name: str, *args, **options) -> None:
 
 
 
-def temp(*shape, dtype=None):
+def temp(*shape, dtype=None, name: Optional[str] = None):
     """A tile this task allocates for itself: ``S = task.temp(Q.shape[2], "BN")``.
 
     Each extent is an int, a tunable name, or an extent of a parameter. Its
     element type is the accumulator type (float32 unless the mapping sets
     ``accum_dtype``), or that of the parameter passed as ``dtype``. The mapping
-    says where it lives: ``mems: {S: REGISTER}``.
+    says where it lives: ``mems: {S: REGISTER}``, by the name the call is assigned
+    to (read from the caller's bytecode, so a notebook cell or ``exec``'d text
+    works too) or ``name="S"`` where it is not assigned to a plain name.
     """
     frame = tracer.current("temp")
     loc = caller_loc()
@@ -255,13 +267,20 @@ def temp(*shape, dtype=None):
         else:
             raise FrontendError(f"task.temp: extent {t!r} must be a positive int, a tunable name or a parameter's extent", loc)
     dtype_of, named = temp_dtype(dtype, loc)
-    name = _partition_name(loc, None)
-    target = loc.source_line().split("=", 1)[0].strip()
-    if name is None and target.isidentifier():
-        check_name(target, "task.temp: the temp's name", loc, FrontendError)
-    if name is None or name in frame.task.param_names or any(t.name == name for t in frame.temps):
+    if name is not None:
+        if not isinstance(name, str):
+            raise FrontendError(f"task.temp: name= takes a string, got {type(name).__name__}", loc)
+        check_name(name, "task.temp: the temp's name", loc, FrontendError)
+    else:
+        name = assigned_name()
+        if name is not None:
+            check_name(name, "task.temp: the temp's name", loc, FrontendError)
+    if name is None:
         raise FrontendError("task.temp: assign the temp to a new name (S = task.temp(...)); the mapping's mems use it",
-                            loc)
+                            loc, hint='or name it: task.temp(..., name="S")')
+    if name in frame.task.param_names or any(t.name == name for t in frame.temps):
+        raise FrontendError(f"task.temp: {name} already names a parameter or temp of {frame.task.name}; assign the temp "
+                            "to a new name (S = task.temp(...)); the mapping's mems use it", loc)
     t = Temp(fresh(name), tuple(extents), dtype_of, loc, named)
     frame.temps.append(t)
     return tracer.TensorHandle(t)
@@ -272,7 +291,10 @@ def compute(out, fn: Callable) -> None:
 
     The lambda's parameters name ``out``'s indices; other tiles are read at
     those names (a name shared by two tiles means equal extents; ``m[i]`` is
-    broadcast along ``j``). Only in a leaf task; targets supply the loop.
+    broadcast along ``j``), unless a read is shifted (``X[i, j + 1]``) or
+    guarded (``task.where(task.global_index(M, 1, j) < task.global_size(M, 1),
+    M[i, j], 0.0)``): then the verify pass proves it in bounds instead. Only in a
+    leaf task; targets supply the loop.
     """
     frame = tracer.current("compute")
     loc = caller_loc()
@@ -292,12 +314,13 @@ def compute(out, fn: Callable) -> None:
         value = el.as_elem(fn(*(el.Index(n) for n in names)))
     except TypeError as err:
         raise FrontendError(f"task.compute: {err}", loc) from None
-    operands, dims, privileges = collect(frame, value, names, out_arg, loc)
+    operands, dims, privileges, defaults = collect(frame, value, names, out_arg, loc)
     name_of = lambda a: a.name  # noqa: E731
     sig = PrimitiveSig(
         name="compute", kind="elementwise", params=tuple(a.name for a in operands),
         privileges=privileges, dims=dims,
         meaning=f"{out_arg.name}[{', '.join(names)}] = {el.describe(value, name_of)}", batched=True,
+        defaults=defaults,
     )
     frame.stmts.append(PrimCall("compute", tuple(operands), loc, sig=sig, expr=value))
 

@@ -7,11 +7,13 @@ between the opening and the closing of the loop.
 """
 from __future__ import annotations
 
+import dis
+import functools
 import inspect
 import re
 import sys
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 from septran.errors import FrontendError, SourceLoc
 from septran.expr import Expr, fresh
@@ -31,6 +33,33 @@ def caller_loc() -> SourceLoc:
     if frame is None:  # pragma: no cover - only from inside SepTran itself
         return SourceLoc("<unknown>", 0)
     return SourceLoc(frame.f_code.co_filename, frame.f_lineno)
+
+
+_STORES = ("STORE_NAME", "STORE_FAST", "STORE_DEREF", "STORE_GLOBAL")
+
+
+def assigned_name() -> Optional[str]:
+    """The plain name the user's line assigns the Task Lang call's result to (``S = task.temp(...)``), read from
+    the calling frame's bytecode: the instruction after the call, where it stores into a name. None otherwise
+    (``f(task.temp(...))``, ``self.S = ...``, ``a, b = ...``). Needs no source text (a notebook cell, exec)."""
+    frame = sys._getframe(1)
+    while frame is not None and is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:  # pragma: no cover - only from inside SepTran itself
+        return None
+    after = next((i for i in _instructions(frame.f_code) if i.offset > frame.f_lasti), None)
+    if after is None:
+        return None
+    if after.opname in _STORES:
+        return after.argval
+    if after.opname.startswith("STORE_FAST_") and isinstance(after.argval, tuple):  # 3.13's superinstructions
+        return after.argval[0]
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _instructions(code) -> tuple:
+    return tuple(dis.get_instructions(code))
 
 
 class TaskFunction:

@@ -28,6 +28,7 @@ def check_mapping(graph: TaskGraph, mapping: Mapping, target: Target) -> None:
     _check_instance(graph, mapping, target, entry, seen)
     _grid(graph, mapping, target, entry)
     check_dynamic(graph, mapping)
+    _space_names(mapping, target)
 
 
 # whole-mapping rules ------------------------------------------------------------------
@@ -38,6 +39,29 @@ def _same_target(mapping: Mapping, target: Target) -> None:
             mapping.target.loc,
             hint="pick the mapping of that target, or compile for the mapping's target",
         )
+
+
+def _space_names(mapping: Mapping, target: Target) -> None:
+    """Every choice of a ``!tune`` that names a leaf implementation or a memory names one the target has: the
+    rules above check the first point only, and a typo among the other choices was pruned silently by the tuner
+    (or, from a tuning record, failed at a call) instead of being reported at its line like the first."""
+    if mapping.space is None:
+        return
+    for d in mapping.space.dimensions:
+        parts = d.path.split(".")
+        if len(parts) != 4 or parts[2] not in ("leaf_task_bindings", "mems"):
+            continue
+        if parts[2] == "leaf_task_bindings":
+            names, what = target.leaves, f"target {target.name} has no leaf implementation"
+        else:
+            inst = mapping.instances.get(parts[1])
+            proc = target.procs.get(inst.proc.value) if inst is not None else None
+            if proc is None:
+                continue  # the processor's own rule reports it
+            names, what = proc.memories, f"{parts[1]} runs on {proc.name}, which has no memory"
+        for choice in d.choices:
+            if not isinstance(choice, str) or choice not in names:
+                raise MappingError(f"{what} {choice!r} (a choice of this !tune)", d.loc, hint=_suggest(choice, names))
 
 
 def _entry(graph: TaskGraph, mapping: Mapping) -> InstanceMapping:
@@ -78,9 +102,9 @@ def _grid(graph: TaskGraph, mapping: Mapping, target: Target, inst: InstanceMapp
             hint=f"launch an inner task that launches {launch.callee}, and map it with `calls:` in {inst.name}",
         )
     callee = mapping.instance(inst.calls[launch.callee].value)
-    if target.has_threads and callee.threads is None:
+    if target.has_threads and callee.threads is None and target.default_threads is None:
         raise LoweringError(f"{callee.name} is one program of the grid and needs a thread count", callee.loc,
-                            hint="add `threads: <n>`, e.g. 128")
+                            hint="add `threads: <n>`, e.g. 128 (or give the target a default: threads.default)")
 
 
 # per-instance rules ----------------------------------------------------------------------

@@ -17,7 +17,7 @@ from septran.expr import Dim, Expr, Sym, Tunable, Var, evaluate, leaves
 from septran.frontend import elementwise as el
 from septran.frontend.bounds import INT32_MAX
 from septran.frontend.ir import Launch, Loop, PrimCall, TaskDef, TaskGraph, TileRef
-from septran.frontend.shapes import ShapeRelations
+from septran.frontend.shapes import DimClass, ShapeRelations
 from septran.lowering import tile_ir as ir
 from septran.lowering.dynamic import DynamicValue, dynamic_members
 from septran.lowering.intervals import bounds
@@ -126,7 +126,7 @@ def resolve_constants(ctx: Context) -> Constants:
     roles = {p.name: ctx.graph.privilege(entry.name, p.name).role for p in entry.params}
     named = dynamic_members(ctx.mapping)
     dynamic: dict[Sym, tuple[int, int]] = {}
-    for cls in ctx.shapes.classes:
+    for cls in _named_once(ctx, named):
         inputs = [m for m in cls.members if roles[m[0]] != "output"] or list(cls.members)
         pname, axis = inputs[0]
         sym = names.new(f"{pname}_dim{axis}")
@@ -171,6 +171,38 @@ def resolve_constants(ctx: Context) -> Constants:
     values = MappingProxyType({c.sym: c.value for c in consts if c.value is not None})
     return Constants(tuple(consts), values, MappingProxyType(entry_dims), MappingProxyType(tunables), frozenset(names.used),
                      MappingProxyType(dynamic))
+
+
+def _named_once(ctx: Context, named) -> list:
+    """The shape classes, those a compute reads beside each other (``ShapeRelations.beside``: ``X[i, j + 1] -
+    X[i, j]`` into Y) merged where this call gives them one static size: one constant, the same program as
+    when such reads tied extents."""
+    classes = ctx.shapes.classes
+    parent = list(range(len(classes)))
+
+    def find(c: int) -> int:
+        while parent[c] != c:
+            c = parent[c]
+        return c
+
+    def size(c: int):
+        pname, axis = classes[c].members[0]
+        return None if named & set(classes[c].members) else ctx.spec.shapes[pname][axis]
+
+    for a, b in ctx.shapes.beside:
+        if size(a) is not None and size(a) == size(b):
+            ra, rb = find(a), find(b)
+            parent[max(ra, rb)] = min(ra, rb)
+    if all(parent[c] == c for c in range(len(classes))):
+        return list(classes)
+    order = {p.name: k for k, p in enumerate(ctx.graph.entry_task.params)}
+    out = []
+    for c in (c for c in range(len(classes)) if find(c) == c):
+        group = [classes[d] for d in range(len(classes)) if find(d) == c]
+        members = sorted((m for g in group for m in g.members), key=lambda m: (order[m[0]], m[1]))
+        reasons = sorted({r for g in group for r in g.reasons}, key=lambda l: (l.file, l.line))
+        out.append(DimClass(tuple(members), tuple(reasons)))
+    return out
 
 
 def _dynamic_upper(ctx: Context, members) -> int:

@@ -70,7 +70,9 @@ class _Flattener:
             for k, (a, r) in enumerate(zip(launch.args, regions))
         )
         windows.refuse_written_at_grid(launch.args, operands)
-        threads = callee.threads.value if ctx.target.has_threads and callee.threads is not None else None
+        # A program's thread count: its mapping's `threads`, else the target's default (target.yaml threads.default).
+        threads = (callee.threads.value if callee.threads is not None else ctx.target.default_threads) \
+            if ctx.target.has_threads else None
         program = self._inner(launch, inst, entry_task, callee, callee_task, operands, tuple(indices),
                               _scalars(launch, callee_task, scalars))
         why = Why(f"grid of {entry_task.name}'s parallel_range, one program per tile; {callee.name} is each program",

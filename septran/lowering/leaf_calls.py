@@ -72,8 +72,7 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
         args.append((pname, st.region(view)))
     why = Why(f"{s.callee.name} -> {impl.name}: {sig.meaning}", mapping=s.binding.loc, logic=prim.loc)
     if prim.expr is not None or sig.element is not None:
-        for operand in declared:
-            _check_declared_dtype(st, impl, sig, *operand, s)
+        _check_declared_dtypes(st, impl, sig, declared, s)
         halos = {p.name: s.caller.halo[o.param] for p, o in zip(s.callee.params, s.operands) if o.param in s.caller.halo}
         return _elementwise(st, prim, args, by_param, scalars, impl, why, halos)
     for (pname, region), arg in zip(args, prim.args):  # matrix units and reductions: floating point only
@@ -88,8 +87,7 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
                             + ", ".join(f"{p} is {d}" for d, p in read.items()), prim.loc,
                             hint="call the kernel on tensors of one dtype, or convert one in a task.compute into a temp "
                                  "(task.temp(..., dtype=X))")
-    for operand in declared:  # after the checks at the logic's line, which say more about the same mistakes
-        _check_declared_dtype(st, impl, sig, *operand, s)
+    _check_declared_dtypes(st, impl, sig, declared, s)  # after the checks at the logic's line, which say more
     if sig.kind == "reduce_axis" and "{body}" in impl.template(sig):
         return reduce_loop.lower(st, prim, args, by_param, impl, why, _safe_index_names)
     flags = tuple((f, bool(on)) for f, on in sig.flags.items())
@@ -151,22 +149,40 @@ def _check_reduced_extent(st, impl, sig, k, pname, view, binding) -> None:
             )
 
 
-def _check_declared_dtype(st, impl, sig, pname, view, caller_param: str, s: fl.Invoke) -> None:
+def _check_declared_dtypes(st, impl, sig, operands: list, s: fl.Invoke) -> None:
     """Every operand, outputs and temps included, has a type the implementation's functions are declared for
-    (target.yaml: operand_dtypes): a float16 temp handed to a function that writes floats into it would be
-    overwritten past its end; a type the vendor has no function for would reach the linker."""
-    declared = impl.operand_dtypes.get(sig.name) or impl.operand_dtypes.get(sig.kind) or {}
-    allowed = declared.get(pname)
-    dtype = st.dtypes[view.of]
-    if not allowed or dtype in allowed:
+    (target.yaml: operand_dtypes), all of them in one declared combination: a float16 temp handed to a function
+    that writes floats into it would be overwritten past its end; a type the vendor has no function for would
+    reach the linker; a float16 accumulator fed bfloat16 operands would reach nvcc's static assertion.
+    ``operands``: (leaf parameter, its view, the caller's parameter)."""
+    combos = impl.operand_dtypes.get(sig.name) or impl.operand_dtypes.get(sig.kind) or ()
+    if not combos:
         return
+    dtypes = {pname: st.dtypes[view.of] for pname, view, _ in operands}
+
+    def misses(combo) -> list:
+        return [p for p, _, _ in operands if combo.get(p) and dtypes[p] not in combo[p]]
+
+    if any(not misses(c) for c in combos):
+        return
+    combo = min(combos, key=lambda c: len(misses(c)))
+    pname = misses(combo)[0]
+    caller_param = next(c for p, _, c in operands if p == pname)
+    allowed = combo[pname]
     temp = next((t for t in s.caller_task.temps if t.sym.name == caller_param), None)
     what = (f"temp {caller_param} of {s.caller_task.name} (task.temp at {temp.loc})" if temp is not None
             else f"{caller_param} of {s.caller_task.name}")
+    if len(combos) == 1:
+        says = f"for {pname} of {' or '.join(allowed)} only"
+    else:
+        says = "for " + " or ".join("(" + "; ".join(f"{p} {'/'.join(d)}" for p, d in c.items()) + ")" for c in combos) + " only"
+    given = ", ".join(f"{p} {dtypes[p]}" for p, _, _ in operands if p != pname)
+    accumulates = s.caller.accum_dtype is not None and dtypes[pname] == accum_dtype(s.caller)
     raise LoweringError(
-        f"{impl.name} implements {sig.name} for {pname} of {' or '.join(allowed)} only, but {what} is {dtype}",
+        f"{impl.name} implements {sig.name} {says}, but {what} is {dtypes[pname]}" + (f" (with {given})" if given else ""),
         s.binding.loc,
         hint=(f"give the temp dtype=\"{allowed[0]}\" (or drop dtype=)" if temp is not None
+              else f"set `accum_dtype: {allowed[0]}` (or call the kernel on tensors of a type it takes)" if accumulates
               else f"call the kernel on {allowed[0]} tensors") + f", or bind {s.callee.name} to another leaf",
     )
 

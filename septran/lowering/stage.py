@@ -92,6 +92,9 @@ class _Stager:
         inst = s.instance
         for t, view in s.temps:
             dtype = t.dtype or (self.dtypes[self._view_of_param(s, t.dtype_of)] if t.dtype_of else leaf_calls.accum_dtype(inst))
+            # A type the target computes in another (cpu: bfloat16 in float32), as for its tensors: TileLang's C has
+            # no bfloat16, and a bfloat16 temp failed to lower ("variables are used, but are not passed in").
+            dtype = self.target.converts.get(dtype, dtype)
             space = inst.mem(t.name)
             mem = self.target.memories[space.value]
             why = Why(f"temp {t.name} of {s.callee.name}: {self._size(view.extents, t.name, space.loc)} {dtype} "
@@ -264,6 +267,7 @@ class _Stager:
 
     def _copies(self, src: fl.View, dst: fl.View, options, via, why: Why, param: str, shape, s: fl.Invoke) -> list:
         """One copy, or two through a buffer in the ``via`` memory (global memory's side takes the options)."""
+        options = self._dtype_copy_options(src, dst, options)
         if via is None:
             return [ir.Copy(self.region(src), self.region(dst), options, why)]
         mem = self.target.memories[via.value]
@@ -276,6 +280,18 @@ class _Stager:
         if outer is src:
             return [ir.Copy(self.region(src), self.region(mid), options, hop), ir.Copy(self.region(mid), self.region(dst), (), hop)]
         return [ir.Copy(self.region(src), self.region(mid), (), hop), ir.Copy(self.region(mid), self.region(dst), options, hop)]
+
+    def _dtype_copy_options(self, src: fl.View, dst: fl.View, options: tuple) -> tuple:
+        """The mapping's copy options, plus those the memories on either side need for the element type
+        (target.yaml: copy_by_dtype)."""
+        given = {k for k, _ in options}
+        extra = {}
+        for view in (src, dst):
+            mem = self.target.memories.get(view.space)
+            for k, v in (mem.copy_by_dtype.get(self.dtypes[view.of], {}) if mem is not None else {}).items():
+                if k not in given:
+                    extra[k] = v
+        return options + tuple(sorted(extra.items()))
 
     def _new_buffer(self, sym, shape, dtype: str, mem, why: Why, loc, stages: int = 1) -> ir.Buffer:
         self.dtypes[sym] = dtype

@@ -1,9 +1,12 @@
 """Part of the verify pass: every element a ``task.compute`` reads lies in its operand's tile.
 
-Plain reads (``X[i, j]``) are proved by the index ties (``verify._letters``).
-Here the others: a shifted or constant read (``X[i, j + 1]``, ``X[i, half + j]``,
-``s[0]``) ranges over the compute's loop extents, its offset over what the
-block may be; the range must lie in ``0 .. extent - 1`` of the tile. A read
+Plain reads at tied indices (``X[i, j]`` where every read of X there is plain
+and unguarded) are proved by the index ties (``verify._letters``). Here the
+others: a plain read of a dimension that ties nothing (read elsewhere at an
+offset, or under a guard: ``frontend/compute_operands``), a shifted or constant
+read (``X[i, j + 1]``, ``X[i, half + j]``, ``s[0]``) ranges over the compute's
+loop extents, its offset over what the block may be; the range must lie in
+``0 .. extent - 1`` of the tile. A read
 inside ``task.where(task.global_index(X, 1, j) < n, a, b)`` is proved with
 ``j`` narrowed by the condition (in ``a``: only the ``j`` where it holds), so a
 stencil can guard its edges. A gathered read (``X[i, T[i]]``) proves nothing
@@ -20,18 +23,16 @@ guarded against its ends (``leaf_calls``).
 """
 from __future__ import annotations
 
-import math
-
 from septran.errors import LoweringError, MappingError
 from septran.expr import BinOp, Const, Dim, GlobalExtent, GlobalStart, leaves, substitute
 from septran.frontend import elementwise as el
 from septran.frontend.compute_operands import shifted
+from septran.frontend.guards import guard
 from septran.frontend.index_expr import Gather, describe
 from septran.frontend.ir import PrimCall, walk
 from septran.lowering import flat_ir as fl
+from septran.lowering.dynamic import DynamicValue
 from septran.lowering.intervals import Unbounded, bounds
-
-_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
 def check_program(ctx, consts, s: fl.Invoke, env) -> None:
@@ -72,13 +73,15 @@ def _leaf(ctx, consts, s: fl.Invoke, env) -> None:
             ranges[n] = (0, consts.range(e)[1] - 1)  # a dynamic extent: up to its largest size
         if any(hi < lo for lo, hi in ranges.values()):
             continue  # an empty loop reads nothing
-        _Reads(ctx, consts, env, views, prim, halos).walk(prim.expr, ranges)
+        own = dict(zip(names, out_extents[len(out_extents) - len(names):]))
+        _Reads(ctx, consts, env, views, prim, halos, own).walk(prim.expr, ranges)
 
 
 class _Reads:
-    def __init__(self, ctx, consts, env, views, prim, halos):
+    def __init__(self, ctx, consts, env, views, prim, halos, own):
         self.ctx, self.consts, self.env, self.views, self.prim = ctx, consts, env, views, prim
         self.halos = halos
+        self.own = own  # the compute's index -> the output tile's extent there
 
     def program_expr(self, e):
         """A shape expression of the logic in the program's terms (tile extents, tile starts)."""
@@ -113,20 +116,13 @@ class _Reads:
             self.walk(c, ranges)
 
     def narrow(self, cond, ranges):
-        """(ranges where ``cond`` holds, where it does not); None: never. Only ``global_index(X, a, j) <op> n``."""
-        if not (isinstance(cond, el.Bin) and cond.op in _FLIP):
+        """(ranges where ``cond`` holds, where it does not); None: never. Only ``global_index(X, a, j) <op> n``
+        (``frontend/guards``: the frontend unties a plain read inside such a guard, trusting this narrowing)."""
+        found = guard(cond)
+        if found is None or found[1].idx not in ranges:
             return ranges, ranges
-        op, pos, other = cond.op, cond.lhs, cond.rhs
-        if isinstance(other, el.GlobalIndex):
-            op, pos, other = _FLIP[op], other, pos
-        if not isinstance(pos, el.GlobalIndex) or pos.idx not in ranges:
-            return ranges, ranges
-        if isinstance(other, el.IntExpr):
-            bound = other.expr
-        elif isinstance(other, el.Num) and math.isfinite(other.value) and other.value == int(other.value):
-            bound = Const(int(other.value))
-        else:
-            return ranges, ranges
+        op, pos, other = found
+        bound = other.expr if isinstance(other, el.IntExpr) else Const(int(other.value))
         view = self.views[pos.arg.sym][1].view
         if pos.axis >= len(view.origin):
             return ranges, ranges
@@ -149,7 +145,7 @@ class _Reads:
             raise LoweringError(f"{_shown(load)} reads {param.name} with {len(load.idx)} indices, but its tile has "
                                 f"{len(extents)} dimensions", prim.loc)
         space = op.want.value if op.want is not None else view.space
-        if getattr(self.ctx.target.memories.get(space), "own_index_only", False):
+        if getattr(self.ctx.target.memories.get(space), "own_index_only", False) and not self.at_own(load, extents):
             raise LoweringError(
                 f"{_shown(load)} reads {param.name} away from the compute's own indices, but the mapping holds "
                 f"{op.param} in {space}, which {self.ctx.target.name} spreads over the threads: a thread can read only "
@@ -158,6 +154,8 @@ class _Reads:
                 hint=f"hold {op.param} in a memory every thread reads (mems: {{{op.param}: SHARED}}, or GLOBAL)")
         halo = self.halos.get(op.param)
         for axis, entry in enumerate(load.idx):
+            if isinstance(entry, str) and self.own.get(entry) == extents[pad + axis]:
+                continue  # a plain read of a tile as long as the output's there (a dynamic size included)
             ext = self.consts.value(extents[pad + axis])
             before, after = halo.pairs[pad + axis] if halo is not None else (0, 0)
             if isinstance(entry, Gather):
@@ -179,13 +177,32 @@ class _Reads:
                 held = (f"{ext} element{'s' if ext != 1 else ''} there (0..{ext - 1})" if not (before or after) else
                         f"{ext} elements there and a halo of {before} before and {after} after "
                         f"({-before}..{ext - 1 + after})")
+                past = hi - (ext - 1 + after)
+                narrower = (f"; or, for a valid-mode result, pass a narrower output ({past} fewer along {name}: "
+                            "nothing ties its extent to this read)") if name and past > 0 else ""
                 raise LoweringError(
                     f"{_shown(load)} reads {param.name} at {lo}..{hi} along dimension {pad + axis}{runs}, but the tile of "
                     f"{op.param} holds {held}", prim.loc,
                     hint="make the tile cover every element the compute reads (the whole dimension: None in the "
                          "partition, or a larger tile in the mapping), stage a halo around it (the mapping's "
                          f"`halo: {{{op.param}: [...]}}` next to mems), keep the offset inside the tile, or guard the "
-                         "read with task.where(task.global_index(X, axis, j) < ..., ...)")
+                         "read with task.where(task.global_index(X, axis, j) < ..., ...)" + narrower)
+
+    def at_own(self, load: el.Load, extents) -> bool:
+        """A plain read whose tile is as large as the output's along each index: the compute's own elements."""
+        if shifted(load):
+            return False
+        for entry, extent in zip(load.idx, extents[len(extents) - len(load.idx):]):
+            mine = self.own.get(entry)
+            if mine is None:
+                return False
+            if mine != extent:
+                try:
+                    if self.consts.value(mine) != self.consts.value(extent):
+                        return False
+                except DynamicValue:
+                    return False
+        return True
 
     def whole(self, load, param, op, axis: int, ext: int) -> None:
         view = op.view

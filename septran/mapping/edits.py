@@ -42,6 +42,12 @@ def add_dynamic(root: Located, axes: TMapping[str, Sequence[int]], loc: SourceLo
                          old.loc if old is not None else loc)
 
 
+def set_target(root: Located, name: str, loc: SourceLoc) -> Located:
+    """``root`` with ``target: name`` (for a file that names no target; one that names another is refused before)."""
+    _top(root)
+    return _with_top_key(root, "target", Located(name, loc), loc)
+
+
 def drop_binding(root: Located, leaf: str, loc: SourceLoc, instance: Optional[str] = None) -> Located:
     """``root`` with the ``leaf_task_bindings`` entry of logic task ``leaf`` removed from every instance that binds
     it (or from ``instance`` only): for a logic variant that never launches that leaf task."""

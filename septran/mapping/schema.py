@@ -15,15 +15,18 @@ from types import MappingProxyType
 from typing import Mapping as TMapping, Optional, Sequence, Union
 
 from septran.errors import MappingError, SourceLoc
-from septran.mapping import edits
+from septran.mapping import edits, shape_points
 from septran.mapping.halo import Halo, parse_halo
 from septran.mapping.space import SearchSpace, collect
 from septran.mapping.yaml_source import Located, LocatedDict, load_located, read_mapping_text
 from septran.names import check_name
 from septran.paths import check_user_path
 
-TOP_KEYS = ("target", "entrypoint", "task_mappings")
-OPTIONAL_TOP_KEYS = ("dynamic", "static")  # entry parameter -> axes that stay symbolic / that stay numbers
+TOP_KEYS = ("entrypoint", "task_mappings")
+# ``target`` may be left out: the compile's ``target=`` or SEPTRAN_TARGET names it (septran.runtime.select.with_target);
+# dynamic / static: entry parameter -> axes that stay symbolic / that stay numbers;
+# shape_points: the point calls of some shapes run untuned (mapping/shape_points.py)
+OPTIONAL_TOP_KEYS = ("target", "dynamic", "static", "shape_points")
 INSTANCE_KEYS = (
     "task_name", "proc", "mems", "tunables", "calls", "pipeline",
     "leaf_task_bindings", "threads", "copy", "accum_dtype", "schedule", "halo",
@@ -78,7 +81,7 @@ class Mapping:
     """A whole mapping file, or one point of the search space a file with ``!tune`` describes."""
 
     file: str
-    target: Located
+    target: Located  # its value is None where the file names no target (the compile supplies one: with_target)
     entrypoint: Located
     instances: TMapping[str, InstanceMapping]
     space: Optional[SearchSpace] = None  # the file's !tune dimensions (None: an ordinary mapping)
@@ -93,6 +96,8 @@ class Mapping:
     # The located file this mapping was parsed from (a point's: its !tune values resolved): what typed edits
     # rewrite. Not part of the mapping's value: two mappings that say the same are equal wherever they came from.
     source: Optional[Located] = dataclasses.field(default=None, compare=False, repr=False)
+    # The space's points by shape bucket, for calls the tuning database has no record for (a space's only).
+    shape_points: tuple[shape_points.ShapePoint, ...] = ()
 
     def instance(self, name: str) -> InstanceMapping:
         return self.instances[name]
@@ -111,6 +116,12 @@ class Mapping:
         (default: the caller's line)."""
         where = loc or _caller()
         return self._edited(lambda root: edits.add_dynamic(root, axes, where))
+
+    def with_target(self, name: str, loc: Optional[SourceLoc] = None) -> "Mapping":
+        """This mapping for target ``name`` (a file that names none: the compile's ``target=`` or SEPTRAN_TARGET),
+        as if its ``target:`` said so; located at ``loc`` (default: the caller's line)."""
+        where = loc or _caller()
+        return self._edited(lambda root: edits.set_target(root, name, where))
 
     def without_binding(self, leaf: str, instance: Optional[str] = None, loc: Optional[SourceLoc] = None) -> "Mapping":
         """This mapping without the ``leaf_task_bindings`` entry of logic task ``leaf`` (in every instance that
@@ -259,6 +270,8 @@ def parse_mapping(text: str, file: str) -> Mapping:
     root = load_located(text, file)
     space = collect(root, file)
     if not space.dimensions:
+        top = _dict(root, "a mapping file")
+        shape_points.parse(top.get("shape_points"), None)  # refused: no !tune to choose between
         return _parse_located(root, file)
     return _point(space, space.first)
 
@@ -266,7 +279,9 @@ def parse_mapping(text: str, file: str) -> Mapping:
 def _point(space: SearchSpace, point) -> Mapping:
     full = {**space.first, **point}
     mapping = _parse_located(space.resolved(full), space.file)
-    return dataclasses.replace(mapping, space=space, point=MappingProxyType(full))
+    top = _dict(space.root, "a mapping file")
+    return dataclasses.replace(mapping, space=space, point=MappingProxyType(full),
+                               shape_points=shape_points.parse(top.get("shape_points"), space))
 
 
 def _parse_located(root: Located, file: str) -> Mapping:
@@ -275,7 +290,9 @@ def _parse_located(root: Located, file: str) -> Mapping:
     for required in TOP_KEYS:
         if required not in top:
             raise MappingError(f"the mapping has no {required!r}", SourceLoc(file, 1), hint=f"add `{required}: ...` at the top level")
-    _ident(top["target"], "target")
+    target = top["target"] if "target" in top else Located(None, SourceLoc(file, 1))
+    if target.value is not None:
+        _ident(target, "target")
     entry = _ident(top["entrypoint"], "entrypoint")
     table = _dict(top["task_mappings"], "task_mappings")
     instances = {}
@@ -311,7 +328,7 @@ def _parse_located(root: Located, file: str) -> Mapping:
             if axis.value in pinned:
                 raise MappingError(f"dynamic.{param} names axis {axis.value}, which static.{param} keeps a number",
                                    axis.loc, hint="name the axis in one of dynamic and static")
-    return Mapping(file, top["target"], top["entrypoint"], MappingProxyType(instances), dynamic=dynamic,
+    return Mapping(file, target, top["entrypoint"], MappingProxyType(instances), dynamic=dynamic,
                    dynamic_loc=top.key_locs["dynamic"] if "dynamic" in top else None, static=static, source=root)
 
 

@@ -20,7 +20,7 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass
-from typing import Iterator, Mapping as TMapping
+from typing import Iterator, Mapping as TMapping, Optional
 
 from septran.errors import MappingError, SourceLoc
 from septran.mapping.yaml_source import Located, LocatedDict, Tune
@@ -38,6 +38,10 @@ class Dimension:
     path: str  # task_mappings.gemm_host.tunables.BM
     choices: tuple
     loc: SourceLoc
+
+    def holds(self, value: object) -> bool:
+        """``value`` is one of the choices, of the same type: ``true`` is not 1, ``"64"`` is not 64."""
+        return any(type(value) is type(c) and value == c for c in self.choices)
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,9 +78,20 @@ class SearchSpace:
         if unknown:
             raise MappingError(f"not a dimension of this space: {', '.join(sorted(unknown))}", SourceLoc(self.file, 1))
         for d in self.dimensions:
-            if d.path in point and point[d.path] not in d.choices:
-                raise MappingError(f"{point[d.path]!r} is not a choice of {d.path} ({list(d.choices)})", d.loc)
+            if d.path in point and not d.holds(point[d.path]):
+                raise MappingError(f"{_short(point[d.path])} is not a choice of {d.path} ({list(d.choices)})", d.loc)
         return _replace(self.root, "", {**self.first, **point})
+
+    def refusal(self, point: TMapping[str, object]) -> Optional[str]:
+        """Why ``point`` (read from a tuning database, say) is not a whole point of this space; None when it is."""
+        paths = [d.path for d in self.dimensions]
+        if not isinstance(point, TMapping) or set(point) != set(paths):
+            names = sorted(str(k) for k in point) if isinstance(point, TMapping) else []
+            return f"it names {', '.join(_short(n) for n in names) or 'nothing'}, not this space's dimensions ({', '.join(paths)})"
+        for d in self.dimensions:
+            if not d.holds(point[d.path]):
+                return f"{d.path} is {_short(point[d.path])}, not one of its choices {list(d.choices)}"
+        return None
 
 
 def collect(root: Located, file: str) -> SearchSpace:
@@ -88,6 +103,12 @@ def collect(root: Located, file: str) -> SearchSpace:
         raise MappingError(f"the search space has {space.size} points, more than {MAX_POINTS}",
                            dims[0].loc, hint="use fewer values per !tune, or a larger step")
     return space
+
+
+def _short(value: object) -> str:
+    """A value for a message: its repr (which escapes control characters), cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _walk(val: Located, path: str, out: list) -> None:

@@ -30,6 +30,11 @@ def _inference_compiler(reports: Optional[list], dry: bool, settings) -> Callabl
         report.dump()
         log.info("septran: %s", report.summary())
         progress.note("graph %d rewritten: %s", report.rows[0].graph if report.rows else -1, report.summary())
+        if run is gm:
+            run = _direct(gm)
+            executor = getattr(run, "septran_executor", None)
+            if executor is not None:
+                report.executors.append(executor)
         if reports is not None:
             reports.append(report)
         if not dry:
@@ -49,6 +54,25 @@ def _autotuning(run):
             return run(*args)
 
     return call
+
+
+def _direct(gm):
+    """The rewritten graph on the direct runner (``septran.model.executor``), or as rewritten if lowering fails or
+    SEPTRAN_DIRECT=0."""
+    from septran import env
+    from septran.model.executor import lower
+
+    if not env.direct_runner():
+        return gm
+    kept = _copy(gm)
+    try:
+        executor = lower(gm)
+    except Exception:  # noqa: BLE001 - the direct runner must never break the model: the custom ops still run it
+        log.warning("septran: the direct runner failed; the graph calls its kernels through torch's custom ops",
+                    exc_info=True)
+        return kept
+    gm.septran_executor = executor
+    return gm
 
 
 def _copy(gm):
@@ -81,7 +105,10 @@ def septran_backend(gm, example_inputs, reports: Optional[list] = None, dry: boo
     settings = modes.settings(mode, options)
     if settings.progress is not None:
         progress.enable(settings.progress)
-    backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=_inference_compiler(reports, dry, settings))
+    # keep_inference_input_mutations: a KV cache's write stays in the graph (a copy_ into the input), where the
+    # direct runner turns it into one in-place copy (septran.model.inplace); else AOTAutograd copies it all back
+    backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=_inference_compiler(reports, dry, settings),
+                           keep_inference_input_mutations=True)
     return backend(gm, example_inputs)
 
 

@@ -35,6 +35,13 @@ class Row:
 @dataclass
 class Report:
     rows: list[Row] = field(default_factory=list)
+    # the direct runner of each graph (septran.model.executor.Executor): its memory plan's arena, once run
+    executors: list = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def arena_bytes(self) -> int:
+        """The intermediates' memory: the largest arena each graph's memory plan has made so far, summed."""
+        return sum(e.peak_bytes for e in self.executors)
 
     @property
     def total_flops(self) -> int:
@@ -59,11 +66,13 @@ class Report:
 
     def extend(self, other: "Report") -> None:
         self.rows.extend(other.rows)
+        self.executors.extend(other.executors)
 
     def summary(self) -> str:
         n_sep = sum(r.in_septran for r in self.rows)
         return (f"{len(self.rows)} nodes, {n_sep} in SepTran kernels; FLOPs {self.total_flops:,} of which "
-                f"{self.septran_flops:,} in SepTran ({100 * self.septran_share:.1f} %)")
+                f"{self.septran_flops:,} in SepTran ({100 * self.septran_share:.1f} %)"
+                + (f"; intermediates in {self.arena_bytes:,} bytes of arena" if self.arena_bytes else ""))
 
     def __str__(self) -> str:
         head = ("graph", "node", "op", "shape / dtype", "FLOPs", "runs in")
@@ -75,7 +84,8 @@ class Report:
 
     def to_json(self) -> dict:
         return {"rows": [asdict(r) for r in self.rows], "total_flops": self.total_flops,
-                "septran_flops": self.septran_flops, "septran_share": self.septran_share}
+                "septran_flops": self.septran_flops, "septran_share": self.septran_share,
+                "arena_bytes": self.arena_bytes}
 
     def dump(self) -> None:
         """Writes the table and its JSON to SEPTRAN_DUMP_DIR, when it is set."""

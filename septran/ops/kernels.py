@@ -93,9 +93,9 @@ def kernel(key: Hashable, target: str, op: str, make_logic: Callable[[], object]
             k = _CACHE[key] = septran.compile(make_logic(), mapping(target, op, dynamic, unbound), target=target,
                                               autotune=True if _AUTOTUNE.get() else None)
         elif _AUTOTUNE.get() and k.tuner is None:  # compiled before without: its variants made so far keep their points
-            from septran.tuning.api import autotuner
+            import septran
 
-            k.tuner = autotuner
+            k.tuner = septran.api._tuner(True)  # the front door's: the kernel library imports no tuner itself
         return k
 
 

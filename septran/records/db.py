@@ -12,7 +12,11 @@ read (the file only grows). A line that is not a record of this schema
 logged warning per read; reading never raises for a line's content.
 
 Records are never rewritten or deleted; ``septran db export`` writes a copy
-elsewhere.
+elsewhere. A database that cannot be written (a full disk, ``/dev/full``, a
+read-only file or folder) does not stop a search: the records are kept in
+this process's memory, read back like the file's, with one warning per file.
+Each record read from the file keeps its line number (``where``), so that a
+caller can name the line of a record it will not use.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from septran import env
 from septran.paths import check_user_path
 from septran.records.key import TuningKey
 from septran.records.record import STATUSES, Timing, TuningRecord, point_id
+from septran.records.shown import shown
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +50,12 @@ class _Index:
     by_key: dict[str, list[TuningRecord]] = field(default_factory=dict)
     by_work: dict[str, list[TuningRecord]] = field(default_factory=dict)
     warned_tail: tuple[int, int] = (-1, -1)
+    lines: int = 0  # whole lines read so far
+    line_of: dict[int, int] = field(default_factory=dict)  # id(record) -> its line in the file (records are kept)
 
-    def add(self, record: TuningRecord) -> None:
+    def add(self, record: TuningRecord, line: Optional[int] = None) -> None:
+        if line is not None:
+            self.line_of[id(record)] = line
         self.records.append(record)
         self.by_key.setdefault(record.key.digest(), []).append(record)
         self.by_work.setdefault(record.key.point_digest(), []).append(record)
@@ -59,6 +68,7 @@ class TuningDB:
         self.path = Path(check_user_path(path, "the tuning database", env.SettingError)) if path is not None else env.tuning_db()
         self._index = _Index()
         self._lock = threading.Lock()
+        self._unwritten = _UNWRITTEN.setdefault(str(self.path), [])  # shared by every TuningDB of this path
 
     def __repr__(self) -> str:
         return f"TuningDB({str(self.path)!r})"
@@ -71,9 +81,16 @@ class TuningDB:
 
     def extend(self, records: Iterable[TuningRecord]) -> None:
         """Add records, one whole-line write each, under one lock."""
+        records = list(records)
         lines = [r.to_line() for r in records]
         if not lines:
             return
+        try:
+            self._write(lines)
+        except OSError as e:
+            self._keep_in_memory(records, e)
+
+    def _write(self, lines: list[bytes]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
@@ -87,15 +104,33 @@ class TuningDB:
         finally:
             os.close(fd)  # closing releases the lock
 
+    def _keep_in_memory(self, records: list[TuningRecord], err: OSError) -> None:
+        """A database that cannot be written: the records stay in this process (a search's answer is not lost
+        after its measurements), with one warning per file. A record half written before the error is one
+        unfinished line, which readers skip."""
+        with self._lock:
+            first = not self._unwritten
+            self._unwritten.extend(records)
+        if first:
+            log.warning("cannot write the tuning database %s (%s): its new records are kept in this process's memory "
+                        "only, and the tuned points are lost when it ends; set SEPTRAN_TUNING_DB to a file SepTran may "
+                        "append to", shown_path(self.path), err.strerror or err)
+
+    def where(self, record: TuningRecord) -> str:
+        """``file:line`` of a record read from the database (the file alone for a record kept in memory)."""
+        line = self._index.line_of.get(id(record))
+        return f"{shown_path(self.path)}:{line}" if line is not None else f"{shown_path(self.path)} (kept in memory)"
+
     # -- reading ---------------------------------------------------------------------------------------------
 
     def all(self) -> list[TuningRecord]:
-        """Every readable record, in the order written."""
-        return list(self._refresh().records)
+        """Every readable record, in the order written (then those kept in memory)."""
+        return list(self._refresh().records) + list(self._unwritten)
 
     def records(self, key: TuningKey) -> list[TuningRecord]:
         """Every record of exactly this key (all fields, the space hash included), in the order written."""
-        return list(self._refresh().by_key.get(key.digest(), ()))
+        digest = key.digest()
+        return list(self._refresh().by_key.get(digest, ())) + [r for r in self._unwritten if r.key.digest() == digest]
 
     def records_by_point(self, key: TuningKey) -> dict[str, list[TuningRecord]]:
         """The records of this key's work in ANY search space, by point id (``record.point`` names the values).
@@ -104,13 +139,15 @@ class TuningDB:
         space finds here the points it has already measured.
         """
         out: dict[str, list[TuningRecord]] = {}
-        for record in self._refresh().by_work.get(key.point_digest(), ()):
+        digest = key.point_digest()
+        kept = [r for r in self._unwritten if r.key.point_digest() == digest]
+        for record in list(self._refresh().by_work.get(digest, ())) + kept:
             out.setdefault(record.point_id, []).append(record)
         return out
 
     def empty(self) -> bool:
         """No readable record: a caller need not compute a key (a logic hash, a device identity) to look one up."""
-        return not self._refresh().records
+        return not self._refresh().records and not self._unwritten
 
     def best(self, key: TuningKey) -> Optional[TuningRecord]:
         """The ok record of this key with the lowest median (ties: the earliest), or None.
@@ -149,13 +186,14 @@ class TuningDB:
     def _parse(self, index: _Index, data: bytes) -> None:
         end = data.rfind(b"\n") + 1
         skipped = 0
-        for line in data[:end].split(b"\n"):
+        for n, line in enumerate(data[:end].split(b"\n")[:-1], index.lines + 1):
             if line.strip():
                 record = _record_of(line)
                 if record is None:
                     skipped += 1
                 else:
-                    index.add(record)
+                    index.add(record, n)
+        index.lines += data.count(b"\n", 0, end)
         index.offset += end
         tail = data[end:]
         unfinished = bool(tail.strip()) and index.warned_tail != (index.offset, len(tail))
@@ -180,6 +218,15 @@ def best_of(records: Iterable[TuningRecord]) -> Optional[TuningRecord]:
         latest = max(final, key=lambda r: r.created)
         ok = [r for r in final if r.features.get("final_round") == latest.features.get("final_round")]
     return min(ok, key=lambda r: r.median_s, default=None)  # min keeps the first of equals
+
+
+# Records a TuningDB could not write, by database path: kept for this process, read back with the file's.
+_UNWRITTEN: dict[str, list[TuningRecord]] = {}
+
+
+def shown_path(path) -> str:
+    """A database path as a message may print it (a path may hold any character but NUL)."""
+    return shown(str(path))
 
 
 def default_db() -> TuningDB:

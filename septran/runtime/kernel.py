@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
-from septran.errors import CallError
+from septran.errors import CallError, SourceLoc
 from septran.frontend.ir import Privilege, TaskGraph
 from septran.frontend.shapes import ShapeRelations
 from septran.lowering import Specialization
@@ -27,6 +29,20 @@ from septran.runtime.variant import Variant
 from septran.target import Target
 
 log = logging.getLogger(__name__)
+
+
+def _user_line() -> Optional[SourceLoc]:
+    """The first line of the caller's code outside SepTran (where ``specialize()`` was called)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the septran package
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here + os.sep):
+        frame = frame.f_back
+    return SourceLoc(frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _dtype_name(dtype) -> str:
@@ -49,7 +65,7 @@ class Kernel:
 
     def __init__(self, graph: TaskGraph, mapping: Mapping, target: Target, tuner: Optional[Tuner] = None, logic=None):
         self.graph = graph
-        self.logic = logic  # the entry task function: traced again for a call that passes optional tensors
+        self.logic = logic  # the entry task function (or implicit_host.ImplicitHost): traced again for a call that passes optional tensors
         self.optional = graph.entry_task.absent  # the optional tensors (M=None); `graph` is the trace without them
         self.mapping = mapping  # for a search space (!tune): its first point, with .space
         self.target = target
@@ -92,14 +108,14 @@ class Kernel:
 
     def with_optional(self, present: tuple) -> "Kernel":
         """The kernel for calls that pass the optional tensors ``present`` (traced on first use)."""
-        from septran.frontend.graph import build_graph
+        from septran.frontend.implicit_host import graph_of
 
         sub = self._with_optional.get(present)
         if sub is None:
             if self.logic is None:
                 raise CallError(f"this kernel was built from a task graph: it cannot take the optional tensors "
                                 f"{', '.join(present)}", hint="compile it with septran.compile(logic, ...)")
-            graph = build_graph(self.logic, absent=frozenset(self.optional) - set(present))
+            graph = graph_of(self.logic, absent=frozenset(self.optional) - set(present))
             sub = Kernel(graph, self.mapping, self.target, self.tuner)
             sub.optional = ()  # it takes exactly these; this kernel routes
             optional.check_roles(sub, present)
@@ -122,16 +138,24 @@ class Kernel:
         described = {}
         for a in self.inputs + tuple(o for o in self.outputs if o.name in args):  # outputs: optional, as in a call
             if a.name not in args:
-                raise CallError(f"specialize() needs input {a.name}", hint=f"inputs: {', '.join(x.name for x in self.inputs)}")
+                raise CallError(f"specialize() needs input {a.name}", _user_line(),
+                                hint=f"inputs: {', '.join(x.name for x in self.inputs)}; e.g. "
+                                     f"{a.name}=((64, 64), 'float32') or a tensor")
             val = args.pop(a.name)
             if hasattr(val, "shape") and hasattr(val, "dtype"):
                 described[a.name] = (tuple(val.shape), _dtype_name(val.dtype))
             else:
-                shape, dtype = val
-                described[a.name] = (tuple(int(s) for s in shape), _dtype_name(dtype))
+                try:
+                    shape, dtype = val
+                    described[a.name] = (tuple(int(s) for s in shape), _dtype_name(dtype))
+                except (TypeError, ValueError):
+                    raise CallError(f"specialize(): {a.name} must be a tensor or a (shape, dtype) pair, not "
+                                    f"{_short(val)}", _user_line(), hint=f"{a.name}=((64, 64), 'float32')") from None
         scalars = self.scalar_values({k: args.pop(k) for k in list(args) if k in self.scalars})
         if args:
-            raise CallError(f"specialize() got unknown arguments {', '.join(args)}")
+            raise CallError(f"specialize() got unknown arguments {', '.join(args)}", _user_line(),
+                            hint=f"inputs: {', '.join(x.name for x in self.inputs)}"
+                                 + (f"; scalars: {', '.join(self.scalars)}" if self.scalars else ""))
         return self.variant(described, scalars)
 
     def scalar_values(self, given: dict) -> dict[str, float]:
@@ -177,9 +201,10 @@ class Kernel:
         return key, spec
 
     def _variant(self, key: tuple, spec: Specialization, described: dict) -> Variant:
-        if self.dynamic:  # one variant serves every size of the dynamic dimensions
+        if self.dynamic:  # one variant serves every size of the dynamic dimensions (in one shape_points bucket)
             dynamic_dims.check_sizes(spec.shapes, self.dynamic)
-            key = tuple(sorted(dynamic_dims.masked_described(described, self.dynamic).items())) + key[len(described):]
+            key = tuple(sorted(dynamic_dims.masked_described(described, self.dynamic).items())) + key[len(described):] \
+                + (("shape_points", points.bucket(self, spec)),)
         variant = self._variants.get(key)
         if variant is None:
             choice = points.choose(self, spec, described, self.tuner, self._first_point_warning)
@@ -233,6 +258,20 @@ class Kernel:
             self._last = plan.variant
         return out
 
+    def prepared(self, args: tuple, kwargs: dict, without_optional: bool = False) -> Optional[Plan]:
+        """The plan of calls with this call's signature (made and kept if new). A caller that knows its calls
+        repeat a signature (a compiled graph's step) keeps the plan and calls ``plan.run`` itself, skipping the
+        signature's lookup; ``run`` returning None (another device or layout) sends it back to ``__call__``.
+        A kernel with optional tensors routes its calls first: None, unless ``without_optional`` says that the
+        call passes none of them and leaves their places out (``kernel(q, k, v, sm_scale)``)."""
+        if self.optional and not without_optional:
+            return None
+        key = call_key(args, kwargs)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self.plan(args, kwargs)
+        return plan
+
     def plan(self, args: tuple, kwargs: dict) -> Plan:
         """The plan of a call like this one: its arguments bound and checked, its variant chosen and built."""
         import torch
@@ -243,7 +282,9 @@ class Kernel:
         scalars = self.scalar_values(given)
         described = {n: (tuple(t.shape), _dtype_name(t.dtype)) for n, t in tensors.items()}
         key, spec = self._specialization(described, scalars)  # shapes without lowering: empty outputs need no program
-        passed_outputs.check_passed(tensors, [a.name for a in self.outputs if a.name in tensors])
+        roles = {a.name: a.role for a in self.args}
+        passed_outputs.check_views(tensors, roles)
+        passed_outputs.check_passed(tensors, [n for n in tensors if roles.get(n, "input") != "input"], roles)
         written = [spec.shapes[a.name] for a in self.outputs] + [spec.shapes[a.name] for a in self.inputs if a.role == "inout"]
         # Empty inputs do not stop the program: a nonempty output still needs it (a sum over K = 0 is its
         # identity, then the epilogue runs; TileLang takes extents of 0). Only where there is nothing to

@@ -35,10 +35,14 @@ def check_declared(kernel) -> None:
                             kernel.graph.entry_task.loc)
 
 
-def check_passed(tensors: dict, outputs: list) -> None:
-    """A passed output (``outputs``: their names) shares no memory with another tensor of the call (``tensors``:
-    name -> tensor): the kernel reads its inputs while it writes the outputs, in an order no caller can rely on."""
-    for name in outputs:
+def check_passed(tensors: dict, written: list, roles: dict | None = None) -> None:
+    """A tensor the kernel writes (``written``: passed outputs and in-out parameters) shares no memory with any
+    other tensor of the call (``tensors``: name -> tensor): the kernel reads its inputs while it writes, in an
+    order no caller can rely on, and with several programs at once (torch refuses partially overlapping
+    in-place ops for the same reason). The same tensor passed twice counts too: a program may read an element
+    another program has already written. ``roles``: name -> input, output or inout (for the message)."""
+    roles = roles or {}
+    for name in written:
         t = tensors[name]
         lo, hi = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
         for other, u in tensors.items():
@@ -46,8 +50,37 @@ def check_passed(tensors: dict, outputs: list) -> None:
                 continue
             ulo = u.data_ptr()
             if ulo < hi and lo < ulo + u.numel() * u.element_size():
-                raise CallError(f"output {name} shares memory with {other}",
-                                hint=f"pass a separate tensor as {name}, or let the kernel allocate it")
+                what = "in-out parameter" if roles.get(name) == "inout" else "output"
+                same = " (the same elements)" if (ulo, u.shape, u.dtype) == (lo, t.shape, t.dtype) else ""
+                raise CallError(f"{what} {name} shares memory with {other}{same}, which the kernel reads while it "
+                                f"writes {name}",
+                                hint=f"pass a separate tensor as {name} (or {other}.clone() as {other})"
+                                     + ("" if what == "in-out parameter" else ", or let the kernel allocate it"))
+
+
+def check_views(tensors: dict, roles: dict) -> None:
+    """A tensor with the negative or conjugate bit (``torch._neg_view``, ``x.conj()``) is a view whose storage
+    holds other values than it reads as: the kernel reads storage. An input is materialised per call
+    (``resolve_views``); a tensor the kernel writes cannot be, so it is refused."""
+    for name, t in tensors.items():
+        bit = "negative" if t.is_neg() else "conjugate" if t.is_conj() else None
+        if bit is not None and roles.get(name, "input") != "input":
+            raise CallError(f"{name} has torch's {bit} bit set (a lazy view): the kernel would write its storage, "
+                            f"which reads as other values",
+                            hint=f"pass {name}.resolve_neg().resolve_conj() and use that tensor afterwards")
+
+
+def resolve_views(pool: list, written: frozenset) -> list:
+    """``pool`` with every tensor that has the negative or conjugate bit materialised (its values, as torch reads
+    them, in fresh memory). ``written``: pool indices the kernel writes, which ``check_views`` refused already."""
+    out = list(pool)
+    for i, t in enumerate(pool):
+        if t.is_neg() or t.is_conj():
+            if i in written:
+                raise CallError("a tensor the kernel writes has torch's negative or conjugate bit set",
+                                hint="pass it resolved (x.resolve_neg().resolve_conj())")
+            out[i] = t.resolve_neg().resolve_conj()
+    return out
 
 
 def row_major(t):

@@ -5,8 +5,9 @@ tensor's shape and dtype, each scalar's type and exact value (``call_key``). ``K
 the first call of a signature, chooses its variant and builds it; the plan it returns holds the rest as
 indices: which passed tensor is which parameter, which are converted to the program's type, which outputs are
 allocated (and zero-filled), what is copied back. A later call of the signature only checks what the
-signature does not fix (each tensor's device and layout, and that a passed output shares no memory with
-another argument), allocates, and calls the built function: positional and keyword calls alike.
+signature does not fix (each tensor's device and layout, that a tensor the kernel writes shares no memory
+with another argument, and that no tensor is a lazy negative view, which is materialised), allocates, and
+calls the built function: positional and keyword calls alike.
 """
 from __future__ import annotations
 
@@ -44,10 +45,12 @@ class Layout:
     write_back: tuple[int, ...] = ()  # pool indices of converted tensors the program writes: copied back
     results: tuple[tuple[int, Any], ...] = ()  # per output: pool index, and the caller's dtype where it differs
     # (a passed output is returned itself; an allocated one the program computes in another type, converted)
-    outputs_passed: tuple[tuple[str, int], ...] = ()  # (name, pool index): checked for shared memory per call
+    outputs_passed: tuple[tuple[str, int], ...] = ()  # (name, pool index) of each passed tensor the kernel writes
+    # (outputs and in-out parameters): checked for shared memory per call
     names: tuple[str, ...] = ()  # the passed tensors' names (for the shared-memory check's message)
     nbytes: tuple[int, ...] = ()  # the passed tensors' sizes in bytes
-    overlap_pairs: tuple[tuple[int, int], ...] = ()  # (passed output, other passed tensor), both nonempty
+    overlap_pairs: tuple[tuple[int, int], ...] = ()  # (written tensor, other passed tensor), both nonempty
+    roles: tuple[str, ...] = ()  # the passed tensors' roles (input, output, inout)
 
 
 class Plan:
@@ -65,6 +68,7 @@ class Plan:
         self._direct = (fn is not None and lay.order is None and not lay.convert and not lay.zero and not lay.reshape
                         and not lay.write_back and all(dtype is None for _, dtype in lay.results))
         self._single = lay.results[0][0] if len(lay.results) == 1 else None
+        self._cpu = getattr(device, "type", None) == "cpu"
 
     def run(self, args: tuple, kwargs: dict):
         lay, device = self.layout, self.device
@@ -72,10 +76,24 @@ class Plan:
             pool = list(args[: self._leading])
         else:
             pool = [args[s] if s.__class__ is int else kwargs[s] for s in lay.take]
-        for t in pool:
-            if t.device != device or not t.is_contiguous():
-                return None
-        if lay.outputs_passed:
+        # Each tensor: on the plan's device, contiguous, and no lazy negative view (torch._neg_view: its storage
+        # holds the values negated; conjugate views are complex, which no target takes, refused by dtype when the
+        # plan is made). On the host, `is_cpu` pays for `is_neg`: `t.device != device` builds a device object.
+        if self._cpu:
+            for t in pool:
+                if not t.is_cpu or not t.is_contiguous():
+                    return None
+                if t.is_neg():
+                    pool = _resolved(lay, pool)
+                    break
+        else:
+            for t in pool:
+                if t.device != device or not t.is_contiguous():
+                    return None
+                if t.is_neg():
+                    pool = _resolved(lay, pool)
+                    break
+        if lay.overlap_pairs:
             _check_shared_memory(lay, pool)
         if self._direct:
             # torch.empty(*shape, ...) costs half of torch.empty(shape, ...): for a small kernel, the call's
@@ -119,14 +137,24 @@ class Plan:
 
 
 def _check_shared_memory(lay: Layout, pool: list) -> None:
-    """A passed output overlaps no other passed tensor (byte sizes are the signature's: only addresses vary)."""
+    """A written tensor overlaps no other passed tensor (byte sizes are the signature's: only addresses vary)."""
     ptrs = [t.data_ptr() for t in pool]
     sizes = lay.nbytes
     for o, j in lay.overlap_pairs:
         if ptrs[j] < ptrs[o] + sizes[o] and ptrs[o] < ptrs[j] + sizes[j]:
             from septran.runtime.outputs import check_passed
 
-            check_passed(dict(zip(lay.names, pool)), [name for name, _ in lay.outputs_passed])  # says which
+            check_passed(dict(zip(lay.names, pool)), [name for name, _ in lay.outputs_passed],  # says which
+                         dict(zip(lay.names, lay.roles)))
+
+
+def _resolved(lay: Layout, pool: list) -> list:
+    """The pool with lazy negative views materialised; one the kernel writes is refused (it reads as other values
+    than its storage holds, and the kernel writes storage)."""
+    from septran.runtime.outputs import check_views, resolve_views
+
+    check_views(dict(zip(lay.names, pool)), dict(zip(lay.names, lay.roles)))
+    return resolve_views(pool, frozenset(i for _, i in lay.outputs_passed))
 
 
 def _zeros(shape, dtype, device):
@@ -178,10 +206,13 @@ def lay_out(params: tuple, sources: dict, tensors: dict, spec, user: dict, read_
             reshape.append((k, "empty"))
     results = tuple((index[n], None if n in sources or user[n] == spec.dtypes[n] else getattr(torch, user[n]))
                     for n, role in params if role == "output")
+    if not results:  # a kernel that only writes into tensors it is passed (a split sum's Y, KV caches): those
+        results = tuple((index[n], None) for n, role in params if role == "inout")
     nbytes = tuple(tensors[n].numel() * tensors[n].element_size() for n in names)
     return Layout(take=tuple(sources[n] for n in names), allocate=tuple(allocate),
                   order=None if order == tuple(range(len(order))) else order, convert=tuple(convert), zero=tuple(zero),
                   reshape=tuple(reshape), write_back=tuple(write_back), results=results,
-                  outputs_passed=tuple((n, index[n]) for n in names if roles[n] == "output"), names=names,
-                  nbytes=nbytes, overlap_pairs=tuple((index[o], index[n]) for o in names if roles[o] == "output" and nbytes[index[o]]
-                                                     for n in names if n != o and nbytes[index[n]]))
+                  outputs_passed=tuple((n, index[n]) for n in names if roles[n] != "input"), names=names,
+                  nbytes=nbytes, overlap_pairs=tuple((index[o], index[n]) for o in names if roles[o] != "input" and nbytes[index[o]]
+                                                     for n in names if n != o and nbytes[index[n]]),
+                  roles=tuple(roles[n] for n in names))

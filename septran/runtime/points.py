@@ -5,6 +5,7 @@ point the tuning database (``septran.records``) holds for exactly these
 shapes, dtypes, scalars, device and versions; else, when the kernel was
 handed a tuner (``septran.compile(..., autotune=True)`` or
 ``SEPTRAN_AUTOTUNE=1`` hands it ``septran.tuning``'s), a search now; else the
+mapping's point for the call's shape bucket (``shape_points:``); else the
 space's first point, the hand-written mapping, with one warning per kernel.
 
 The runtime stands below the tuner: it knows a tuner only as the callable
@@ -19,8 +20,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from septran import env, progress
+from septran.mapping import shape_points
 from septran.mapping.schema import Mapping
-from septran.records import TuningKey, default_db, device_identity
+from septran.mapping.space import SearchSpace
+from septran.records import TuningDB, TuningKey, TuningRecord, best_of, default_db, device_identity
+from septran.records.shown import shown
 from septran.runtime.dynamic_dims import masked
 
 log = logging.getLogger(__name__)
@@ -54,19 +58,52 @@ def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_poi
         return Choice(mapping, {}, "the mapping has no !tune", checked=True)
     if _device_present(kernel.target):
         db = default_db()
-        record = None if db.empty() else db.best(record_key(kernel, spec))
+        record = None if db.empty() else best_in_space(db, record_key(kernel, spec), mapping.space)
         if record is not None:
-            return _choice(mapping, dict(record.point), f"the tuning database ({env.tuning_db()}): "
-                                                        f"{record.median_s * 1e3:.4g} ms, recorded {record.created}")
+            return _choice(mapping, dict(record.point), f"the tuning database ({shown(env.tuning_db())}): "
+                                                        f"{record.median_s * 1e3:.4g} ms, recorded {shown(record.created)}")
         if tuner is not None:
             tuned = tuner(kernel, described, dict(spec.scalars))
             return _choice(mapping, dict(tuned.point), tuned.source)
+    k = bucket(kernel, spec)
+    if k is not None:
+        entry = mapping.shape_points[k]
+        return _choice(mapping, dict(entry.point), f"the mapping's point for these shapes (shape_points entry {k + 1}, "
+                                                   f"{entry.loc.file}:{entry.loc.line})")
     if warn_first_point():
         progress.show()  # shown on stderr with the build lines where progress is on
         log.warning("kernel %s (%s): a search space of %d points (!tune) with no tuned point for these shapes: running "
                     "its first point; tune with septran.compile(..., autotune=True), SEPTRAN_AUTOTUNE=1 or `septran tune`",
                     kernel.graph.entry, mapping.file, mapping.space.size)
     return Choice(mapping, dict(mapping.space.first), "the space's first point (not tuned)", checked=True)
+
+
+def best_in_space(db: TuningDB, key: TuningKey, space: SearchSpace) -> Optional[TuningRecord]:
+    """The best record of ``key`` whose point is a point of ``space``. A record whose point is not (a value the
+    space does not list, ``"64"`` for 64, ``true`` for 1, a dimension missing or foreign: written by hand or by
+    another program) is skipped with a warning naming the database's file and line, once per process; it must
+    not stop every call of the kernel, nor be blamed on the mapping."""
+    usable = []
+    for record in db.records(key):
+        why = space.refusal(record.point)
+        if why is None:
+            usable.append(record)
+            continue
+        where = db.where(record)
+        if where not in _WARNED:
+            _WARNED.add(where)
+            log.warning("%s: skipped a tuning record whose point is not a point of the search space of %s: %s",
+                        where, shown(space.file), shown(why))
+    return best_of(usable)
+
+
+_WARNED: set[str] = set()  # records already warned about (file:line), once per process
+
+def bucket(kernel, spec) -> Optional[int]:
+    """Which ``shape_points`` entry the call's shapes fall in (None: none, or no entries). A kernel with dynamic
+    dimensions keeps one variant per bucket: a decode step's one row runs the decode point, not the prefill's."""
+    entries = kernel.mapping.shape_points if kernel.mapping.space is not None else ()
+    return shape_points.bucket(entries, spec.shapes) if entries else None
 
 
 def record_key(kernel, spec) -> TuningKey:

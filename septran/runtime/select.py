@@ -62,6 +62,8 @@ def op_name(file: Optional[str], logic: Logic) -> str:
 def find_task(names: dict, file: Optional[str], logic: Logic, name: str, loc: SourceLoc) -> TaskFunction:
     if isinstance(logic, TaskFunction) and logic.name == name:
         return logic
+    if isinstance(logic, TaskFunction) and name in getattr(logic, "alternatives", {}):
+        return logic.alternatives[name]  # another algorithm built with the same arguments (a mapping picks it)
     found = names.get(name)
     if isinstance(found, TaskFunction):
         return found
@@ -89,6 +91,32 @@ def mapping_from(value: Union[str, Path, dict]) -> Mapping:
     if not isinstance(value, (str, Path)):
         raise MappingError(f"a mapping is a file path, YAML text or a dict, got {type(value).__name__}")
     return load_mapping(value)
+
+
+def with_target(mapping: Mapping, target: Optional[str]) -> Mapping:
+    """The mapping with its target settled: a file that names none (the design notes' spelling) takes ``target``
+    (the compile's argument), else SEPTRAN_TARGET, else this machine's (as a mapping file is chosen); one that
+    names a target other than ``target`` is refused, naming both. A mapping's own ``target:`` wins over
+    SEPTRAN_TARGET, which chooses among mapping files (SEPTRAN_MAPPING's with it), as before."""
+    named = mapping.target.value
+    if named is None:
+        if target is not None:
+            chosen, source = target, f"septran.compile(..., target={target!r})"
+        elif env.target_override() is not None:
+            chosen, source = env.target_override(), f"SEPTRAN_TARGET={env.target_override()}"
+        else:
+            chosen = detect_target()
+            source = f"this machine's target, {chosen}: {mapping.file} names none; set SEPTRAN_TARGET or pass target="
+        check_target_name(chosen, source=f"from {source}", error=TargetError)
+        return mapping.with_target(chosen, SourceLoc(f"<{source}>", 0))
+    if target is not None and target != named:
+        raise MappingError(
+            f"asked to compile for {target!r} with a mapping for {named!r}: septran.compile(..., target={target!r}) "
+            f"and {mapping.file}'s `target: {named}` disagree",
+            mapping.target.loc,
+            hint="pass that target's mapping, or leave `target` out",
+        )
+    return mapping
 
 
 def choose_mapping(op: str, mapping: Union[Mapping, str, Path, None], target: Optional[str]) -> Mapping:

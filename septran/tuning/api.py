@@ -20,7 +20,7 @@ from typing import Optional
 from septran.errors import MappingError, SepTranError
 from septran.records.db import TuningDB, default_db
 from septran.records.record import Timing, TuningRecord, point_id
-from septran.runtime.points import Tuned
+from septran.runtime.points import Tuned, best_in_space
 from septran.tuning import measure as ms
 from septran.tuning.measurer import Measurer
 from septran.tuning.prune import Candidate, most_common_rule, prune_resources, prune_static
@@ -92,7 +92,7 @@ class _Tuner:
     def run(self, budget, force: bool, sampler: str) -> TuneResult:
         space = self.kernel.mapping.space
         first_id = point_id(space.first)
-        best = None if force else self.db.best(self.key)
+        best = None if force else best_in_space(self.db, self.key, space)
         if best is not None:
             first = [r.median_s for r in self.db.records_by_point(self.key).get(first_id, []) if r.status == "ok"]
             return TuneResult(dict(best.point), best.median_s, min(first) if first else None, space.size, 0, 0, True)

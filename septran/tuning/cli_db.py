@@ -21,6 +21,7 @@ from typing import Any, Optional
 from septran.env import SettingError
 from septran.paths import check_user_path
 from septran.records.db import TuningDB, best_of
+from septran.records.shown import shown
 from septran.records.device import device_label, device_string
 from septran.records.key import canonical_json
 from septran.records.record import TuningRecord
@@ -92,15 +93,6 @@ def summarize(records: list[TuningRecord]) -> list[dict[str, Any]]:
         })
     rows.sort(key=lambda row: (row["op"], row["target"], canonical_json(row["shapes"]), row["key"]))
     return rows
-
-
-def shown(value: Any) -> str:
-    """A string from the database as the terminal may print it: control characters, escape sequences and other
-    unprintable characters escaped (a record may hold any text; printed raw, ESC [ ... would drive the terminal)."""
-    text = str(value)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

@@ -7,7 +7,7 @@ import tilelang.cpu.language as T
 X_dim0 = 1000  # problem size Y.shape[0], X.shape[0]
 X_dim1 = 4097  # problem size Y.shape[1], X.shape[1], W.shape[0], B.shape[0]
 BM = 1  # tunable BM = 1 (mappings/cpu/layernorm.yaml:9)
-BN = 1024  # tunable BN = 1024 (mappings/cpu/layernorm.yaml:9)
+BN = 4104  # tunable BN = 4104 (mappings/cpu/layernorm.yaml:9)
 
 
 @T.prim_func
@@ -32,7 +32,7 @@ def layernorm(
         T.call_extern("int32", "septran_cpu_fill_zero_f32", acc.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN))
         for k_2 in T.serial(T.ceildiv(X_dim1, BN)):
             for i, j in T.grid(BM, BN):
-                acc[i, j] = acc[i, j] + T.if_then_else(k_2 * BN + j < X_dim1, (T.if_then_else((k_2 * BN + j) < X_dim1, X[bx * BM + i, k_2 * BN + j], T.float32(0.0)) - mean[i]) * (T.if_then_else((k_2 * BN + j) < X_dim1, X[bx * BM + i, k_2 * BN + j], T.float32(0.0)) - mean[i]), T.float32(0.0))
+                acc[i, j] = acc[i, j] + (T.if_then_else(k_2 * BN + j < X_dim1, T.if_then_else((k_2 * BN + j) < X_dim1, X[bx * BM + i, k_2 * BN + j], T.float32(0.0)), mean[i]) - mean[i]) * (T.if_then_else(k_2 * BN + j < X_dim1, T.if_then_else((k_2 * BN + j) < X_dim1, X[bx * BM + i, k_2 * BN + j], T.float32(0.0)), mean[i]) - mean[i])
         T.call_extern("int32", "septran_cpu_reduce_sum_f32", rstd.access_ptr("rw"), acc.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN), 1)
         for i in T.grid(BM):
             rstd[i] = T.rsqrt(rstd[i] / T.float32(X_dim1) + T.float32(1e-05))

@@ -39,7 +39,7 @@ def layernorm(
         for k_2 in T.serial(T.ceildiv(X_dim1, BN)):
             T.copy(X[bx * BM, k_2 * BN], X_local_2)
             for i, j in T.Parallel(BM, BN):
-                acc[i, j] = acc[i, j] + T.if_then_else(k_2 * BN + j < X_dim1, (T.Cast("float32", X_local_2[i, j]) - mean[i]) * (T.Cast("float32", X_local_2[i, j]) - mean[i]), T.float32(0.0))
+                acc[i, j] = acc[i, j] + (T.if_then_else(k_2 * BN + j < X_dim1, T.Cast("float32", X_local_2[i, j]), mean[i]) - mean[i]) * (T.if_then_else(k_2 * BN + j < X_dim1, T.Cast("float32", X_local_2[i, j]), mean[i]) - mean[i])
         T.reduce_sum(acc, rstd, dim=1, clear=True)
         for i in T.Parallel(BM):
             rstd[i] = T.rsqrt(rstd[i] / T.float32(X_dim1) + T.float32(1e-05))

@@ -7,7 +7,7 @@ import tilelang.cpu.language as T
 X_dim0 = 1000  # problem size Y.shape[0], X.shape[0]
 X_dim1 = 4097  # problem size Y.shape[1], X.shape[1], W.shape[0]
 BM = 1  # tunable BM = 1 (mappings/cpu/rmsnorm.yaml:9)
-BN = 1024  # tunable BN = 1024 (mappings/cpu/rmsnorm.yaml:9)
+BN = 4104  # tunable BN = 4104 (mappings/cpu/rmsnorm.yaml:9)
 
 
 @T.prim_func

@@ -8,31 +8,51 @@ import os
 import re
 import subprocess
 import tempfile
+from pathlib import Path
 
 from septran.tuning.nvcc import nvcc_path, resource_usage  # noqa: F401  (the tests' names)
 
 
-def nvcc_resource_usage(cuda_src: str, arch: str) -> dict:
+# nvcc's answers recorded in the repository, as goldens are: CI's fresh clone has no cache, and nvcc (not the code
+# under test) was a fifth of the suite's time. A record holds only for the exact source, arch, nvcc and TileLang
+# versions (its name is their hash): a changed kernel runs nvcc again. SEPTRAN_TEST_NVCC=record writes the records a
+# run asks for (then commit tests/golden/nvcc/); =fresh ignores them. test_nvcc_records.py checks a record against
+# a fresh nvcc run.
+RECORDS = Path(__file__).resolve().parents[1] / "golden" / "nvcc"
+
+
+def nvcc_resource_usage(cuda_src: str, arch: str, fresh: bool = False) -> dict:
     """``septran.tuning.nvcc.resource_usage``, remembered by content: several tests ask nvcc about the same kernel
-    (a shipped mapping's, a hand-written one), and one nvcc run takes seconds. The answer is kept under
-    SEPTRAN_CACHE_DIR/test-nvcc/, keyed by the source, the arch, nvcc's version and TileLang's (whose headers
-    it compiles with), so it holds within a run (xdist workers share it) and across runs. Failures are not kept."""
+    (a shipped mapping's, a hand-written one), and one nvcc run takes seconds. The answer is read from the
+    repository's records (tests/golden/nvcc/), else from SEPTRAN_CACHE_DIR/test-nvcc/, keyed by the source, the
+    arch, nvcc's version and TileLang's (whose headers it compiles with), so it holds within a run (xdist workers
+    share it) and across runs. Failures are not kept. ``fresh``: run nvcc whatever is recorded."""
     import tilelang
     from septran import env
 
     key = hashlib.sha256("\0".join((cuda_src, arch, _nvcc_version(), tilelang.__version__)).encode()).hexdigest()
+    mode = os.environ.get("SEPTRAN_TEST_NVCC", "")
+    record = RECORDS / f"{key[:32]}.json"
     path = env.cache_dir() / "test-nvcc" / f"{key[:32]}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
+    if not fresh and mode != "fresh":
+        for known in (record, path):
+            try:
+                return json.loads(known.read_text())
+            except (OSError, ValueError):
+                pass
     usage = resource_usage(cuda_src, arch)
+    for where in (path, record) if mode == "record" else (path,):
+        _write(where, usage)
+    return usage
+
+
+def _write(path: Path, usage: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as f:
-        json.dump(usage, f)
+        json.dump(usage, f, sort_keys=True)
+        f.write("\n")
     os.replace(tmp, path)  # a concurrent reader sees the whole answer or none
-    return usage
 
 
 @functools.lru_cache(maxsize=None)

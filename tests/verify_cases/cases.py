@@ -127,7 +127,7 @@ def case_softmax_swapped_lambda(tmp: Path) -> None:
     """``lambda j, i:`` on an 8 x 64 tile: i runs to 63 over X's tile of 8 rows. SIGSEGV today when run."""
     logic = edited_file(tmp, LIBRARY / "softmax.py", "softmax_swapped.py",
                         (SOFTMAX_WRITE, SOFTMAX_WRITE.replace("lambda i, j:", "lambda j, i:")))
-    mapping = edited_mapping(tmp, "cpu", "softmax", ROW_TILES)
+    mapping = edited_mapping(tmp, "cpu", "softmax_online", ROW_TILES)  # the online algorithm, whose write is edited
     err = refused(compile_and_specialize(logic, mapping, X=((7, 1000), "float32")))
     assert_located(err, logic, line_of(logic, "lambda j, i:"), r"\b(63|64)\b", r"\b8\b")
 

@@ -55,10 +55,26 @@ float erff(float);
  * name. x = n ln2 + r with |r| <= ln2 / 2; e^r by a degree-6 polynomial (at most 3 ulp from the true
  * value over [-104, 89]); 2^n from the exponent bits in two halves, so subnormal results come out
  * right. Special values as IEEE says: -inf gives 0, +inf and overflow +inf, NaN NaN. (fminf/fmaxf would
- * stop g++ vectorising: the clamps are comparisons.) */
+ * stop g++ vectorising: the clamps and the special values are comparisons, selected as bit masks.) */
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* a if take_a else b, as bit masks rather than `?:`: with -march=native = znver1, g++ 12 keeps `?:` in the
+ * inlined loop as a branch ("control flow in loop") and leaves the loop scalar (6.3 ns an exp, measured);
+ * as masks it is vectorised (2.2 ns, 128-bit vectors, znver1's preferred width). */
+static inline float septran_select(int32_t take_a, float a, float b) {
+  union { float f; int32_t i; } ua, ub, r;
+  ua.f = a;
+  ub.f = b;
+  int32_t m = -take_a;
+  r.i = (ua.i & m) | (ub.i & ~m);
+  return r.f;
+}
+
+static inline float septran_clamp(float x, float lo, float hi) {
+  return septran_select(x < lo, lo, septran_select(x > hi, hi, x));
+}
+
 static inline float septran_exp_scaled(float n, float r, float x, float hi, float lo) {
   float p = 1.3981999e-3f;
   p = p * r + 8.3334519e-3f;
@@ -71,13 +87,13 @@ static inline float septran_exp_scaled(float n, float r, float x, float hi, floa
   s1.i = (h + 127) << 23;
   s2.i = (ni - h + 127) << 23;
   float y = p * s1.f * s2.f;
-  y = x > hi ? (float)INFINITY : y;
-  y = x < lo ? 0.0f : y;
-  return x != x ? x : y;
+  y = septran_select(x > hi, (float)INFINITY, y);
+  y = septran_select(x < lo, 0.0f, y);
+  return septran_select(x != x, x, y);
 }
 
 static inline float septran_expf(float x) {
-  float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+  float xc = septran_clamp(x, -104.0f, 89.0f);
   float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest (1.5 * 2^23) */
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -85,7 +101,7 @@ static inline float septran_expf(float x) {
 }
 
 static inline float septran_exp2f(float x) {
-  float xc = x < -150.0f ? -150.0f : (x > 128.0f ? 128.0f : x);
+  float xc = septran_clamp(x, -150.0f, 128.0f);
   float n = (xc + 12582912.0f) - 12582912.0f;
   float r = (xc - n) * 0.693147180559945309f;
   return septran_exp_scaled(n, r, x, 128.0f, -150.0f);

@@ -1,9 +1,20 @@
 """Softmax and log-softmax over the last dimension, for rows of any length.
 
-The algorithm only; mappings/<target>/softmax.yaml say how. A program takes a
-block of rows and walks them in column tiles twice: an online pass keeps each
-row's running maximum m and sum l of exp(x - m) (rescaling l when m grows),
-then a second pass writes exp(x - m) / l, or x - m - log(l).
+The algorithm only; mappings/<target>/softmax.yaml say how. Two algorithms, and
+each target's mapping names the one it runs by its entry task (``task_name``):
+
+``softmax_logic`` (online): a program takes a block of rows and walks them in
+column tiles twice: an online pass keeps each row's running maximum m and sum l
+of exp(x - m) (rescaling l when m grows), then a second pass writes
+exp(x - m) / l, or x - m - log(l). Two passes over memory, exp twice per
+element: for GPUs, where a pass over global memory costs more than an exp.
+
+``softmax_cached_logic`` (exp once): the row's maximum first, then exp(x - m)
+once per element, summed and written, then the row scaled by 1 / sum (log-softmax:
+x - m - log(sum)). Three passes over the row, which a CPU program keeps in its
+caches (a block of rows at a time): there an exp costs more than a pass.
+``softmax(...)`` returns the online entry task and carries the other as
+``.alternatives``, built with the same arguments, so a mapping may name either.
 """
 from septran import task
 
@@ -15,7 +26,15 @@ def softmax(log: bool = False, axis: int = -1, rank: int = 2):
     if rank not in (2, 3, 4) or not -rank <= axis < rank:
         raise ValueError(f"softmax over axis {axis} of rank {rank}: rank is 2, 3 or 4 and axis one of its dimensions")
     if (axis % rank, rank) != (1, 2):
-        return _softmax_any(log, axis % rank, rank)
+        online = _softmax_any(log, axis % rank, rank)
+    else:
+        online = _softmax_last(log)
+    online.alternatives = {"softmax_cached_logic": _softmax_cached(log, axis % rank, rank)}
+    return online
+
+
+def _softmax_last(log: bool):
+    """The online algorithm over the last axis of a 2-D tensor."""
 
     @task.define(leaf=True)
     def softmax_start(m, l):
@@ -133,4 +152,107 @@ def _softmax_any(log: bool, axis: int, rank: int):
     return softmax_logic
 
 
+def _softmax_cached(log: bool, axis: int, rank: int):
+    """Exp once per element (see the module's docstring), over any axis: a program owns BM elements along the last
+    kept dimension (one along the others) and walks the reduced axis in tiles of BN, three times."""
+    kept = [d for d in range(rank) if d != axis]
+    inner = kept[-1]
+
+    def drop(ix):  # the statistics' indices: X's less the reduced one
+        return tuple(i for d, i in enumerate(ix) if d != axis)
+
+    def inside(X, ix):  # the element lies in the tensor (the last tile may overhang the reduced axis)
+        return task.global_index(X, axis, ix[axis]) < task.global_size(X, axis)
+
+    stat = lambda fn: each(rank - 1, fn)  # noqa: E731
+    elem = lambda fn: each(rank, fn)  # noqa: E731
+    rows = (axis, rank) == (1, 2)  # a matrix's rows: the row primitives (vector code on a CPU)
+
+    def fold(op, out, X):  # out = op(out, op over the axis of X)
+        if rows:
+            task.call_primitive("row_max", out, X) if op == "max" else task.call_primitive("row_sum", out, X)
+        else:
+            task.call_primitive(f"reduce_{op}", out, X, axis=axis, rank=rank)
+
+    @task.define(leaf=True)
+    def softmax_cached_start(m, l):
+        task.compute(m, stat(lambda *ix: NEG_INF))
+        task.compute(l, stat(lambda *ix: 0.0))
+
+    @task.define(leaf=True)
+    def softmax_cached_max(m, S, X):  # fold one tile into the maximum (columns past the end count as -inf)
+        task.compute(S, elem(lambda *ix: task.where(inside(X, ix), X[ix], NEG_INF)))
+        fold("max", m, S)
+
+    def exp_tile(s, l, S, X, m):  # S = exp(x - m), 0 past the end (exp(-inf)); l += its sum
+        # The select inside the exp, not around it: a conditional exp stays a branch in C, which g++ does not vectorise.
+        task.compute(S, elem(lambda *ix: task.exp(task.where(inside(X, ix), X[ix], NEG_INF) - m[drop(ix)])))
+        if not rows:  # row_sum clears s itself
+            task.compute(s, stat(lambda *ix: 0.0))
+        fold("sum", s, S)
+        task.compute(l, stat(lambda *ix: l[ix] + s[ix]))
+
+    if log:
+        @task.define(leaf=True)
+        def softmax_cached_exp(s, l, S, X, m):
+            exp_tile(s, l, S, X, m)
+
+        @task.define(leaf=True)
+        def softmax_cached_norm(l):
+            task.compute(l, stat(lambda *ix: task.log(l[ix])))
+
+        @task.define(leaf=True)
+        def softmax_cached_write(Y, X, m, l):
+            task.compute(Y, elem(lambda *ix: X[ix] - m[drop(ix)] - l[drop(ix)]))
+    else:
+        @task.define(leaf=True)
+        def softmax_cached_exp(Y, s, l, S, X, m):  # the exps written as they are summed
+            exp_tile(s, l, S, X, m)
+            task.compute(Y, elem(lambda *ix: S[ix]))
+
+        @task.define(leaf=True)
+        def softmax_cached_norm(l):  # one division per row; the elements are multiplied
+            task.compute(l, stat(lambda *ix: 1.0 / l[ix]))
+
+        @task.define(leaf=True)
+        def softmax_cached_write(Y, X, m, l):
+            task.compute(Y, elem(lambda *ix: Y[ix] * l[drop(ix)]))
+
+    @task.define
+    def softmax_cached_rows(Y, X):
+        walk = tuple("BN" if d == axis else None for d in range(rank))
+        Xp = task.partition(X, by="blocks", tile=walk)
+        Yp = task.partition(Y, by="blocks", tile=walk)
+        stats = [X.shape[d] for d in kept]
+        m = task.temp(*stats)  # the maximum
+        l = task.temp(*stats)  # the sum of exp(x - m), then 1 / sum (log-softmax: log(sum))
+        s = task.temp(*stats)  # one tile's sum
+        S = task.temp(*(X.shape[d] if d != axis else "BN" for d in range(rank)))
+        at = lambda k: tuple(k if d == axis else 0 for d in range(rank))  # noqa: E731
+        task.launch(softmax_cached_start, m, l)
+        for k in task.range(Xp.shape[axis]):
+            task.launch(softmax_cached_max, m, S, Xp[at(k)])
+        for k in task.range(Xp.shape[axis]):
+            if log:
+                task.launch(softmax_cached_exp, s, l, S, Xp[at(k)], m)
+            else:
+                task.launch(softmax_cached_exp, Yp[at(k)], s, l, S, Xp[at(k)], m)
+        task.launch(softmax_cached_norm, l)
+        for k in task.range(Xp.shape[axis]):
+            task.launch(softmax_cached_write, Yp[at(k)], Xp[at(k)], m, l)
+
+    @task.define
+    def softmax_cached_logic(Y, X):
+        tile = tuple("BM" if d == inner else None if d == axis else 1 for d in range(rank))
+        Yp = task.partition(Y, by="blocks", tile=tile)
+        Xp = task.partition(X, by="blocks", tile=tile)
+        for ix in task.parallel_range(tuple(Yp.shape[d] for d in kept)):  # parallel: may become the grid
+            at = dict(zip(kept, ix if isinstance(ix, tuple) else (ix,)))
+            where = tuple(at.get(d, 0) for d in range(rank))
+            task.launch(softmax_cached_rows, Yp[where], Xp[where])
+
+    return softmax_cached_logic
+
+
 softmax_logic = softmax()  # what `septran.compile(logic_file=...)` finds
+softmax_cached_logic = softmax_logic.alternatives["softmax_cached_logic"]  # the exp-once algorithm (CPU mappings)

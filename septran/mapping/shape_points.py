@@ -1,0 +1,98 @@
+"""``shape_points:``: the point of a search space that calls of some shapes run when no tuning record names one.
+
+A space's first point serves every shape, and no single tile fits both a 4096-row GEMM and a decode step's one
+row (a 256 x 256 accumulator cleared and stored for 1 x 16 of it). A mapping may list points by shape bucket;
+the first entry whose bounds every named dimension meets is the call's point::
+
+    shape_points:
+      - when: {A: [16]}                   # A has at most 16 rows (any number of columns): a decode step
+        point: {gemm_host.tunables.BM: 16, gemm_host.tunables.BK: 4096}
+
+``when`` names entry parameters, each with a list of upper bounds by axis (``null``: any size; axes past the
+list: any size). ``point`` gives values of the space's ``!tune`` dimensions by path (``task_mappings.`` may be
+left out); the others keep their first values. A tuning record for the exact shapes still comes first (see
+``septran.runtime.points``); a kernel with dynamic dimensions builds one variant per bucket.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping as TMapping, Optional
+
+from septran.errors import MappingError, SourceLoc
+from septran.mapping.yaml_source import Located, LocatedDict
+
+MAX_BOUND = 2**62
+
+
+@dataclass(frozen=True)
+class ShapePoint:
+    """One ``shape_points`` entry: upper bounds by parameter and axis, and the point it selects."""
+
+    when: TMapping[str, tuple[Optional[int], ...]]
+    point: TMapping[str, object]
+    loc: SourceLoc
+
+    def holds(self, shapes: TMapping[str, tuple]) -> bool:
+        """Whether every bounded dimension of ``shapes`` (parameter -> sizes) is within its bound."""
+        for name, bounds in self.when.items():
+            if name not in shapes:
+                raise MappingError(f"shape_points names {name!r}, which is not a parameter of the entry task",
+                                   self.loc, hint=f"parameters: {', '.join(shapes)}")
+            shape = shapes[name]
+            for axis, bound in enumerate(bounds):
+                if bound is not None and axis < len(shape) and shape[axis] > bound:
+                    return False
+        return True
+
+
+def parse(val: Optional[Located], space) -> tuple[ShapePoint, ...]:
+    """The entries of ``shape_points`` (``space``: the file's search space, whose dimensions the points name)."""
+    if val is None:
+        return ()
+    if space is None:
+        raise MappingError("shape_points needs a search space: this mapping has no !tune", val.loc,
+                           hint="give the values to choose between as `!tune [...]`, or delete shape_points")
+    if not isinstance(val.value, list) or not val.value:
+        raise MappingError("shape_points must be a list of {when: ..., point: ...}", val.loc)
+    dims = {d.path: d for d in space.dimensions}
+    return tuple(_entry(item, dims) for item in val.value)
+
+
+def _entry(item: Located, dims: dict) -> ShapePoint:
+    d = item.value
+    if not isinstance(d, LocatedDict) or set(d) != {"when", "point"}:
+        raise MappingError("a shape_points entry has exactly the keys `when` and `point`", item.loc,
+                           hint="e.g. `- {when: {A: [16]}, point: {gemm_host.tunables.BM: 16}}`")
+    when_val, point_val = d["when"], d["point"]
+    if not isinstance(when_val.value, LocatedDict) or not isinstance(point_val.value, LocatedDict):
+        raise MappingError("shape_points: `when` and `point` are mappings", item.loc)
+    when = {}
+    for name, bounds in when_val.value.items():
+        items = bounds.value if isinstance(bounds.value, list) else None
+        if not items:
+            raise MappingError(f"shape_points: when.{name} must be a list of upper bounds by axis (null: any)",
+                               bounds.loc, hint=f"e.g. `{name}: [16]`: at most 16 along axis 0")
+        for b in items:
+            v = b.value
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_BOUND):
+                raise MappingError(f"shape_points: a bound of when.{name} must be a size (an integer from 0) or null, "
+                                   f"got {v!r}", b.loc)
+        when[name] = tuple(b.value for b in items)
+    point = {}
+    for key, value in point_val.value.items():
+        path = key if key.startswith("task_mappings.") else f"task_mappings.{key}"
+        loc = point_val.value.key_locs[key]
+        if path not in dims:
+            raise MappingError(f"shape_points: {key} is not a !tune dimension of this mapping", loc,
+                               hint="dimensions: " + ", ".join(p.removeprefix("task_mappings.") for p in dims))
+        if value.value not in dims[path].choices:
+            raise MappingError(f"shape_points: {value.value!r} is not a choice of {key} ({list(dims[path].choices)})",
+                               value.loc, hint="add it to the !tune's list")
+        point[path] = value.value
+    return ShapePoint(MappingProxyType(when), MappingProxyType(point), item.loc)
+
+
+def bucket(entries: tuple[ShapePoint, ...], shapes: TMapping[str, tuple]) -> Optional[int]:
+    """The index of the first entry whose bounds ``shapes`` meet, else None."""
+    return next((k for k, e in enumerate(entries) if e.holds(shapes)), None)

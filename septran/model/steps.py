@@ -1,0 +1,264 @@
+"""The SepTran nodes of a compiled graph as direct steps: each calls its kernel's prepared plan, not the custom op.
+
+The rewrite puts ``torch.ops.septran.*`` calls in the graph (they trace, export and run under
+``fullgraph=True``); at run time each goes through torch's dispatcher (about 23 us a call on this machine)
+and then the op's Python, which looks its kernel up and binds the call again (about 21 us). A step is made
+once per node: it keeps its kernel, and per shape signature the kernel's plan (``Kernel.prepared``), so a
+call is the op's view arithmetic and ``plan.run``. A step whose output the memory plan places is handed
+``out`` (a view of the graph's arena) and writes it there.
+
+Anything unusual (an empty tensor, a non-contiguous input, another device than the plan's) runs the op's own
+Python (``CustomOpDef._init_fn``, the same code the custom op runs), so a step is never wrong where the op is
+right. ``make`` returns a generic step (the op's Python without the dispatcher) for ops without a fast one.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Callable, Optional
+
+import torch
+
+log = logging.getLogger(__name__)
+_NUMBERS = itertools.count()
+
+
+def _raw(op: torch._ops.OpOverload) -> Callable:
+    """The Python function behind a ``torch.library.custom_op`` (what its CPU and CUDA kernels call)."""
+    from septran import ops
+
+    ops.load()
+    module = __import__(f"septran.ops.{_MODULES[op._overloadpacket.__name__]}", fromlist=["_"])
+    return getattr(module, op._overloadpacket.__name__)._init_fn
+
+
+_MODULES = {"gemm": "gemm", "bmm": "bmm", "attention": "attention", "softmax": "norms", "layer_norm": "norms",
+            "rms_norm": "norms", "rope": "rope", "swiglu": "swiglu", "elementwise": "elementwise"}
+
+
+class Step:
+    """A SepTran node called from the graph: ``step(out, *the op's arguments)``; ``out`` is None or the arena's
+    view the output is written into (only for steps with ``takes_out``)."""
+
+    takes_out = False
+    without_optional = False  # the step calls a kernel with optional tensors, passing none of them
+
+    def __init__(self, op: torch._ops.OpOverload):
+        self.op = op
+        self.kind = op._overloadpacket.__name__
+        self.raw = _raw(op)
+        # FX's code generator names a call's target by these (the step is a global of the generated code)
+        self.__name__ = f"septran_{self.kind}_{next(_NUMBERS)}"
+        self.__module__ = __name__
+        self.kernel = None
+        self._plans: dict = {}
+        self.calls = 0  # how many times the step ran (tests count them)
+        self.slow_calls = 0  # of which through the op's own Python
+
+    def __repr__(self) -> str:
+        return f"<septran step {self.__name__}>"
+
+    def __call__(self, out, *args):
+        self.calls += 1
+        return self.raw(*args)
+
+    def _slow(self, *args):
+        """The op's own Python, for a call the fast path does not take."""
+        self.slow_calls += 1
+        return self.raw(*args)
+
+    def _run(self, key, args: tuple, kwargs: dict):
+        """The kernel's plan for ``key`` (this node's shapes), run; None when the plan does not take the call."""
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self.kernel.prepared(args, kwargs, self.without_optional)
+            if plan is None:
+                return None
+            self._plans[key] = plan
+        return plan.run(args, kwargs)
+
+
+def _target(device) -> str:
+    from septran.ops import kernels
+
+    return kernels.target_for(device)
+
+
+class Gemm(Step):
+    takes_out = True
+
+    def __init__(self, op):
+        super().__init__(op)
+        self._bias: Optional[torch.Tensor] = None
+
+    def __call__(self, out, x, w, bias, w_transposed, act):
+        self.calls += 1
+        k = x.shape[-1]
+        n = w.shape[0] if w_transposed else w.shape[1]
+        if not x.numel() or not n or not x.is_contiguous():
+            return self._slow(x, w, bias, w_transposed, act)
+        plain = bias is None and act == "none" and not w_transposed
+        if self.kernel is None:
+            from septran.ops.gemm import _check_act, gemm_kernel
+
+            _check_act(act)
+            self.kernel = gemm_kernel(_target(x.device), act, w_transposed, plain)
+        a = x.view(-1, k)
+        if bias is None and not plain:
+            bias = self._bias
+            if bias is None or bias.shape[0] != n or bias.dtype != x.dtype or bias.device != x.device:
+                bias = self._bias = torch.zeros(n, dtype=x.dtype, device=x.device)
+        args = (a, w) if plain else (a, w, bias)
+        if out is None:
+            c = self._run((a.shape, w.shape), args, {})
+        else:
+            c = self._run((a.shape, w.shape, 1), args, {"C": out.view(-1, n)})
+        if c is None:
+            return self._slow(x, w, bias, w_transposed, act)
+        return c.view(*x.shape[:-1], n)
+
+
+class RMSNorm(Step):
+    takes_out = True
+
+    def __call__(self, out, x, n, weight, eps, out_dtype):
+        self.calls += 1
+        if not x.numel() or not x.is_contiguous():
+            return self._slow(x, n, weight, eps, out_dtype)
+        if self.kernel is None:
+            from septran.ops import norms
+
+            self.kernel = norms._kernel("rmsnorm", x.device, (), lambda: norms.kernels.logic("rmsnorm").rmsnorm(
+                axis=1, rank=2))
+        from septran.ops.norms import _constant
+
+        rows = x.numel() // n
+        w = weight.view(n) if weight is not None and weight.is_contiguous() else (
+            weight.reshape(n).contiguous() if weight is not None else _constant(1.0, n, x))
+        y = out if out is not None else torch.empty(x.shape, dtype=out_dtype, device=x.device)
+        done = self._run((x.shape, n), (x.view(rows, n), w), {"eps": float(eps), "Y": y.view(rows, n)})
+        return self._slow(x, n, weight, eps, out_dtype) if done is None else y
+
+
+class SwiGLU(Step):
+    takes_out = True
+
+    def __call__(self, out, x, wg, wu, transposed):
+        self.calls += 1
+        k = x.shape[-1]
+        n = wg.shape[0] if transposed else wg.shape[1]
+        if not x.numel() or not n or not x.is_contiguous():
+            return self._slow(x, wg, wu, transposed)
+        if self.kernel is None:
+            from septran.ops.swiglu import swiglu_kernel
+
+            self.kernel = swiglu_kernel(_target(x.device), transposed)
+        x2 = x.view(-1, k)
+        if out is None:
+            h = self._run((x2.shape, wg.shape, wu.shape), (x2, wg, wu), {})
+        else:
+            h = self._run((x2.shape, wg.shape, wu.shape, 1), (x2, wg, wu), {"H": out.view(-1, n)})
+        return self._slow(x, wg, wu, transposed) if h is None else h.view(*x.shape[:-1], n)
+
+
+class Elementwise(Step):
+    takes_out = True
+
+    def __init__(self, op):
+        super().__init__(op)
+        self._shapes: dict = {}  # the inputs' shapes -> (output shape, rows, cols, kinds)
+        self._ops = None
+
+    def __call__(self, out, inputs, spec, out_dtype):
+        self.calls += 1
+        from septran.ops import elementwise as ew
+
+        key = tuple(x.shape for x in inputs)
+        found = self._shapes.get(key)
+        if found is None:
+            import math
+
+            from septran.ops.logic.elementwise_chain import chain_logic, check, kind_of
+
+            ops = ew.parse(spec)
+            shape = torch.broadcast_shapes(*key)
+            kinds = tuple(kind_of(s, shape) for s in key)
+            if None in kinds or not math.prod(shape) or any(x.dim() == 0 or x.device != inputs[0].device
+                                                           for x in inputs):
+                return self._slow(inputs, spec, out_dtype)
+            check(ops, kinds)
+            cols = shape[-1]
+            target = _target(inputs[0].device)
+            kernel = ew.kernels.kernel(("elementwise_chain", target, ops, kinds), target, "elementwise_chain",
+                                       lambda: chain_logic(ops, kinds))
+            found = self._shapes[key] = (shape, math.prod(shape) // cols, cols, kinds, kernel)
+        shape, rows, cols, kinds, self.kernel = found
+        y = out if out is not None else torch.empty(shape, dtype=out_dtype, device=inputs[0].device)
+        views = tuple(ew._view(x, kd, rows, cols, y.device) for x, kd in zip(inputs, kinds))
+        done = self._run(key, views, {"Y": y.view(rows, cols)})
+        return self._slow(inputs, spec, out_dtype) if done is None else y
+
+
+class Rope(Step):
+    """The op's common case (one cos/sin table for every batch, x contiguous in either heads layout) on its plan."""
+
+    def __call__(self, out, x, cos, sin, seq_major):
+        self.calls += 1
+        from septran.ops import rope as ops_rope
+        from septran.ops.heads import in_layout
+
+        b, h, s, d = x.shape
+        if not x.numel():
+            return self._slow(x, cos, sin, seq_major)
+        x_seq_major = x.transpose(1, 2).is_contiguous()
+        c, sn = ops_rope._tables(cos, s, d), ops_rope._tables(sin, s, d)
+        if (not x_seq_major and not x.is_contiguous()) or c.shape[0] != 1 or sn.shape[0] != 1:
+            return self._slow(x, cos, sin, seq_major)
+        c, sn = c[0], sn[0]
+        if not (c.is_contiguous() and sn.is_contiguous()):
+            return self._slow(x, cos, sin, seq_major)
+        if self.kernel is None:
+            self.kernel = ops_rope.rope_kernel(_target(x.device))
+        y = self._run((x.shape, x_seq_major), (ops_rope._as_logic(x, x_seq_major), c, sn), {})
+        if y is None:
+            return self._slow(x, cos, sin, seq_major)
+        return in_layout(y.transpose(1, 2) if x_seq_major else y.view(b, h, s, d), seq_major)
+
+
+class Attention(Step):
+    """The op without a mask (causal, grouped or not: a prefill, a decode step over a KV cache) on its plan."""
+
+    without_optional = True
+
+    def __init__(self, op):
+        super().__init__(op)
+        self._kernels: dict = {}
+
+    def __call__(self, out, q, k, v, mask, causal, scale, seq_major, lower_right=False):
+        self.calls += 1
+        from septran.ops import attention as ops_attention
+        from septran.ops.heads import in_layout
+
+        b, hq, sq, _ = q.shape
+        sk = k.shape[2]
+        if mask is not None or not q.numel() or not sk or not v.shape[3] or (causal and sq != sk and not lower_right):
+            return self._slow(q, k, v, mask, causal, scale, seq_major, lower_right)
+        variant = (causal, k.shape[1] != hq, sq <= ops_attention.DECODE_ROWS)
+        kernel = self._kernels.get(variant)
+        if kernel is None:
+            kernel = self._kernels[variant] = ops_attention.attention_kernel(_target(q.device), causal, variant[1],
+                                                                             "none", decode=variant[2])
+        self.kernel = kernel
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        o = self._run((variant, q.shape, k.shape, v.shape), (q, k, v, float(scale)), {})
+        if o is None:
+            return self._slow(q, k, v, mask, causal, scale, seq_major, lower_right)
+        return in_layout(o, seq_major)
+
+
+FAST = {"attention": Attention, "rope": Rope, "gemm": Gemm, "rms_norm": RMSNorm, "swiglu": SwiGLU, "elementwise": Elementwise}
+
+
+def make(op: torch._ops.OpOverload) -> Step:
+    """The step for one node calling ``op`` (a ``torch.ops.septran.*`` overload)."""
+    return FAST.get(op._overloadpacket.__name__, Step)(op)

@@ -1,0 +1,115 @@
+"""``shape_points:``: a mapping's untuned point by shape bucket (septran/mapping/shape_points.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import septran
+from septran.errors import MappingError
+from septran.mapping.schema import parse_mapping
+from septran.runtime import points
+
+REPO = Path(__file__).resolve().parents[1]
+SPACE = """target: cpu
+entrypoint: gemm_host
+task_mappings:
+  gemm_host:
+    task_name: gemm_host_logic
+    proc: HOST
+    mems: {C: GLOBAL, A: GLOBAL, B: GLOBAL}
+    tunables: {BM: !tune [64, 16], BN: !tune [64, 16], BK: 64}
+    calls: {gemm_block_logic: gemm_block_cpu}
+  gemm_block_cpu:
+    task_name: gemm_block_logic
+    proc: BLOCK
+    mems: {C: LOCAL, A: GLOBAL, B: GLOBAL}
+    leaf_task_bindings: {gemm_leaf_logic: gemm_leaf_blas}
+"""
+BUCKETS = SPACE + """shape_points:
+  - when: {A: [16, null], B: [null, 16]}
+    point: {gemm_host.tunables.BM: 16, task_mappings.gemm_host.tunables.BN: 16}
+  - when: {A: [16]}
+    point: {gemm_host.tunables.BM: 16}
+"""
+BM, BN = "task_mappings.gemm_host.tunables.BM", "task_mappings.gemm_host.tunables.BN"
+
+
+def test_entries_parse_with_full_and_short_paths():
+    m = parse_mapping(BUCKETS, "m.yaml")
+    assert [dict(e.point) for e in m.shape_points] == [{BM: 16, BN: 16}, {BM: 16}]
+    assert dict(m.shape_points[0].when) == {"A": (16, None), "B": (None, 16)}
+    assert m.at({BM: 16}).shape_points == m.shape_points  # a point of the space keeps them (unused there)
+
+
+@pytest.mark.parametrize("shapes,want", [
+    ({"A": (8, 500), "B": (500, 16), "C": (8, 16)}, 0),
+    ({"A": (16, 500), "B": (500, 17), "C": (16, 17)}, 1),
+    ({"A": (1, 5), "B": (5, 4096), "C": (1, 4096)}, 1),
+    ({"A": (17, 5), "B": (5, 8), "C": (17, 8)}, None),
+])
+def test_the_first_entry_whose_bounds_hold(shapes, want):
+    m = parse_mapping(BUCKETS, "m.yaml")
+    from septran.mapping import shape_points
+
+    assert shape_points.bucket(m.shape_points, shapes) == want
+
+
+@pytest.mark.parametrize("tail,message", [
+    ("shape_points: {A: 1}\n", "must be a list"),
+    ("shape_points:\n  - when: {A: [16]}\n", "exactly the keys"),
+    ("shape_points:\n  - {when: {A: 16}, point: {gemm_host.tunables.BM: 16}}\n", "list of upper bounds"),
+    ("shape_points:\n  - {when: {A: [-1]}, point: {gemm_host.tunables.BM: 16}}\n", "must be a size"),
+    ("shape_points:\n  - {when: {A: [16]}, point: {gemm_host.tunables.BK: 64}}\n", "not a !tune dimension"),
+    ("shape_points:\n  - {when: {A: [16]}, point: {gemm_host.tunables.BM: 32}}\n", "not a choice"),
+])
+def test_bad_entries_are_located_errors(tail, message):
+    with pytest.raises(MappingError, match=message) as err:
+        parse_mapping(SPACE + tail, "m.yaml")
+    assert err.value.loc is not None and err.value.loc.file == "m.yaml" and err.value.loc.line > 14
+
+
+def test_a_mapping_without_tune_refuses_them():
+    fixed = SPACE.replace("!tune [64, 16]", "64")
+    with pytest.raises(MappingError, match="needs a search space"):
+        parse_mapping(fixed + "shape_points:\n  - {when: {A: [16]}, point: {gemm_host.tunables.BM: 16}}\n", "m.yaml")
+
+
+def test_an_unknown_parameter_is_refused_when_a_call_meets_it():
+    m = parse_mapping(SPACE + "shape_points:\n  - {when: {Q: [16]}, point: {gemm_host.tunables.BM: 16}}\n", "m.yaml")
+    with pytest.raises(MappingError, match="not a parameter"):
+        m.shape_points[0].holds({"A": (1, 2), "B": (2, 3), "C": (1, 3)})
+
+
+@pytest.mark.build
+def test_a_dynamic_kernel_keeps_one_variant_per_bucket():
+    """The model level's GEMM (rows dynamic): a decode step's one row runs the shipped decode point, a prefill the
+    first point, and each later call of either kind reuses its variant."""
+    import torch
+
+    from septran.ops.gemm import gemm_kernel
+
+    k = gemm_kernel("cpu", "none", False, True)
+    w = torch.randn(32, 24)
+    sources = []
+    for m in (1, 40, 3, 40):
+        a = torch.randn(m, 32)
+        torch.testing.assert_close(k(a, w), a @ w, rtol=1e-4, atol=1e-4)
+        sources.append(k.tuning["source"])
+    assert "shape_points entry 1" in sources[0] or "shape_points entry 2" in sources[0]
+    assert sources[1] == sources[3] and "first point" in sources[1]
+    assert sources[2] == sources[0] and len(k.variants) == 2
+
+
+def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
+    for name in ("gemm", "gemm_epilogue"):
+        k = septran.compile(logic_file=REPO / "examples" / name / f"{name}.py", mapping_file=REPO / "mappings" / "cpu" / f"{name}.yaml") \
+            if name == "gemm" else None
+        m = parse_mapping((REPO / "mappings" / "cpu" / f"{name}.yaml").read_text(), f"{name}.yaml")
+        from septran.mapping import shape_points
+
+        assert shape_points.bucket(m.shape_points, {"A": (16, 16), "B": (16, 16), "C": (16, 16), "bias": (16,)}) == 0
+        assert shape_points.bucket(m.shape_points, {"A": (1, 4096), "B": (4096, 4096), "C": (1, 4096), "bias": (4096,)}) == 1
+        assert shape_points.bucket(m.shape_points, {"A": (512, 512), "B": (512, 512), "C": (512, 512), "bias": (512,)}) is None
+        if k is not None:
+            assert points.bucket(k, type("Spec", (), {"shapes": {"A": (1, 8), "B": (8, 8), "C": (1, 8)}})()) == 0
