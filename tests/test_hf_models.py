@@ -15,7 +15,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import septran.model  # noqa: F401,E402  (registers the backend)
-from septran.runtime.kernel import Kernel  # noqa: E402
+from septran.runtime.plan import Plan  # noqa: E402
 
 pytestmark = pytest.mark.build  # the models' kernels are built
 
@@ -65,15 +65,16 @@ def eager(request):
 
 
 def _counting(monkeypatch) -> list:
-    """Every SepTran kernel call from now on (so a path that silently ran torch alone fails)."""
+    """Every SepTran kernel run from now on (so a path that silently ran torch alone fails): a kernel's plan runs
+    every call, through ``Kernel.__call__`` or straight from the direct runner's steps."""
     calls = []
-    real = Kernel.__call__
+    real = Plan.run
 
-    def counted(self, *args, **kwargs):
-        calls.append(self.graph.entry)
-        return real(self, *args, **kwargs)
+    def counted(self, args, kwargs):
+        calls.append(self.variant)
+        return real(self, args, kwargs)
 
-    monkeypatch.setattr(Kernel, "__call__", counted)
+    monkeypatch.setattr(Plan, "run", counted)
     return calls
 
 
