@@ -1,9 +1,12 @@
-"""The model examples (examples/llama_block, examples/gpt2_block) timed whole: a prefill (batch 1, 512 tokens) and a
-decode step (one token at position 512, over the 512 cached), through eager torch, torch.compile's default backend
-(inductor) and torch.compile(backend="septran").
+"""Models timed whole, in their own terms: the example blocks (examples/llama_block, examples/gpt2_block) and
+Hugging Face LlamaForCausalLM (grouped KV heads), Qwen2, GPT-2 and BERT built from small configs with random
+weights (bench/hf_models.py; no download). A prefill (batch 1, 512 tokens) and a decode step (one token at
+position 512, over the 512 cached; for the HF models, with generate's static KV cache), BERT a forward of 512
+tokens, through eager torch, torch.compile's default backend (inductor) and torch.compile(backend="septran"):
+ms per step, tokens/s, and the peak memory a step allocates.
 
-    python bench/models.py                                   # both blocks, eager, inductor and septran, fp32, 2 then 1 threads
-    python bench/models.py --blocks llama --backends eager,septran --threads 2,1
+    python bench/models.py                                   # everything, eager, inductor and septran, fp32, 2 then 1 threads
+    python bench/models.py --blocks llama --hf none --backends eager,septran --threads 2,1
     python bench/models.py --quick --sizes small --backends eager,aot_eager   # the smoke test
 
 Each backend compiles the block once (``fullgraph=True``; compile_s: the first prefill and the first decode step,
@@ -36,6 +39,7 @@ from interleave import Others, interleaved, stats, wait_idle  # noqa: E402
 import model_runner  # noqa: E402
 
 BLOCKS = ("llama", "gpt2")
+HF_MODELS = ("llama", "qwen2", "gpt2", "bert")  # bench/hf_models.py
 BACKENDS = ("eager", "inductor", "septran", "aot_eager")
 PHASES = ("prefill", "decode")
 
@@ -93,21 +97,38 @@ def prepare(model, backends: list[str], prompt: int) -> tuple[dict, dict, list[d
     return calls, info, notes
 
 
-def run_block(name: str, backends: list[str], threads: list[int], small: bool, prompt: int, rounds: int,
-              sample_s: float, idle_s: float) -> list[dict]:
+def peak_bytes(fn) -> int | None:
+    """The most bytes torch's allocator held above what it held before, during one call of ``fn`` (torch's
+    profiler's memory events: every tensor a backend allocates, its kernels' workspaces included); None where the
+    profiler gives no memory events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    sizes = [(e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    if not sizes:
+        return None
+    held = peak = 0
+    for _, n in sorted(sizes):
+        held += n
+        peak = max(peak, held)
+    return peak
+
+
+def measure(name: str, sizes: str, calls: dict, info: dict, notes: list, phases: dict, threads: list[int], rounds: int,
+            sample_s: float, idle_s: float, memory: bool) -> list[dict]:
+    """The rows of one model: per thread count and phase (``phases``: name -> (tokens, position)), every backend's
+    calls timed in interleaved rounds, its tokens/s and, with ``memory``, its peak bytes."""
     import torch
 
-    model, sizes = block(name, small, prompt)
     rows = []
     with torch.no_grad():
-        calls, info, notes = prepare(model, backends, prompt)
         for n in threads:
             torch.set_num_threads(n)
-            for phase in PHASES:
-                row = {"block": name, "sizes": sizes, "phase": phase, "tokens": prompt if phase == "prefill" else 1,
-                       "position": 0 if phase == "prefill" else prompt, "threads": n, "notes": notes,
-                       "compile_s": {b: i["compile_s"] for b, i in info.items()},
-                       "max_abs_err": {b: i["max_abs_err"][phase] for b, i in info.items()}}
+            for phase, (tokens, position) in phases.items():
+                row = {"block": name, "sizes": sizes, "phase": phase, "tokens": tokens, "position": position, "threads": n,
+                       "notes": notes, "compile_s": {b: i["compile_s"] for b, i in info.items()},
+                       "max_abs_err": {b: i["max_abs_err"][phase] for b, i in info.items() if phase in i["max_abs_err"]}}
                 rows.append(row)
                 fns = {b: c[phase] for b, c in calls.items()}
                 if not fns:
@@ -117,9 +138,33 @@ def run_block(name: str, backends: list[str], threads: list[int], small: bool, p
                 samples, row["reps"] = interleaved(fns, rounds, sample_s)
                 row["others_cores"], row["stall_share"] = others.cores(), others.stalls()
                 row["ms"] = {b: stats(s) for b, s in samples.items()}
+                row["tokens_per_s"] = {b: tokens / (s["median"] / 1e3) for b, s in row["ms"].items()}
                 if "eager" in row["ms"]:
                     row["speedup"] = {b: row["ms"]["eager"]["median"] / s["median"] for b, s in row["ms"].items()}
+                if memory:
+                    row["peak_bytes"] = {b: peak_bytes(fn) for b, fn in fns.items()}
     return rows
+
+
+def run_block(name: str, backends: list[str], threads: list[int], small: bool, prompt: int, rounds: int,
+              sample_s: float, idle_s: float, memory: bool = False) -> list[dict]:
+    import torch
+
+    model, sizes = block(name, small, prompt)
+    with torch.no_grad():
+        calls, info, notes = prepare(model, backends, prompt)
+    return measure(name, sizes, calls, info, notes, {"prefill": (prompt, 0), "decode": (1, prompt)}, threads, rounds,
+                   sample_s, idle_s, memory)
+
+
+def run_hf(name: str, backends: list[str], threads: list[int], small: bool, prompt: int, rounds: int,
+           sample_s: float, idle_s: float, memory: bool = False) -> list[dict]:
+    import hf_models
+
+    calls, info, notes, sizes = hf_models.prepare(name, backends, "small" if small else "full", prompt,
+                                                  model_runner.unavailable, model_runner.bound)
+    phases = {"forward": (prompt, 0)} if name == "bert" else {"prefill": (prompt, 0), "decode": (1, prompt)}
+    return measure(f"hf-{name}", sizes, calls, info, notes, phases, threads, rounds, sample_s, idle_s, memory)
 
 
 def fmt(s: dict | None) -> str:
@@ -127,19 +172,23 @@ def fmt(s: dict | None) -> str:
 
 
 def print_rows(rows: list[dict], backends: list[str]) -> None:
-    head = f"{'block':6} {'phase':8} {'tokens':>6} {'thr':>3} " + " ".join(f"{b + ' ms (min-max)':>27}" for b in backends) \
-        + " " + " ".join(f"{'x ' + b:>11}" for b in backends if b != "eager") + f" {'other':>5}"
+    head = f"{'model':9} {'phase':8} {'tokens':>6} {'thr':>3} " + " ".join(f"{b + ' ms (min-max)':>27}" for b in backends) \
+        + " " + " ".join(f"{'x ' + b:>11}" for b in backends if b != "eager") \
+        + " " + " ".join(f"{'tok/s ' + b:>14}" for b in backends) \
+        + " " + " ".join(f"{'MiB ' + b:>12}" for b in backends) + f" {'other':>5}"
     print(head + "\n" + "-" * len(head))
     for r in rows:
-        ms = r.get("ms", {})
-        print(f"{r['block']:6} {r['phase']:8} {r['tokens']:>6} {r['threads']:>3} "
+        ms, peak = r.get("ms", {}), r.get("peak_bytes", {})
+        print(f"{r['block']:9} {r['phase']:8} {r['tokens']:>6} {r['threads']:>3} "
               + " ".join(f"{fmt(ms.get(b)):>27}" for b in backends) + " "
-              + " ".join(f"{r.get('speedup', {}).get(b, float('nan')):11.3f}" for b in backends if b != "eager")
+              + " ".join(f"{r.get('speedup', {}).get(b, float('nan')):11.3f}" for b in backends if b != "eager") + " "
+              + " ".join(f"{r.get('tokens_per_s', {}).get(b, float('nan')):14.1f}" for b in backends) + " "
+              + " ".join(f"{peak[b] / 2**20:12.2f}" if peak.get(b) is not None else f"{'-':>12}" for b in backends)
               + f" {busy(r)}")
     seen = set()
     for r in rows:
         for note in r["notes"]:
-            line = f"  {r['block']}: {note['backend']}: {note.get('skipped') or note.get('error')}"
+            line = f"  {r['block']}: {note['backend']}: {note.get('skipped') or note.get('error') or note.get('note')}"
             if line not in seen:
                 seen.add(line)
                 print(line)
@@ -150,6 +199,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="3 rounds of short samples (the smoke test)")
     ap.add_argument("--sizes", choices=("full", "small"), default="full", help="small: the blocks cut down (tests)")
     ap.add_argument("--blocks", default=",".join(BLOCKS), help=f"comma-separated, of: {','.join(BLOCKS)}")
+    ap.add_argument("--hf", default=",".join(HF_MODELS), help=f"Hugging Face models, comma-separated, of: "
+                    f"{','.join(HF_MODELS)}; none: only the blocks (needs transformers: the bench extra)")
+    ap.add_argument("--no-memory", action="store_true", help="skip the peak memory (one profiled call per backend)")
     ap.add_argument("--backends", default="eager,inductor,septran", help=f"comma-separated, of: {','.join(BACKENDS)}")
     ap.add_argument("--prompt", type=int, default=512, help="the prefill's tokens (the decode step's position)")
     ap.add_argument("--threads", default="2,1", help="torch.set_num_threads values, each a block of rounds")
@@ -159,10 +211,11 @@ def main(argv=None) -> int:
                     "seconds for other work to drop below 0.3 cores (a shared machine)")
     ap.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "models.json")
     args = ap.parse_args(argv)
-    blocks = [b.strip() for b in args.blocks.split(",") if b.strip()]
+    blocks = [b.strip() for b in args.blocks.split(",") if b.strip() and b.strip() != "none"]
+    hf = [b.strip() for b in args.hf.split(",") if b.strip() and b.strip() != "none"]
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    if unknown := sorted(set(blocks) - set(BLOCKS)) + sorted(set(backends) - set(BACKENDS)):
-        ap.error(f"unknown block(s) or backend(s) {', '.join(unknown)}")
+    if unknown := sorted(set(blocks) - set(BLOCKS)) + sorted(set(hf) - set(HF_MODELS)) + sorted(set(backends) - set(BACKENDS)):
+        ap.error(f"unknown block(s), model(s) or backend(s) {', '.join(unknown)}")
     backends = [b for b in BACKENDS if b in backends]  # eager first: the speed-ups are against it
     threads = [int(t) for t in args.threads.split(",")]
     if min(threads) < 1 or args.prompt < 1 or (args.rounds is not None and args.rounds < 1):
@@ -172,27 +225,40 @@ def main(argv=None) -> int:
     import tilelang  # noqa: F401  (imported now so that its logger's level below sticks)
     import torch
 
+    # Dynamo guards on torch's thread count: each block of rounds at another count compiles its graphs again
+    # (before it is timed). The HF models' prefill and decode take different keyword arguments: more graphs still.
+    torch._dynamo.config.recompile_limit = 64
     logging.basicConfig(level=logging.ERROR)
     for name in ("tilelang", "TileLang", "septran"):
         logging.getLogger(name).setLevel(logging.ERROR)
     info = machine()
+    if hf:
+        import transformers
+
+        info["transformers"] = transformers.__version__
     print(f"cpu: {info['cpu_model']} ({info['usable_cores']} of {info['cores']} cores), torch {info['torch']}, "
           f"{rounds} rounds, prefill {args.prompt} tokens, decode at position {args.prompt}", flush=True)
     start, rows = time.perf_counter(), []
-    for name in blocks:
-        new = run_block(name, backends, threads, args.sizes == "small", args.prompt, rounds, sample_s, args.wait_idle)
+    runs = [(run_block, name) for name in blocks] + [(run_hf, name) for name in hf]
+    for run, name in runs:
+        new = run(name, backends, threads, args.sizes == "small", args.prompt, rounds, sample_s, args.wait_idle,
+                  not args.no_memory)
         rows += new
-        print(f"  {name} ({new[0]['sizes']}): compile s " + ", ".join(f"{b} {s:.1f}" for b, s in new[0]["compile_s"].items()),
-              flush=True)
+        print(f"  {new[0]['block']} ({new[0]['sizes']}): compile s " + ", ".join(
+            f"{b} {s:.1f}" for b, s in new[0]["compile_s"].items()), flush=True)
+        print_rows(new, backends)  # as it goes: a long run on a shared machine may be stopped
+        sys.stdout.flush()
     elapsed = time.perf_counter() - start
     torch.set_num_threads(max(threads))
     print(f"\nfp32, batch 1; ms per call: median of {rounds} interleaved rounds (min-max); x backend = eager's median / "
-          "the backend's; other: cores other processes used meanwhile (!: memory stalls)\n")
+          "the backend's; tok/s: the phase's tokens / the median; MiB: the most the allocator held above its start "
+          "during one call; other: cores other processes used meanwhile (!: memory stalls)\n")
     print_rows(rows, backends)
     print(f"the whole run {elapsed:.1f} s")
     info["loadavg_end"] = os.getloadavg()
     report = {"machine": info, "settings": {"rounds": rounds, "sample_s": sample_s, "threads": threads, "prompt": args.prompt,
-                                            "sizes": args.sizes, "quick": args.quick, "blocks": blocks, "backends": backends},
+                                            "sizes": args.sizes, "quick": args.quick, "blocks": blocks, "hf": hf,
+                                            "backends": backends, "memory": not args.no_memory},
               "rows": rows, "seconds": elapsed}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1) + "\n")

@@ -38,12 +38,16 @@ def __getattr__(name: str):
         from septran.model import api
 
         return getattr(api, name)
+    if name == "profile":
+        from septran.model.profile import profile
+
+        return profile
     raise AttributeError(f"module 'septran' has no attribute {name!r}")
 
 __all__ = [
     "task", "compile", "jit", "tune", "TuneResult", "Kernel", "JITKernel", "Variant", "available_targets",
     "SepTranError", "FrontendError", "MappingError", "LoweringError", "BuildError", "CallError", "DeviceError",
-    "InternalError", "SourceLoc", "__version__", "compile_model", "explain_model", "compile_onnx",
+    "InternalError", "SourceLoc", "__version__", "compile_model", "explain_model", "compile_onnx", "profile",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

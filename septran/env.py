@@ -68,6 +68,34 @@ def autotune() -> bool:
     raise SettingError(f"SEPTRAN_AUTOTUNE={value!r}: use 1 or 0")
 
 
+def _switch(variable: str) -> Optional[bool]:
+    """A yes/no variable: None when unset (the caller's default)."""
+    value = os.environ.get(variable, "").strip().lower()
+    if value == "":
+        return None
+    if value in ("0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise SettingError(f"{variable}={value!r}: use 1 or 0")
+
+
+def progress() -> Optional[bool]:
+    """SEPTRAN_PROGRESS=1/0: a line per kernel build on stderr, or none; unset: on in an interactive terminal,
+    off under CI and pytest (septran.progress)."""
+    return _switch("SEPTRAN_PROGRESS")
+
+
+def profile() -> Optional[Path]:
+    """SEPTRAN_PROFILE=1 (or a path ending in .json): the model level times every kernel it runs and, at exit,
+    writes the profile table and its Chrome trace (to that path, else SEPTRAN_DUMP_DIR or the current folder,
+    as septran_profile.txt / septran_profile.trace.json). None when unset or 0."""
+    value = os.environ.get("SEPTRAN_PROFILE", "").strip()
+    if value.endswith(".json"):
+        return Path(check_user_path(value, "SEPTRAN_PROFILE=", SettingError))
+    if not _switch("SEPTRAN_PROFILE"):
+        return None
+    return (dump_dir() or Path.cwd()) / "septran_profile.trace.json"
 def direct_runner() -> bool:
     """SEPTRAN_DIRECT=0: a compiled graph calls its SepTran kernels through their torch custom ops (as captured),
     not through the direct runner (``septran.model.executor``) and its memory plan. On by default."""

@@ -1,4 +1,4 @@
-"""bench/models.py's smoke test: a quick run of both blocks cut down, a short prefill, one thread.
+"""bench/models.py's smoke test: a quick run of both blocks and HF GPT-2 cut down, a short prefill, one thread.
 
 The timings belong to the benchmark; here only that it runs, checks each backend and writes every field.
 Inductor is left to the benchmark (its compile takes a minute here); aot_eager stands for a compiled backend."""
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.build  # bench/models.py in a child process builds the 
 def test_models_bench_quick_run_writes_every_field(tmp_path):
     out = tmp_path / "models.json"
     run = subprocess.run([sys.executable, str(REPO / "bench" / "models.py"), "--quick", "--sizes", "small", "--prompt", "24",
-                          "--backends", "eager,aot_eager,septran", "--threads", "1", "--json", str(out)],
+                          "--backends", "eager,aot_eager,septran", "--threads", "1", "--hf", "gpt2", "--json", str(out)],
                          capture_output=True, text=True, timeout=600, cwd=REPO)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -26,7 +26,8 @@ def test_models_bench_quick_run_writes_every_field(tmp_path):
     assert report["settings"]["threads"] == [1] and report["settings"]["quick"] and report["settings"]["prompt"] == 24
     rows = report["rows"]
     assert [(r["block"], r["phase"], r["tokens"]) for r in rows] == [
-        ("llama", "prefill", 24), ("llama", "decode", 1), ("gpt2", "prefill", 24), ("gpt2", "decode", 1)]
+        ("llama", "prefill", 24), ("llama", "decode", 1), ("gpt2", "prefill", 24), ("gpt2", "decode", 1),
+        ("hf-gpt2", "prefill", 24), ("hf-gpt2", "decode", 1)]
     for r in rows:
         assert not [n for n in r["notes"] if "error" in n], r["notes"]
         timed = set(r["ms"])
@@ -36,4 +37,5 @@ def test_models_bench_quick_run_writes_every_field(tmp_path):
             assert s["min"] <= s["median"] <= s["max"] and len(s["samples"]) == 3 and s["q1"] <= s["q3"]
         assert r["speedup"]["eager"] == 1.0 and all(v > 0 for v in r["speedup"].values())
         assert all(r["compile_s"][b] >= 0 and r["max_abs_err"][b] >= 0 for b in timed)
+        assert all(r["tokens_per_s"][b] > 0 and r["peak_bytes"][b] >= 0 for b in timed)
     assert "x aot_eager" in run.stdout and "decode" in run.stdout

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from septran import progress
 from septran.build import tilelang_api
 from septran.build.key import build_key
 from septran.build.registry import builder_for
@@ -86,7 +87,9 @@ class Job:
         with self._lock:
             if self._binary is None:
                 last = self.builder.stages[-1]
-                self._binary = last.make(self, None)
+                cached = self.entries.path(self.builder.ext(last, self.target)).exists()
+                with progress.building(self.program.name, cached):
+                    self._binary = last.make(self, None)
             return self._binary
 
     def prim_func(self):

@@ -9,11 +9,15 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional
 
+from septran import progress
+from septran.model import modes
+
 log = logging.getLogger(__name__)
 
 
-def _inference_compiler(reports: Optional[list], dry: bool) -> Callable:
+def _inference_compiler(reports: Optional[list], dry: bool, settings) -> Callable:
     def compile_graph(gm, example_inputs):
+        from septran.model import profile
         from septran.model.rewrite import rewrite, unrewritten
 
         captured = _copy(gm)  # what runs when explaining only, or when the rewrite fails
@@ -25,6 +29,7 @@ def _inference_compiler(reports: Optional[list], dry: bool) -> Callable:
             run, report = captured, unrewritten(captured, f"the rewrite failed: {type(err).__name__}: {err}")
         report.dump()
         log.info("septran: %s", report.summary())
+        progress.note("graph %d rewritten: %s", report.rows[0].graph if report.rows else -1, report.summary())
         if run is gm:
             run = _direct(gm)
             executor = getattr(run, "septran_executor", None)
@@ -32,9 +37,23 @@ def _inference_compiler(reports: Optional[list], dry: bool) -> Callable:
                 report.executors.append(executor)
         if reports is not None:
             reports.append(report)
+        if not dry:
+            run = profile.wrap(_autotuning(run) if settings.autotune else run, run, report.rows[0].graph
+                               if report.rows else -1, settings.profile)
         return _boxed(run)
 
     return compile_graph
+
+
+def _autotuning(run):
+    """``run`` with the library kernels it asks for handed the tuner (mode max-autotune)."""
+    from septran.ops.kernels import autotuning
+
+    def call(*args):
+        with autotuning():
+            return run(*args)
+
+    return call
 
 
 def _direct(gm):
@@ -76,14 +95,19 @@ def _boxed(gm):
     return make_boxed_func(gm)
 
 
-def septran_backend(gm, example_inputs, reports: Optional[list] = None, dry: bool = False):
+def septran_backend(gm, example_inputs, reports: Optional[list] = None, dry: bool = False, mode: Optional[str] = None,
+                    options: Optional[dict] = None):
     """``torch.compile(model, backend="septran")``. ``reports``: a list each graph's ``Report`` is appended to;
-    ``dry``: rewrite only to report, run the graph with torch."""
+    ``dry``: rewrite only to report, run the graph with torch. ``mode`` and ``options``: torch.compile's (what
+    SepTran does with each: ``septran.model.modes``; an unknown one is refused)."""
     from torch._dynamo.backends.common import aot_autograd
 
+    settings = modes.settings(mode, options)
+    if settings.progress is not None:
+        progress.enable(settings.progress)
     # keep_inference_input_mutations: a KV cache's write stays in the graph (a copy_ into the input), where the
     # direct runner turns it into one in-place copy (septran.model.inplace); else AOTAutograd copies it all back
-    backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=_inference_compiler(reports, dry),
+    backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=_inference_compiler(reports, dry, settings),
                            keep_inference_input_mutations=True)
     return backend(gm, example_inputs)
 

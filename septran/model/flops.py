@@ -2,13 +2,14 @@
 
 GEMM-like nodes (mm, addmm, bmm, baddbmm, linear, matmul, attention, convolution) count exactly (a
 multiply-add is 2); normalisations and softmax a few per element; other elementwise nodes one per output
-element; views, copies and shape arithmetic none. A symbolic size counts at its hint (the example's size).
+element; views, copies and shape arithmetic none. A symbolic size counts at its hint (the example's size); a
+profile (``septran.model.profile``) passes the call's real values instead, so its FLOPs are the call's.
 """
 from __future__ import annotations
 
 import math
 import operator
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import torch.fx as fx
@@ -39,23 +40,31 @@ def hint(size: Any) -> int:
     """A size as a number: a symbolic one at its hint (the example's value)."""
     if isinstance(size, int):
         return size
+    try:  # torch 2.13 names it optimization_hint (hint_int before): with neither, every symbolic size was 1
+        from torch.fx.experimental.symbolic_shapes import optimization_hint as size_hint
+    except ImportError:
+        try:
+            from torch.fx.experimental.symbolic_shapes import hint_int as size_hint
+        except ImportError:
+            size_hint = None
     try:
-        from torch.fx.experimental.symbolic_shapes import hint_int
-
-        return int(hint_int(size, fallback=1))
+        return int(size_hint(size, fallback=1)) if size_hint is not None else int(size.node.hint)
     except Exception:  # a size with no hint counts as 1, which undercounts but never breaks a report
         return 1
 
 
-def _shape(x: Any) -> tuple[int, ...]:
-    v = x.meta.get("val") if isinstance(x, fx.Node) else x
+def _shape(x: Any, values: Optional[dict] = None) -> tuple[int, ...]:
+    if values is not None and isinstance(x, fx.Node) and x in values:
+        v = values[x]
+    else:
+        v = x.meta.get("val") if isinstance(x, fx.Node) else x
     if isinstance(v, (list, tuple)):
         v = v[0] if v else None
     return tuple(hint(s) for s in v.shape) if isinstance(v, torch.Tensor) else ()
 
 
-def _numel(x: Any) -> int:
-    return math.prod(_shape(x))
+def _numel(x: Any, values: Optional[dict] = None) -> int:
+    return math.prod(_shape(x, values))
 
 
 def op_name(node: fx.Node) -> str:
@@ -72,16 +81,17 @@ def is_view(node: fx.Node) -> bool:
     return node.op == "call_function" and (op_name(node) in VIEWS or node.target is operator.getitem)
 
 
-def _attention(node: fx.Node) -> int:
-    q, k, v = (_shape(a) for a in node.args[:3])
+def _attention(node: fx.Node, values: Optional[dict] = None) -> int:
+    q, k, v = (_shape(a, values) for a in node.args[:3])
     if len(q) < 2 or len(k) < 2 or len(v) < 2:
         return 0
     rows = math.prod(q[:-1])  # batch x heads x queries
     return rows * k[-2] * (2 * q[-1] + 2 * v[-1] + 5)  # QK^T, PV, softmax
 
 
-def node_flops(node: fx.Node) -> int:
-    """The node's FLOPs (0 for placeholders, outputs, views and copies)."""
+def node_flops(node: fx.Node, values: Optional[dict] = None) -> int:
+    """The node's FLOPs (0 for placeholders, outputs, views and copies). ``values``: the real value of the node
+    and of its arguments (a call's tensors), else the sizes the graph was captured with."""
     if node.op != "call_function":
         return 0
     if node.target in (operator.getitem, operator.mul, operator.add, operator.sub, operator.floordiv):
@@ -89,23 +99,24 @@ def node_flops(node: fx.Node) -> int:
     name = op_name(node)
     args = node.args
     if name == "mm":
-        (m, k), n = _shape(args[0]), _shape(args[1])[-1]
+        (m, k), n = _shape(args[0], values), _shape(args[1], values)[-1]
         return 2 * m * n * k
     if name in ("addmm", "baddbmm"):
-        return 2 * _numel(node) * _shape(args[1])[-1] + _numel(node)
+        return 2 * _numel(node, values) * _shape(args[1], values)[-1] + _numel(node, values)
     if name in ("bmm", "matmul", "gemm"):  # gemm: septran::gemm already in a graph
-        return 2 * _numel(node) * _shape(args[0])[-1]
+        return 2 * _numel(node, values) * _shape(args[0], values)[-1]
     if name == "linear":
-        return 2 * _numel(node) * _shape(args[0])[-1] + (_numel(node) if len(args) > 2 and args[2] is not None else 0)
+        bias = _numel(node, values) if len(args) > 2 and args[2] is not None else 0
+        return 2 * _numel(node, values) * _shape(args[0], values)[-1] + bias
     if "scaled_dot_product" in name or name.startswith("septran_attention"):
-        return _attention(node)
+        return _attention(node, values)
     if name in ("convolution", "conv2d", "conv1d", "_convolution"):
-        w = _shape(args[1])
-        return 2 * _numel(node) * math.prod(w[1:]) if w else 0
+        w = _shape(args[1], values)
+        return 2 * _numel(node, values) * math.prod(w[1:]) if w else 0
     if name in PER_ELEMENT:
-        return PER_ELEMENT[name] * _numel(args[0])
+        return PER_ELEMENT[name] * _numel(args[0], values)
     if name in NO_FLOPS:
         return 0
     if name in ("sum", "mean", "amax", "amin", "max", "min", "prod", "var", "std", "norm", "cumsum", "argmax"):
-        return _numel(args[0])
-    return _numel(node)  # elementwise: one per output element
+        return _numel(args[0], values)
+    return _numel(node, values)  # elementwise: one per output element

@@ -11,6 +11,8 @@ shipped tuning spaces, and every target that has the operator's mapping can run 
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import importlib
 import logging
@@ -27,6 +29,19 @@ log = logging.getLogger(__name__)
 
 _CACHE: dict[Hashable, object] = {}
 _LOCK = threading.Lock()
+# torch.compile(..., mode="max-autotune") with the septran backend: the kernels asked for meanwhile tune the new
+# shapes they meet (septran.model.modes)
+_AUTOTUNE = contextvars.ContextVar("septran_library_autotune", default=False)
+
+
+@contextlib.contextmanager
+def autotuning(on: bool = True):
+    """Within it, the library kernels asked for are handed the tuner: a shape with no tuning record is tuned."""
+    token = _AUTOTUNE.set(on)
+    try:
+        yield
+    finally:
+        _AUTOTUNE.reset(token)
 
 
 def logic(op: str) -> types.ModuleType:
@@ -75,7 +90,12 @@ def kernel(key: Hashable, target: str, op: str, make_logic: Callable[[], object]
             import septran
 
             log.info("library kernel %s: compiling", key)
-            k = _CACHE[key] = septran.compile(make_logic(), mapping(target, op, dynamic, unbound), target=target)
+            k = _CACHE[key] = septran.compile(make_logic(), mapping(target, op, dynamic, unbound), target=target,
+                                              autotune=True if _AUTOTUNE.get() else None)
+        elif _AUTOTUNE.get() and k.tuner is None:  # compiled before without: its variants made so far keep their points
+            import septran
+
+            k.tuner = septran.api._tuner(True)  # the front door's: the kernel library imports no tuner itself
         return k
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from septran import env
+from septran import env, progress
 from septran.mapping import shape_points
 from septran.mapping.schema import Mapping
 from septran.mapping.space import SearchSpace
@@ -71,9 +71,10 @@ def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_poi
         return _choice(mapping, dict(entry.point), f"the mapping's point for these shapes (shape_points entry {k + 1}, "
                                                    f"{entry.loc.file}:{entry.loc.line})")
     if warn_first_point():
-        log.warning("%s: a search space of %d points (!tune) with no tuned point for these shapes: running its first "
-                    "point; tune with septran.compile(..., autotune=True), SEPTRAN_AUTOTUNE=1 or `septran tune`",
-                    mapping.file, mapping.space.size)
+        progress.show()  # shown on stderr with the build lines where progress is on
+        log.warning("kernel %s (%s): a search space of %d points (!tune) with no tuned point for these shapes: running "
+                    "its first point; tune with septran.compile(..., autotune=True), SEPTRAN_AUTOTUNE=1 or `septran tune`",
+                    kernel.graph.entry, mapping.file, mapping.space.size)
     return Choice(mapping, dict(mapping.space.first), "the space's first point (not tuned)", checked=True)
 
 
