@@ -15,7 +15,11 @@ from septran.model import modes
 log = logging.getLogger(__name__)
 
 
-def _inference_compiler(reports: Optional[list], dry: bool, settings) -> Callable:
+def _inference_compiler(reports: Optional[list], dry: bool, settings=None) -> Callable:
+    """The compiler of AOTAutograd's inference graphs; ``settings``: torch.compile's mode and options, checked
+    (``septran.model.modes``; None: the default mode, as ``septran.compile_onnx`` runs)."""
+    settings = settings if settings is not None else modes.settings()
+
     def compile_graph(gm, example_inputs):
         from septran.model import profile
         from septran.model.rewrite import rewrite, unrewritten

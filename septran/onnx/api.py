@@ -98,7 +98,7 @@ class OnnxModel:
         from septran.onnx.route import compile_fx
 
         imported = import_graph(self.proto, self.name, tensors, self._consts)
-        device = tensors[0].device if tensors else torch.device("cpu")
+        device = tensors[0].device if tensors else torch.zeros(()).cpu().device  # no inputs: the host
         gm = imported.module.to(device)
         run, aten, origin = compile_fx(gm, list(tensors), imported.labels)
         report = onnx_report(self.name, self.proto.graph.node, aten, origin, imported.folded)

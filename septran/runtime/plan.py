@@ -68,7 +68,7 @@ class Plan:
         self._direct = (fn is not None and lay.order is None and not lay.convert and not lay.zero and not lay.reshape
                         and not lay.write_back and all(dtype is None for _, dtype in lay.results))
         self._single = lay.results[0][0] if len(lay.results) == 1 else None
-        self._cpu = getattr(device, "type", None) == "cpu"
+        self._cpu = getattr(device, "type", None) == _host_type()
 
     def run(self, args: tuple, kwargs: dict):
         lay, device = self.layout, self.device
@@ -155,6 +155,13 @@ def _resolved(lay: Layout, pool: list) -> list:
 
     check_views(dict(zip(lay.names, pool)), dict(zip(lay.names, lay.roles)))
     return resolve_views(pool, frozenset(i for _, i in lay.outputs_passed))
+
+
+def _host_type() -> str:
+    """The host's torch device type, as torch names it (shared code names no target)."""
+    import torch
+
+    return torch.zeros(()).cpu().device.type
 
 
 def _zeros(shape, dtype, device):
