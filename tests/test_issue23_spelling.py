@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import septran
-from conftest import REPO, needs_gpu
+from conftest import GEMM_LOGIC, REPO, mapping_path, needs_gpu
 from septran.expr import Tunable
 from septran.frontend import build_graph
 
@@ -229,3 +229,15 @@ def test_a_targets_default_thread_count_is_one_it_takes(tmp_path, default, ok):
     else:
         with pytest.raises(TargetError, match="threads.default must be a multiple of 128 up to 1024"):
             load_target_file(tmp_path / "target.yaml")
+
+
+def test_septran_target_disagreeing_with_a_passed_mappings_target_is_refused_naming_both(monkeypatch):
+    """A mapping the caller passes names cpu; SEPTRAN_TARGET names sm90 and no target= settles it: refused at the
+    mapping's `target:` line (SEPTRAN_MAPPING, which forces one file whatever the target, stays the exception)."""
+    monkeypatch.setenv("SEPTRAN_TARGET", "sm90")
+    monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
+    with pytest.raises(septran.MappingError, match=r"SEPTRAN_TARGET=sm90 and .*`target: cpu` disagree") as info:
+        septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu"))
+    assert info.value.loc is not None and info.value.loc.file == str(mapping_path("cpu"))
+    assert "target='cpu'" in str(info.value)
+    assert septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu"), target="cpu").target.name == "cpu"

@@ -125,7 +125,18 @@ def choose_mapping(op: str, mapping: Union[Mapping, str, Path, None], target: Op
     if isinstance(mapping, Mapping):
         return mapping
     if mapping is not None:
-        return mapping_from(mapping)
+        chosen = mapping_from(mapping)
+        override, named = env.target_override(), chosen.target.value
+        if target is None and override is not None and named is not None and named != override:
+            # a mapping passed by the caller, for another target than SEPTRAN_TARGET names: say so, never pick one
+            # silently (SEPTRAN_MAPPING, which forces one file whatever the target, is the documented exception)
+            raise MappingError(
+                f"SEPTRAN_TARGET={override} and {chosen.file}'s `target: {named}` disagree",
+                chosen.target.loc,
+                hint=f"pass target={named!r} to compile for the mapping's target, pass {override}'s mapping, "
+                     "or unset SEPTRAN_TARGET",
+            )
+        return chosen
     forced = env.mapping_override()
     if forced is not None:
         return load_mapping(forced)
