@@ -220,3 +220,62 @@ def test_an_output_written_only_in_a_loop_that_never_runs_is_refused(tmp_path):
         kernel(x, torch.randn(0, 3))
     assert info.value.loc.file == str(logic) and info.value.loc.line == _line_of(logic, "for k in task.range")
     assert kernel(torch.randn(0, 30), torch.randn(0, 3)).shape == (0, 30)
+
+
+# A block handed a BM x BN tile that partitions it into HALF x BN tiles and writes only the first: the rest of Y
+# came back as whatever memory held (the fuzzer's conv2d finding: a host tile of 1 mutated to None).
+PARTLY = '''
+from septran import task
+
+@task.define(leaf=True)
+def part_leaf(Y, X):
+    task.compute(Y, lambda i, j: X[i, j] * 2.0)
+
+@task.define
+def part_block(Y, X):
+    Yp = task.partition(Y, by="blocks", tile=("HALF", "BN"))
+    Xp = task.partition(X, by="blocks", tile=("HALF", "BN"))
+    for r in task.range(ROWS):
+        task.launch(part_leaf, Yp[r, 0], Xp[r, 0])
+
+@task.define
+def part_logic(Y, X):
+    Yp = task.partition(Y, by="blocks", tile=("BM", "BN"))
+    Xp = task.partition(X, by="blocks", tile=("BM", "BN"))
+    for i, j in task.parallel_range(Yp.shape):
+        task.launch(part_block, Yp[i, j], Xp[i, j])
+'''
+
+
+@pytest.mark.parametrize("rows, covered", [("Yp.shape[0]", True), ("1", False)])
+def test_a_program_that_writes_part_of_its_output_tile_is_refused_at_the_launch(tmp_path, rows, covered):
+    logic, mapping = tmp_path / "part.py", tmp_path / "part.yaml"
+    logic.write_text(PARTLY.replace("ROWS", rows))
+    mapping.write_text(EW_MAPPING.replace("ew_", "part_").replace("BN: 16}", "BN: 16, HALF: 4}"))
+    kernel = septran.compile(logic_file=logic, mapping_file=mapping)
+    x = torch.randn(19, 30)
+    if covered:
+        kernel.specialize(X=x)
+        return
+    with pytest.raises(septran.LoweringError, match=r"is handed Y\[0:8, 0:16\] but no statement in it writes "
+                                                    r"Y\[4:8, 0:16\]") as info:
+        kernel.specialize(X=x)
+    assert info.value.loc.file == str(logic) and info.value.loc.line == _line_of(logic, "task.launch(part_block")
+
+
+def test_the_fuzzers_conv2d_with_a_whole_batch_per_program_is_refused(tmp_path):
+    """Fuzz seed 24's four accepted-and-wrong cases: conv2d's host tile (1, 1, "BW", None) mutated to
+    (None, 1, "BW", None); the block still partitions Y one image at a time and wrote image 0 only."""
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[1] / "examples" / "conv2d" / "conv2d.py"
+    text = source.read_text()
+    old = 'Yp = task.partition(Y, by="blocks", tile=(1, 1, "BW", None))'
+    assert old in text
+    logic = tmp_path / "conv2d.py"
+    logic.write_text(text.replace(old, old.replace("(1, 1,", "(None, 1,")))
+    mapping = Path(__file__).resolve().parents[1] / "mappings" / "cpu" / "conv2d.yaml"
+    kernel = septran.compile(logic_file=logic, mapping_file=mapping)
+    x, w, y = torch.randn(2, 9, 11, 5), torch.randn(3, 3, 5, 7), torch.empty(2, 7, 9, 7)
+    with pytest.raises(septran.LoweringError, match=r"is handed Y\[0:2, 0, .*no statement in it writes Y\[1, 0, "):
+        kernel.specialize(X=x, W=w, Y=y)

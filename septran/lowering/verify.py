@@ -24,6 +24,7 @@ from septran.frontend.ir import Param, PrimCall, Privilege, walk
 from septran.lowering import flat_ir as fl
 from septran.lowering import windows
 from septran.lowering.constants import INDEX_LIMIT, Constants, Context
+from septran.lowering.coverage import check_programs_cover
 from septran.lowering.dynamic import DynamicValue, at_most, upper_index
 from septran.lowering.intervals import Unbounded, bounds, witness
 from septran.lowering.verify_reads import check_program
@@ -57,6 +58,7 @@ def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProg
     _indices(flat.grid_indices, env, consts)
     _outputs_covered(ctx, consts, flat, env)
     _outputs_written(ctx, consts, flat, env)
+    check_programs_cover(ctx, consts, flat)
     program = _invoke(flat.program, env, consts)
     check_program(ctx, consts, program, env)  # shifted, constant and gathered reads of computes
     return dataclasses.replace(flat, program=program)
