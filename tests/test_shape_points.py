@@ -113,3 +113,18 @@ def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
         assert shape_points.bucket(m.shape_points, {"A": (512, 512), "B": (512, 512), "C": (512, 512), "bias": (512,)}) is None
         if k is not None:
             assert points.bucket(k, type("Spec", (), {"shapes": {"A": (1, 8), "B": (8, 8), "C": (1, 8)}})()) == 0
+
+
+def test_a_dynamic_kernel_keeps_tuning_records_per_bucket():
+    """Rows are dynamic (-1 in the key): without the bucket, a decode step's record would serve a prefill and the
+    reverse. Two row counts of one bucket share a key; of two buckets, not."""
+    from septran.ops.gemm import gemm_kernel
+
+    k = gemm_kernel("cpu", "none", False, True)
+
+    def key(rows: int):
+        described = {"A": ((rows, 32), "float32"), "B": ((32, 24), "float32")}
+        return k.tuning_key(k.specialization(described, k.scalar_values({}))).digest()
+
+    assert key(1) == key(3) == key(16)
+    assert key(40) == key(300) != key(1)
