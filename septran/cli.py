@@ -36,6 +36,7 @@ register("targets", "septran.commands.targets", "list the targets: processors, m
 register("explain", "septran.commands.explain", "show what each lowering pass makes of a logic and a mapping for given shapes")
 register("compile", "septran.commands.compile", "lower, emit and build a kernel for given shapes; --dump DIR writes every stage")
 register("run", "septran.commands.run", "run a kernel (or an ONNX model) on random inputs, check it against the logic's reference, time it")
+register("tune-model", "septran.commands.tune_model", "tune every kernel a model block's prefill and decode step call, into the tuning database")
 
 
 def parser() -> argparse.ArgumentParser:

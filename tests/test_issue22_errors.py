@@ -279,3 +279,23 @@ def test_the_fuzzers_conv2d_with_a_whole_batch_per_program_is_refused(tmp_path):
     x, w, y = torch.randn(2, 9, 11, 5), torch.randn(3, 3, 5, 7), torch.empty(2, 7, 9, 7)
     with pytest.raises(septran.LoweringError, match=r"is handed Y\[0:2, 0, .*no statement in it writes Y\[1, 0, "):
         kernel.specialize(X=x, W=w, Y=y)
+
+
+def test_a_tile_so_large_that_the_trip_count_wraps_is_refused_at_the_tunable(tmp_path):
+    """Fuzz seed 24's mapping finding: swiglu's BK = 2147483646 over K = 37. TileLang computes ceildiv(37, BK) in
+    32-bit integers, (37 + BK - 1) wraps, TVM folded the K loop away and both GEMMs with it: H came back as
+    silu(0) * 0 = 0 (max error 201) with exit 0."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "mappings" / "cpu" / "swiglu_mlp.yaml").read_text()
+    old = "BK: !tune [512, 256, 1024]"
+    assert old in text
+    mapping = tmp_path / "swiglu_mlp.yaml"
+    mapping.write_text(text.replace(old, "BK: !tune [2147483646, 256, 1024]"))
+    kernel = septran.compile(logic_file=repo / "examples" / "swiglu_mlp" / "swiglu_mlp.py", mapping_file=mapping)
+    x, wg, wu = torch.randn(19, 37), torch.randn(37, 45), torch.randn(37, 45)
+    with pytest.raises(septran.LoweringError, match=r"ceildiv\(X_dim1, BK\) .* reaches 2147483682 .* would wrap") as info:
+        kernel.specialize(X=x, Wg=wg, Wu=wu)
+    assert info.value.loc.file == str(mapping) and info.value.loc.line == _line_of(mapping, "BK: !tune")
+    assert "make BK no larger" in info.value.hint

@@ -47,6 +47,7 @@ def verify(ctx: Context, consts: Constants, flat: fl.FlatProgram) -> fl.FlatProg
                                 hint="split the call into smaller tensors")
     for sym, extent in flat.grid:
         lo, hi = _bounds(extent, env, flat.why.logic, "the grid's extent")
+        _fits_int32(extent, env, consts, flat.why.logic, "the grid's extent")
         if hi <= 0:
             return flat  # no program runs (an empty output): nothing inside can go wrong
         if hi > INDEX_LIMIT:
@@ -150,6 +151,32 @@ def _covered_every_size(flat, name: str, axis: int, n: Expr, env, consts: Consta
                      f"{u.partition}.shape), or drop the dimension from `dynamic`")
 
 
+def _fits_int32(e: Expr, env, consts: Constants, loc, what: str) -> None:
+    """TileLang computes a count in 32-bit integers, ``ceildiv(a, b)`` as ``(a + b - 1) // b``: a tile far larger
+    than what it tiles (``BK: 2147483646`` over 37 elements) wraps that sum around, and TVM folds the loop to no
+    trips, silently. Every step of the count must fit; where it does not, the tunable in it is the culprit."""
+    if not isinstance(e, BinOp) or any(isinstance(v, Var) and v.sym in consts.dynamic for v in leaves(e)):
+        return  # a dynamic size: its number comes with each call, which the runtime checks
+    _fits_int32(e.lhs, env, consts, loc, what)
+    _fits_int32(e.rhs, env, consts, loc, what)
+    try:
+        (_, a), (_, b) = bounds(e.lhs, env), bounds(e.rhs, env)
+        lo, hi = bounds(e, env)
+    except Unbounded:
+        return  # the bound checks report it
+    worst = a + b - 1 if e.op == "ceildiv" else max(abs(lo), abs(hi))
+    if worst <= INDEX_LIMIT:
+        return
+    tunables = {v: name for name, v in consts.tunables.items()}
+    whys = {Var(c.sym): c.why for c in consts.consts}
+    culprit = next((v for v in leaves(e) if v in tunables and whys.get(v) and whys[v].mapping), None)
+    at = f" (logic {loc})" if culprit is not None and loc is not None else ""
+    raise LoweringError(
+        f"{what} {e}{at} reaches {worst} while it is computed, more than a 32-bit integer holds ({INDEX_LIMIT}): "
+        "TileLang's count would wrap around", whys[culprit].mapping if culprit is not None else loc,
+        hint=f"make {tunables[culprit] if culprit is not None else 'the tile'} no larger than the dimension it tiles")
+
+
 def _bounds(e: Expr, env, loc, what: str):
     try:
         return bounds(e, env)
@@ -222,6 +249,7 @@ def _stmt(s, env, consts: Constants):
         return _invoke(s, env, consts)
     loc = s.why.logic
     lo, hi = _bounds(s.extent, env, loc, "the loop's trip count")
+    _fits_int32(s.extent, env, consts, loc, "the loop's trip count")
     if lo < 0 and lo == hi:
         raise LoweringError(f"the loop runs {hi} times: a trip count must be >= 0", loc,
                             hint="a range that may be empty is task.range(0) or task.minimum(n, ...); never negative")

@@ -21,7 +21,7 @@ from septran.lowering import Specialization
 from septran.lowering.bind import check_mapping
 from septran.mapping.schema import Mapping
 from septran.records import TuningKey
-from septran.runtime import binding, dynamic_dims, notebook, optional, outputs as passed_outputs, points, workspaces
+from septran.runtime import binding, dynamic_dims, notebook, observers, optional, outputs as passed_outputs, points, workspaces
 from septran.runtime import scalars as scalar_args, vendor
 from septran.runtime.plan import Plan, call_key, lay_out
 from septran.runtime.points import Tuner
@@ -201,6 +201,8 @@ class Kernel:
         return key, spec
 
     def _variant(self, key: tuple, spec: Specialization, described: dict) -> Variant:
+        if observers._OBSERVERS:
+            observers.notify(self, spec, described)
         if self.dynamic:  # one variant serves every size of the dynamic dimensions (in one shape_points bucket)
             dynamic_dims.check_sizes(spec.shapes, self.dynamic)
             key = tuple(sorted(dynamic_dims.masked_described(described, self.dynamic).items())) + key[len(described):] \
