@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conftest import REPO, load_module
+from septran.commands.tune_model import tunable_specialisations
 from support.model_graphs import count_builds as _count_builds
 
 model_runner = load_module(REPO / "examples" / "model_runner.py")
@@ -59,11 +60,17 @@ def test_decode_steps_at_32_cache_lengths_build_once(monkeypatch, script, sizes)
     gen = torch.Generator().manual_seed(0)
     caches, eager_caches = model.new_cache(), model.new_cache()
     close = dict(rtol=1e-4, atol=1e-4)
-    with torch.no_grad():
+    with torch.no_grad(), tunable_specialisations() as tunable:  # what `septran tune-model` would tune
         x = torch.randn(1, 20, sizes["hidden"], generator=gen)
         torch.testing.assert_close(fn(x, 0, *caches), model(x, 0, *eager_caches), **close)
         x = torch.randn(1, 1, sizes["hidden"], generator=gen)
         torch.testing.assert_close(fn(x, 20, *caches), model(x, 20, *eager_caches), **close)
+    # One entry per tuning key; the GEMMs of the prefill (20 rows) and of the decode step (1 row) in their own
+    # shape buckets, so each gets its own tuned point.
+    keys = {(id(k), k.tuning_key(k.specialization(d, s)).digest()) for k, d, s in tunable}
+    assert len(keys) == len(tunable) and all(k.mapping.space is not None for k, _, _ in tunable)
+    assert {1, 20} <= {d["A"][0][0] for k, d, _ in tunable if "gemm" in k.graph.entry}, [k.graph.entry for k, _, _ in tunable]
+    with torch.no_grad():
         built = _count_builds(monkeypatch)
         for pos in range(21, 53):
             x = torch.randn(1, 1, sizes["hidden"], generator=gen)

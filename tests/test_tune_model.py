@@ -1,5 +1,5 @@
-"""``septran tune-model``: the kernels a block's prefill and decode step specialise, one per tuning key (the
-decode step's GEMMs in their own shape bucket), and its refusals."""
+"""``septran tune-model``'s refusals (what it lists of a block's prefill and decode step is tested with the
+block's compile, tests/test_model_blocks.py)."""
 from __future__ import annotations
 
 import pytest
@@ -10,21 +10,6 @@ from septran.commands.tune_model import calls_of, load_model, model_module
 from septran.errors import CallError
 
 LLAMA_SMALL = dict(hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=172)
-
-
-@pytest.mark.build
-def test_a_prefill_and_a_decode_step_list_their_kernels_once_per_bucket():
-    module = model_module(REPO / "examples" / "llama_block")
-    model = module.build(module.LlamaConfig(max_len=24, **LLAMA_SMALL))
-    calls = calls_of(model, 19)
-    entries = [k.graph.entry for k, _, _ in calls]
-    assert all(k.mapping.space is not None for k, _, _ in calls)
-    keys = {(id(k), k.tuning_key(k.specialization(d, s)).digest()) for k, d, s in calls}
-    assert len(keys) == len(calls)  # one per key: a later call of the same bucket adds none
-    gemms = [(k, d) for k, d, _ in calls if "gemm" in k.graph.entry]
-    rows = {d["A"][0][0] for _, d in gemms}
-    assert {1, 19} <= rows, entries  # the decode step's one row and the prefill's 19, each its own key
-    assert "attention_logic" in entries
 
 
 def test_a_folder_without_a_model_or_a_prompt_past_the_cache_is_refused(tmp_path, capsys):

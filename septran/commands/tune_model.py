@@ -16,7 +16,9 @@ import hashlib
 import importlib.util
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from septran.commands.inputs import at_least
 from septran.errors import CallError
@@ -55,18 +57,12 @@ def load_model(folder: Path):
     return module.build()
 
 
-def calls_of(model, prompt: int) -> list[tuple]:
-    """(kernel, described, scalars) of each specialisation a prefill and a decode step make, one per tuning key
-    (in the order first made)."""
-    import torch
-
-    import septran.model  # noqa: F401 - registers the backend
+@contextmanager
+def tunable_specialisations() -> Iterator[list]:
+    """While open, lists (kernel, described, scalars) of each specialisation the runtime makes of a kernel with a
+    search space (``!tune``), one per tuning key, in the order first made."""
     from septran.runtime import observers
 
-    max_len = getattr(model.cfg, "max_len", None)
-    if max_len is not None and prompt + 1 > max_len:
-        raise CallError(f"--prompt {prompt} and one decode step need a cache of {prompt + 1} positions; the model's "
-                        f"max_len is {max_len}", hint=f"--prompt {max_len - 1} or less")
     seen: dict = {}
 
     def observe(kernel, spec, described):
@@ -75,15 +71,33 @@ def calls_of(model, prompt: int) -> list[tuple]:
         key = (id(kernel), kernel.tuning_key(spec).digest())
         seen.setdefault(key, (kernel, dict(described), dict(spec.scalars)))
 
+    found: list = []
+    with observers.specialisations(observe):
+        try:
+            yield found
+        finally:
+            found.extend(seen.values())
+
+
+def calls_of(model, prompt: int) -> list[tuple]:
+    """(kernel, described, scalars) of each specialisation a prefill and a decode step make, one per tuning key."""
+    import torch
+
+    import septran.model  # noqa: F401 - registers the backend
+
+    max_len = getattr(model.cfg, "max_len", None)
+    if max_len is not None and prompt + 1 > max_len:
+        raise CallError(f"--prompt {prompt} and one decode step need a cache of {prompt + 1} positions; the model's "
+                        f"max_len is {max_len}", hint=f"--prompt {max_len - 1} or less")
     gen = torch.Generator().manual_seed(0)
     xp = torch.randn(1, prompt, model.cfg.hidden, generator=gen)
     xd = torch.randn(1, 1, model.cfg.hidden, generator=gen)
     fn = torch.compile(model, backend="septran", fullgraph=True)
     k, v = model.new_cache()
-    with torch.no_grad(), observers.specialisations(observe):
+    with torch.no_grad(), tunable_specialisations() as found:
         fn(xp, 0, k, v)
         fn(xd, prompt, k, v)
-    return list(seen.values())
+    return found
 
 
 def run(args) -> int:
