@@ -181,6 +181,26 @@ static void widen(float* d, const _Float16* s, int32_t rows, int32_t cols, int32
   for (int32_t i = 0; i < rows; i++) half_to_float(d + (size_t)i * cols, s + (size_t)i * ld, cols);
 }
 
+/* OpenBLAS's Haswell sgemm kernel (the one it picks on AVX2 CPUs such as AMD Zen 1) prefetches the next packed
+ * panel of B while it computes on this one, and past the last panel that is buffer memory no call has written
+ * yet. A prefetch of a page that is not mapped is dropped after a page walk, every time: on a KVM guest with
+ * a Zen 1 EPYC a 256 x 256 x 512 tile ran at 9 GFLOP/s per core instead of 32 (76 % of the kernel's samples on
+ * that prefetch), until some call of 512 or more columns had written further into the buffer; then every
+ * later call ran at 32. OpenBLAS's buffers are per thread, so each thread makes one such call, zeros times
+ * zeros into a scratch it frees, before its first sgemm: about 16 MFLOP, well under a millisecond, once. */
+enum { WARM_M = 64, WARM_N = 512, WARM_K = 512 };
+static _Thread_local int blas_warm;
+
+static void warm_blas_buffer(void) {
+  blas_warm = 1;
+  float* s = calloc((size_t)WARM_M * WARM_K + (size_t)WARM_K * WARM_N + (size_t)WARM_M * WARM_N, sizeof(float));
+  if (!s) return; /* only slower */
+  float *a = s, *b = a + (size_t)WARM_M * WARM_K, *c = b + (size_t)WARM_K * WARM_N;
+  scipy_cblas_sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, WARM_M, WARM_N, WARM_K, 1.0f, a, WARM_K, b,
+                    WARM_N, 0.0f, c, WARM_N);
+  free(s);
+}
+
 /* BLAS wants ld >= cols even where a single row makes the stride meaningless. */
 static int ld_ok(int32_t* ld, int32_t rows, int32_t cols) {
   if (rows == 1 && *ld < cols) *ld = cols;
@@ -210,6 +230,7 @@ int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, i
     scipy_cblas_sgemv(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, a_rows, a_cols, 1.0f, a, lda, b,
                       trans_b ? 1 : ldb, 1.0f, C, ldc);
   } else {
+    if (!blas_warm) warm_blas_buffer();
     scipy_cblas_sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS,
                       m, n, k, 1.0f, a, lda, b, ldb, 1.0f, C, ldc);
   }
