@@ -168,3 +168,15 @@ def test_a_kernel_that_only_updates_its_arguments_takes_the_fast_path_again():
         kernel(y, x)
     torch.testing.assert_close(y, 3 * x)
     assert len(kernel._plans) == 1 and next(iter(kernel._plans.values())).device == x.device
+
+
+def test_a_dynamic_grid_starts_no_thread_team_for_one_program():
+    """The model level's GEMM (rows dynamic): its grid's size comes with each call, and a decode step's one row in
+    one 4096-wide tile is one program, so the parallel loop carries an if(...) clause; a static grid has none."""
+    from septran.ops.gemm import gemm_kernel
+
+    k = gemm_kernel("cpu", "none", False, True)
+    a, w = torch.randn(3, 40), torch.randn(40, 24)
+    torch.testing.assert_close(k(a, w), a @ w, rtol=1e-4, atol=1e-4)
+    pragma = next(line for line in k.latest.device_source.splitlines() if "#pragma omp parallel for" in line)
+    assert " if(" in pragma and pragma.rstrip().endswith("> 1)"), pragma

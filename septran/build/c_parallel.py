@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 _DECL = re.compile(r"^\s+[A-Za-z_][\w:]*\s+([A-Za-z_]\w*)(\[\d+\])?;$")
 
+_LITERAL = re.compile(r"^(\(int(32|64)_t\))?\d+$")  # a grid extent TileLang printed as a number
+
 
 def definition(function: str) -> re.Pattern:
     """The line that opens ``function``'s definition in TileLang's C; group 1 is its parameter list."""
@@ -40,12 +42,19 @@ def parallel_grid(source: str, function: str, par: ParallelGrid) -> str:
     while at < len(lines) and (m := _DECL.match(lines[at])):
         private.append(m.group(1))
         at += 1
+    extents = []
     for k, sym in enumerate(par.syms):
-        loop = rf"^\s*for \(int(32|64)_t {sym.name} = (\(int64_t\))?0; {sym.name} < [^;]+; \+\+{sym.name}\) \{{$"
-        if at + k >= len(lines) or not re.match(loop, lines[at + k]):
+        loop = rf"^\s*for \(int(32|64)_t {sym.name} = (\(int64_t\))?0; {sym.name} < ([^;]+); \+\+{sym.name}\) \{{$"
+        m = re.match(loop, lines[at + k]) if at + k < len(lines) else None
+        if m is None:
             return _unchanged(source, function, f"the loop over {sym.name} is not where the grid's loops are printed")
+        extents.append(m.group(3))
     indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
     clauses = f"collapse({len(par.syms)}) schedule({par.schedule})" + (f" private({', '.join(private)})" if private else "")
+    if not all(_LITERAL.match(e) for e in extents):
+        # A grid that grows with a dynamic size may be one program at this call (a decode step's one row): no team
+        # then, whose idle thread would wait at the barrier (milliseconds on a loaded machine).
+        clauses += f" if({' * '.join(f'({e})' for e in extents)} > 1)"
     lines.insert(at, f"{indent}#pragma omp parallel for {clauses}")
     return "\n".join(lines)
 
