@@ -161,3 +161,31 @@ def test_gemm_residual_op_against_float64(rows):
         eager = gr.reference(x, w, bias, r, transposed)
         bound = model_runner.bound((eager.double() - want).abs().max().item(), want, torch.float32)
         assert (got.double() - want).abs().max().item() <= bound
+
+
+class Heads(nn.Module):
+    """GPT-2's attention scores (q @ k^T leaves expands to the shape the heads already have and views around a
+    bmm), a same-shape view of an input, and a same-shape view the graph returns (kept: an output)."""
+
+    def forward(self, q, k, x):
+        att = torch.softmax((q @ k.transpose(-2, -1)) * 0.3, dim=-1)
+        y = x.view(x.shape) * 2
+        return att @ k, y, y.view(y.shape)
+
+
+def test_views_to_their_own_shape_are_removed(monkeypatch):
+    made = _lowered(monkeypatch)
+    gen = torch.Generator().manual_seed(3)
+    q, k, x = torch.randn(2, 3, 5, 7, generator=gen), torch.randn(2, 3, 9, 7, generator=gen), torch.randn(5, 11, generator=gen)
+    fn = torch.compile(Heads(), backend="septran", fullgraph=True)
+    with torch.no_grad():
+        got = fn(q, k, x)
+    want = Heads()(q.double(), k.double(), x.double())
+    eager = Heads()(q, k, x)
+    for g, e, w in zip(got, eager, want):
+        bound = model_runner.bound((e.double() - w).abs().max().item(), w, torch.float32)
+        assert (g.double() - w).abs().max().item() <= bound
+    gm, _ = made[-1]
+    aten = torch.ops.aten
+    assert not any(n.target is aten.expand.default for n in gm.graph.nodes), gm.code
+    assert got[2].data_ptr() == got[1].data_ptr() and got[2].shape == got[1].shape

@@ -99,6 +99,8 @@ def _key(node: fx.Node):
 
 def fuse_sibling_gemms(graph: fx.Graph) -> int:
     """Fuses every group of sibling GEMMs; returns how many groups."""
+    import septran.ops.gemm  # noqa: F401 - torch.ops.septran.gemm, which a graph without GEMMs never registered
+
     groups: dict = defaultdict(list)
     for node in graph.nodes:
         key = _key(node)
