@@ -50,7 +50,15 @@ class GemmResidual(Pattern):
             x, w, bias, trans, act = m.args
             if act != "none" or res in m.nodes:
                 continue
-            import septran.ops.gemm_residual  # noqa: F401 - registers torch.ops.septran.gemm_residual
+            import septran.ops.gemm_residual as op  # registers torch.ops.septran.gemm_residual
+            from septran.errors import SepTranError
+            from septran.ops import kernels
+
+            try:
+                if kernels.target_for(out.device) not in op.TARGETS:
+                    return None
+            except SepTranError:  # no SepTran target for this device: the GEMM pattern says why
+                return None
             from septran.model import steps_fused
 
             steps_fused.register()
