@@ -77,3 +77,116 @@ def test_qkv_as_one_gemm_and_the_cache_write_in_place(monkeypatch):
         cache, ref_cache = torch.zeros(2, 9, 11), torch.zeros(2, 9, 11).double()
         torch.testing.assert_close(fn(x, cache).double(), ref(x.double(), ref_cache), rtol=1e-4, atol=1e-4)
         assert concat[0].made == made_before + 1
+
+
+def test_inference_mode_weights_are_concatenated_once(monkeypatch):
+    """A model whose weights are inference tensors (no version counter) concatenates Q, K and V once too."""
+    from septran.model.backend import septran_backend
+    from septran.model.patterns.fuse_gemms import ConcatWeights
+
+    made = _lowered(monkeypatch)
+    torch.manual_seed(1)
+    with torch.inference_mode():
+        model = QKV().eval()
+        ref = QKV().double().eval()
+        ref.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
+        fn = torch.compile(model, backend=functools.partial(septran_backend), fullgraph=True)
+        x = torch.randn(3, 5, 37)
+        for _ in range(3):
+            cache, eager_cache, ref_cache = torch.zeros(3, 9, 11), torch.zeros(3, 9, 11), torch.zeros(3, 9, 11).double()
+            got, eager, want = fn(x, cache), model(x, eager_cache), ref(x.double(), ref_cache)
+            bound = model_runner.bound((eager.double() - want).abs().max().item(), want, torch.float32)
+            assert (got.double() - want).abs().max().item() <= bound
+        gm, _ = made[-1]
+        concat = [n.target for n in gm.graph.nodes if isinstance(n.target, ConcatWeights)]
+        assert len(concat) == 1 and concat[0].made == 1, gm.code
+
+
+class Residual(nn.Module):
+    """Residual adds after projections: without and with bias, the residual on either side; one add that must
+    stay (an activation between), one whose product is read twice (stays), one broadcast residual (stays)."""
+
+    def __init__(self, hidden=37):
+        super().__init__()
+        self.up = nn.Linear(hidden, hidden, bias=False)
+        self.back = nn.Linear(hidden, hidden)
+        self.act = nn.Linear(hidden, hidden, bias=False)
+        self.twice = nn.Linear(hidden, hidden, bias=False)
+        self.row = nn.Linear(hidden, hidden, bias=False)
+
+    def forward(self, x):
+        h = x * 0.5 + self.up(x)  # no bias, residual first
+        y = self.back(h) + x  # bias, residual second
+        z = torch.relu(self.act(y)) + y  # an activation: the add stays
+        t = self.twice(z)
+        w = t + z + t * 2  # the product read twice: stays
+        return self.row(w) + w[:, :1]  # broadcast residual: stays
+
+
+def test_residual_add_in_the_gemm_epilogue(monkeypatch):
+    from septran.model.backend import septran_backend
+
+    made = _lowered(monkeypatch)
+    torch.manual_seed(2)
+    model = Residual().eval()
+    ref = Residual().double().eval()
+    ref.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
+    fn = torch.compile(model, backend=functools.partial(septran_backend), fullgraph=True)
+    with torch.no_grad():
+        for b, s in ((3, 7), (1, 1), (2, 9)):  # a one-row call (its own point) and a dynamic size
+            x = torch.randn(b, s, 37)
+            got, eager, want = fn(x), model(x), ref(x.double())
+            bound = model_runner.bound((eager.double() - want).abs().max().item(), want, torch.float32)
+            assert (got.double() - want).abs().max().item() <= bound, (b, s)
+    gm, ex = made[-1]
+    kinds = [s.kind for s in ex.steps]
+    assert kinds.count("gemm_residual") == 2, gm.code
+    assert kinds.count("gemm") == 3, gm.code
+    assert all(s.slow_calls == 0 for s in ex.steps if s.kind == "gemm_residual"), gm.code
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_gemm_residual_op_against_float64(rows):
+    """The op itself on odd sizes, the weight either way, with and without bias (1 row: the one-row point)."""
+    import septran.ops.gemm_residual as gr
+
+    gen = torch.Generator().manual_seed(rows)
+    for transposed, with_bias in ((True, False), (False, True)):
+        x = torch.randn(rows, 2, 45, generator=gen)
+        w = torch.randn(*((31, 45) if transposed else (45, 31)), generator=gen)
+        bias = torch.randn(31, generator=gen) if with_bias else None
+        r = torch.randn(rows, 2, 31, generator=gen)
+        got = torch.ops.septran.gemm_residual(x, w, bias, r, transposed)
+        want = gr.reference(x.double(), w.double(), None if bias is None else bias.double(), r.double(), transposed)
+        eager = gr.reference(x, w, bias, r, transposed)
+        bound = model_runner.bound((eager.double() - want).abs().max().item(), want, torch.float32)
+        assert (got.double() - want).abs().max().item() <= bound
+
+
+class Heads(nn.Module):
+    """GPT-2's attention scores (q @ k^T leaves expands to the shape the heads already have and views around a
+    bmm), a same-shape view of an input, and a same-shape view the graph returns (kept: an output)."""
+
+    def forward(self, q, k, x):
+        att = torch.softmax((q @ k.transpose(-2, -1)) * 0.3, dim=-1)
+        y = x.view(x.shape) * 2
+        return att @ k, y, y.view(y.shape)
+
+
+def test_views_to_their_own_shape_are_removed(monkeypatch):
+    made = _lowered(monkeypatch)
+    gen = torch.Generator().manual_seed(3)
+    q, k = torch.randn(2, 3, 5, 7, generator=gen), torch.randn(2, 3, 9, 7, generator=gen)
+    x = torch.randn(5, 11, generator=gen)
+    fn = torch.compile(Heads(), backend="septran", fullgraph=True)
+    with torch.no_grad():
+        got = fn(q, k, x)
+    want = Heads()(q.double(), k.double(), x.double())
+    eager = Heads()(q, k, x)
+    for g, e, w in zip(got, eager, want):
+        bound = model_runner.bound((e.double() - w).abs().max().item(), w, torch.float32)
+        assert (g.double() - w).abs().max().item() <= bound
+    gm, _ = made[-1]
+    aten = torch.ops.aten
+    assert not any(n.target is aten.expand.default for n in gm.graph.nodes), gm.code
+    assert got[2].data_ptr() == got[1].data_ptr() and got[2].shape == got[1].shape

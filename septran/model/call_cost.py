@@ -51,6 +51,7 @@ def _elementwise(inputs, spec, *_, out=None) -> int:
 
 SEPTRAN: dict[str, Callable[..., int]] = {
     "gemm": _gemm,
+    "gemm_residual": lambda x, w, bias, r, t, *_: _gemm(x, w, bias, t, "none") + r.numel(),  # + the residual
     "bmm": lambda a, b, *_: 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2],
     "swiglu": _swiglu,
     "attention": _attention,

@@ -166,9 +166,12 @@ def rewrite(gm: fx.GraphModule, patterns: Optional[list] = None) -> Report:
     for n, row in rows.items():
         if not row.runs:
             row.runs = "input" if n.op == "placeholder" else "output" if n.op == "output" else why.get(n) or _default_why(n)
+    from septran.model.patterns.noops import drop_noops
+
+    drop_noops(graph)  # views to the shape they already have: their uses read the input
     graph.eliminate_dead_code()
     left = set(graph.nodes)
-    for n, row in rows.items():  # e.g. a weight's transpose no kernel reads any more
+    for n, row in rows.items():  # e.g. a weight's transpose no kernel reads any more, a view that changed nothing
         if n not in left and n not in gone and row.runs.startswith("torch"):
             row.runs = "unused after the rewrite (not run)"
     graph.lint()

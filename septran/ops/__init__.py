@@ -3,6 +3,7 @@
 Each operator is a torch custom op (``torch.ops.septran.<name>``), registered when its module is imported:
 
     gemm        ``septran.ops.gemm``         act(x @ w + bias): relu, gelu, gelu_tanh, silu or none
+    gemm_residual ``septran.ops.gemm_residual`` x @ w + bias + residual (the residual in the epilogue)
     bmm         ``septran.ops.bmm``          C[b] = A[b] @ B[b]
     attention   ``septran.ops.attention``    FlashAttention: causal, masks, grouped heads, a KV cache's decode
     softmax, layer_norm, rms_norm  ``septran.ops.norms``
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ("gemm", "bmm", "attention", "norms", "rope", "swiglu", "elementwise")
+MODULES = ("gemm", "gemm_residual", "bmm", "attention", "norms", "rope", "swiglu", "elementwise")
 
 
 def load() -> None:

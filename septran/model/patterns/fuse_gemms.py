@@ -25,26 +25,46 @@ aten = torch.ops.aten
 
 
 class ConcatWeights:
-    """``cat(ws, dim)``, kept while every weight is the same tensor at the same version."""
+    """``cat(ws, dim)``, kept while every weight is the same tensor at the same version.
+
+    A weight made under ``torch.inference_mode`` keeps no version counter; it is kept by its address, shape,
+    strides and dtype (the weights are held here, so no other tensor can take that address while the result is
+    kept), so a model loaded or built under inference mode concatenates once too. Such a tensor can be written
+    in place only inside inference mode, where this cache cannot see it: ``reset()`` (or a new tensor in the
+    module) makes it concatenate again.
+    """
 
     def __init__(self, dim: int, name: str):
         self.dim = dim
         self.__name__ = name
         self.__module__ = __name__
         self._key = None
+        self._ws: tuple = ()
         self._value = None
         self.made = 0  # how many times the weights were concatenated (tests)
 
     def __call__(self, *ws):
-        try:
-            key = tuple((w.data_ptr(), w._version, w.shape, w.dtype) for w in ws)
-        except RuntimeError:  # inference tensors keep no version counter: nothing can be trusted to stay
-            key = None
-        if key is None or key != self._key:
+        if not self._same(ws):
             self.made += 1
             self._value = torch.cat(ws, self.dim)
-            self._key = key
+            self._ws = ws
+            self._key = tuple(self._version(w) for w in ws)
         return self._value
+
+    @staticmethod
+    def _version(w):
+        meta = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype)
+        if w.is_inference():
+            return meta
+        return meta + (w._version,)
+
+    def _same(self, ws) -> bool:
+        return self._key is not None and len(ws) == len(self._key) and all(
+            self._version(w) == k for w, k in zip(ws, self._key))
+
+    def reset(self) -> None:
+        """Forget the concatenation (after writing an inference-mode weight in place)."""
+        self._ws, self._key, self._value = (), None, None
 
 
 def _fake(like, fn):
@@ -79,6 +99,8 @@ def _key(node: fx.Node):
 
 def fuse_sibling_gemms(graph: fx.Graph) -> int:
     """Fuses every group of sibling GEMMs; returns how many groups."""
+    import septran.ops.gemm  # noqa: F401 - torch.ops.septran.gemm, which a graph without GEMMs never registered
+
     groups: dict = defaultdict(list)
     for node in graph.nodes:
         key = _key(node)
