@@ -22,6 +22,7 @@ target for a ``mems`` entry, and leaves of any target for a binding.
 """
 from __future__ import annotations
 
+import functools
 import io
 import random
 import re
@@ -202,8 +203,10 @@ _EXCEPTIONS = ["NameError('mutant')", "ZeroDivisionError", "ValueError('mutant')
                "RecursionError", "AttributeError('a')", "TypeError('t')", "IndexError", "AssertionError"]
 
 
-def _tokens(source: str):
-    return list(tokenize.generate_tokens(io.StringIO(source).readline))
+@functools.lru_cache(maxsize=64)
+def _tokens(source: str) -> tuple:
+    """The source's tokens; cached, since every mutation starts from one of a few shipped files."""
+    return tuple(tokenize.generate_tokens(io.StringIO(source).readline))
 
 
 def _offset(lines: list[str], row: int, col: int) -> int:
@@ -217,13 +220,14 @@ def _replace_token(source: str, tok, new: str) -> str:
     return source[:a] + new + source[b:]
 
 
-def _factory_params(source: str) -> set[str]:
+@functools.lru_cache(maxsize=64)
+def _factory_params(source: str) -> frozenset[str]:
     """Parameters of the functions that build the operator (causal, log, activation...): changing them is
     changing which operator it is, not a mistake."""
     out = set()
     for m in re.finditer(r"(?m)^def \w+\(([^)]*)\)", source):
         out |= {p.split(":")[0].split("=")[0].strip() for p in m.group(1).split(",") if p.strip()}
-    return out
+    return frozenset(out)
 
 
 def l_bad_number(rng, source):
@@ -261,7 +265,8 @@ def l_syntax(rng, source):
 
 
 def l_delete_token(rng, source):
-    toks = [t for t in _tokens(source) if t.type in (tokenize.NAME, tokenize.OP) and t.string not in _factory_params(source)]
+    params = _factory_params(source)
+    toks = [t for t in _tokens(source) if t.type in (tokenize.NAME, tokenize.OP) and t.string not in params]
     tok = rng.choice(toks)
     return _replace_token(source, tok, ""), f"line {tok.start[0]}: delete {tok.string!r}"
 

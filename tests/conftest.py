@@ -15,6 +15,16 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 GEMM_LOGIC = REPO / "septran" / "ops" / "logic" / "gemm.py"  # the kernel library's; examples/gemm imports it
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent without xdist (-p no:xdist)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the longest files first (support/schedule.py); other modes as xdist has them."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from support.schedule import LongestFileFirst
+
+    return LongestFileFirst(config, log)
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", help="rewrite golden files from the current output")
 
