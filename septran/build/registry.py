@@ -16,3 +16,10 @@ def builder_for(target: Target) -> Builder:
     except KeyError:
         raise InternalError("build", f"target {target.name} names builder {target.builder!r}; SepTran has "
                             f"{', '.join(BUILDERS)}", target.name) from None
+
+
+def builds_in_threads(target: Target) -> bool:
+    """Whether ``build_many`` (threads) is how to build many variants for ``target`` at once: its builder runs the
+    compiler itself, outside the GIL, and TileLang's own compile (the tuner's worker processes) would make
+    nothing this builder loads."""
+    return builder_for(target).runs_compiler

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Optional
 
-from septran.errors import MappingError, SepTranError
+from septran.errors import InternalError, MappingError, SepTranError
 from septran.records.db import TuningDB, default_db
 from septran.records.record import Timing, TuningRecord, point_id
 from septran.runtime.points import Tuned, best_in_space
@@ -176,13 +176,31 @@ class _Tuner:
         return self.kernel.at(c.point)
 
     def _prebuild(self, cands: list[Candidate]) -> None:
+        from septran.build import registry
         from septran.version import __version__
         from septran.emit_tilelang import emit
 
+        if registry.builds_in_threads(self.kernel.target):  # the runtime's own builds, which the measurement loads
+            self._prebuild_variants(cands)
+            return
         jobs = [(emit(c.program, __version__), c.program.name, self.kernel.target.name) for c in cands]
         for c, err in zip(cands, self.build_all(jobs, self.jobs)):
             if err:
                 log.info("point %s did not build: %s", c.point, err)
+
+    def _prebuild_variants(self, cands: list[Candidate]) -> None:
+        from septran.build.parallel import build_many
+
+        variants = []
+        for c in cands:
+            try:
+                variants.append(self.kernel.at(c.point).variant(self.described, self.scalars))
+            except (SepTranError, InternalError) as err:  # measured later, and recorded as the compile error it is
+                log.info("point %s does not lower: %s", c.point, err)
+        try:
+            build_many(variants, self.jobs)
+        except (SepTranError, InternalError) as err:
+            log.info("a point did not build: %s", err)
 
     def _final(self, survivors: list[Candidate], indices: list[int]) -> tuple[int, tuple]:
         """The best few again, in interleaved rounds: the winner (lowest median) and its samples; all recorded."""
