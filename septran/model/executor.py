@@ -172,11 +172,13 @@ class Arena:
 
 
 class Executor:
-    """What ``lower`` made of one graph: its steps and its arena (None when nothing is planned)."""
+    """What ``lower`` made of one graph: its steps, its arena (None when nothing is planned) and its segments
+    (``septran.model.launcher``: none where the launcher is off)."""
 
-    def __init__(self, step_list: list, arena: Optional[Arena]):
+    def __init__(self, step_list: list, arena: Optional[Arena], segments: Optional[list] = None):
         self.steps = step_list
         self.arena = arena
+        self.segments = segments or []
 
     @property
     def peak_bytes(self) -> int:
@@ -211,8 +213,10 @@ def _bind(graph: fx.Graph, symbols: set) -> Optional[tuple[list, list, list]]:
     return ordered, args, [where[s] for s in ordered]
 
 
-def lower(gm: fx.GraphModule, plan_memory: bool = True, fuse: bool = True) -> Executor:
-    """Steps for the graph's SepTran nodes, and its memory plan (see the module's docstring). In place."""
+def lower(gm: fx.GraphModule, plan_memory: bool = True, fuse: bool = True, launch: Optional[bool] = None) -> Executor:
+    """Steps for the graph's SepTran nodes, and its memory plan (see the module's docstring). In place.
+    ``launch``: run runs of steps and glue as one launcher each (``septran.model.launcher``; default
+    ``SEPTRAN_LAUNCHER``, on; cpu graphs only)."""
     graph = gm.graph
     inplace.reinplace_cache_writes(graph)
     if fuse:
@@ -225,9 +229,26 @@ def lower(gm: fx.GraphModule, plan_memory: bool = True, fuse: bool = True) -> Ex
             node.args = (None, *node.args)
             step_list.append(step)
     arena = _arena(graph) if plan_memory and step_list else None
+    segments = []
+    if step_list and _launches(graph, launch):
+        from septran.model import launcher
+
+        arena_node = next((n for n in graph.nodes if n.target is arena), None) if arena is not None else None
+        segments = launcher.launch(gm, arena_node)
     graph.lint()
     gm.recompile()
-    return Executor(step_list, arena)
+    return Executor(step_list, arena, segments)
+
+
+def _launches(graph: fx.Graph, launch: Optional[bool]) -> bool:
+    from septran.model import launcher
+
+    if launch is None:
+        launch = launcher.enabled()
+    if not launch:
+        return False
+    devices = {v.device.type for n in graph.nodes for v in [n.meta.get("val")] if isinstance(v, torch.Tensor)}
+    return devices == {"cpu"}
 
 
 def _arena(graph: fx.Graph) -> Optional[Arena]:
@@ -246,6 +267,7 @@ def _arena(graph: fx.Graph) -> Optional[Arena]:
     for i, p in enumerate(planned):
         with graph.inserting_before(p.node):
             view = graph.call_function(operator.getitem, (views, i))
+        view.meta["val"] = p.node.meta["val"]  # its shape, type and (contiguous) strides
         p.node.args = (view, *p.node.args[1:])
     output = next(n for n in graph.nodes if n.op == "output")
     with graph.inserting_before(output):

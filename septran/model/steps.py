@@ -13,14 +13,28 @@ right. ``make`` returns a generic step (the op's Python without the dispatcher) 
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import threading
 from typing import Callable, Optional
 
 import torch
 
 log = logging.getLogger(__name__)
 _NUMBERS = itertools.count()
+_RECORDING = threading.local()  # a list while a segment launcher records (septran.model.launcher.record)
+
+
+@contextlib.contextmanager
+def recording(calls: list):
+    """Within: each kernel call a step makes appends (plan, kernel function, the tensors passed) to ``calls``."""
+    before = getattr(_RECORDING, "calls", None)
+    _RECORDING.calls = calls
+    try:
+        yield calls
+    finally:
+        _RECORDING.calls = before
 
 
 def _raw(op: torch._ops.OpOverload) -> Callable:
@@ -75,7 +89,27 @@ class Step:
             if plan is None:
                 return None
             self._plans[key] = plan
+        calls = getattr(_RECORDING, "calls", None)
+        if calls is not None:
+            return _recorded(plan, args, kwargs, calls)
         return plan.run(args, kwargs)
+
+
+def _recorded(plan, args: tuple, kwargs: dict, calls: list):
+    """``plan.run`` with the tensors it hands its kernel written down."""
+    fn, seen = plan.fn, []
+
+    def capture(*tensors):
+        seen.append(tensors)
+        return fn(*tensors)
+
+    plan.fn = capture
+    try:
+        out = plan.run(args, kwargs)
+    finally:
+        plan.fn = fn
+    calls.extend((plan, fn, t) for t in seen)
+    return out
 
 
 def _target(device) -> str:

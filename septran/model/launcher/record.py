@@ -1,0 +1,466 @@
+"""Recording a segment: its nodes run once in Python, and every pointer, size and copy is written down symbolically.
+
+Each value of the segment gets a ``Desc``: the buffer it lies in (an input of the segment, or a scratch buffer the
+launcher allocates), its offset, sizes and strides as expressions over the graph's dynamic sizes. Views take theirs
+from the graph's metadata (``node.meta["val"]``, symbolic); a step's kernel call is caught below its plan
+(``steps.recording``) with the tensors it passed, and each is tied to a value of the graph by its address: the
+same memory read in place (a view or a reshape of it), a contiguous copy of it (``contiguous()`` on a strided KV
+cache), or a fresh output of the kernel (then the step's result, which the metadata describes, says its shape).
+Every description is checked against the real tensors of this run (addresses, sizes, strides); anything the
+launcher cannot express or that does not check raises ``Unsupported`` and the segment keeps running its steps.
+The nodes run exactly once either way (a KV-cache write is never done twice).
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import sympy
+import torch
+import torch.fx as fx
+
+from septran.model import steps
+from septran.model.launcher.cexpr import Unsupported, expr, value
+from septran.model.launcher.source import Call, Copy, Program, Ptr
+
+aten = torch.ops.aten
+
+
+class Defer(Unsupported):
+    """This call's sizes cannot tell the symbolic dimensions apart (one is 1): record on a later call."""
+
+
+@dataclass(frozen=True)
+class Desc:
+    base: object  # int (an input's index) or ("tmp", i)
+    offset: object  # elements, sympy
+    sizes: tuple
+    strides: tuple
+    dtype: torch.dtype
+
+
+def _same(a, b) -> bool:
+    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def contiguous_strides(sizes) -> tuple:
+    out, step = [], sympy.Integer(1)
+    for s in reversed(sizes):
+        out.append(step)
+        step = step * s
+    return tuple(reversed(out))
+
+
+class Recorder:
+    """One recording run of a segment's subgraph (``sub``: placeholders, nodes, one output tuple)."""
+
+    def __init__(self, sub: fx.Graph, inputs: tuple):
+        self.sub, self.inputs = sub, inputs
+        self.sub_values: dict = {}  # symbol -> this run's value
+        self.sources: dict = {}  # symbol -> (input index, axis or None)
+        self.descs: dict = {}  # node -> Desc
+        self.ptrs: dict = {}  # base -> this run's address
+        self.program = Program()
+        self.kernels: list = []  # (kernel function address, CKernel) per distinct kernel
+        self.checks: list = []  # plans' error checks, run after a launch
+        self.pinned: list = []  # tensors a step keeps (a zero bias): their addresses go in P after the inputs
+        self.failed: Optional[str] = None
+        self.int_inputs: dict = {}  # integer inputs (placeholders) -> their expression
+
+    # the run -------------------------------------------------------------------------------------------------
+    def run(self):
+        """The segment's results (always), after recording; ``self.failed`` says why not, where it could not."""
+        env: dict = {}
+        placeholders = [n for n in self.sub.nodes if n.op == "placeholder"]
+        for i, (p, v) in enumerate(zip(placeholders, self.inputs)):
+            env[p] = v
+            if self.failed is None:
+                self._guard(lambda: self._input(i, p, v))
+        result = None
+        for n in self.sub.nodes:
+            if n.op == "placeholder":
+                continue
+            args = fx.node.map_arg(n.args, lambda a: env[a])
+            kwargs = fx.node.map_arg(n.kwargs, lambda a: env[a])
+            if n.op == "output":
+                result = args[0]
+                if self.failed is None:
+                    self._guard(lambda: self._outputs(n.args[0], result))
+                break
+            if self.failed is not None:
+                env[n] = n.target(*args, **kwargs)
+            elif isinstance(n.target, steps.Step):
+                env[n] = self._step(n, args, kwargs, env)
+            else:
+                env[n] = n.target(*args, **kwargs)
+                self._guard(lambda: self._glue(n, env))
+        return result
+
+    def _guard(self, fn) -> None:
+        try:
+            fn()
+        except Unsupported as err:
+            self.failed = f"{type(err).__name__}: {err}"
+        except (TypeError, ValueError, AttributeError, IndexError, KeyError, RuntimeError, ZeroDivisionError) as err:
+            self.failed = f"{type(err).__name__}: {err}"
+
+    # values ---------------------------------------------------------------------------------------------------
+    def _input(self, i: int, p: fx.Node, v) -> None:
+        meta = p.meta.get("val")
+        if isinstance(v, int) and not isinstance(v, bool):
+            if isinstance(meta, torch.SymInt) and isinstance(meta.node.expr, sympy.Symbol):
+                sym = meta.node.expr
+            else:  # (s + 1): a size variable of its own
+                sym = sympy.Symbol(f"septran_in{i}", integer=True)
+            self._source(sym, v, (i, None))
+            self.int_inputs[p] = sym
+        if not isinstance(v, torch.Tensor):
+            return
+        if not isinstance(meta, torch.Tensor) or meta.dtype != v.dtype or meta.dim() != v.dim():
+            raise Unsupported(f"input {p.name} does not match its metadata")
+        for axis, s in enumerate(meta.shape):
+            if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
+                self._source(s.node.expr, v.shape[axis], (i, axis))
+        self.ptrs[i] = v.data_ptr()
+        d = Desc(i, sympy.Integer(0), tuple(expr(s) for s in meta.shape), tuple(expr(s) for s in meta.stride()), v.dtype)
+        self._check(v, d, p.name)
+        self.descs[p] = d
+
+    def _source(self, sym, v, where) -> None:
+        if sym not in self.sources:
+            self.sources[sym] = where
+            self.sub_values[sym] = int(v)
+
+    def _check(self, t: torch.Tensor, d: Desc, what: str) -> None:
+        """``d`` describes ``t`` in this run (sizes, strides of dimensions longer than 1, address)."""
+        sub = self.sub_values
+        for e in (*d.sizes, *d.strides, d.offset):
+            if not e.free_symbols <= set(sub):
+                raise Unsupported(f"{what}: a size depends on {e.free_symbols - set(sub)}, which no input gives")
+        for e in d.sizes:
+            if e.free_symbols and value(e, sub) <= 1:
+                raise Defer(f"{what}: a dynamic size is {value(e, sub)} in this call")
+        sizes = tuple(value(e, sub) for e in d.sizes)
+        if sizes != tuple(t.shape) or t.dtype != d.dtype:
+            raise Unsupported(f"{what}: sizes {tuple(t.shape)} are not the recorded {sizes}")
+        for s, e, real in zip(sizes, d.strides, t.stride()):
+            if s > 1 and value(e, sub) != real:
+                raise Unsupported(f"{what}: strides {t.stride()} are not the recorded ones")
+        if t.numel() and self.ptrs[d.base] + value(d.offset, sub) * t.element_size() != t.data_ptr():
+            raise Unsupported(f"{what}: its address is not the recorded one")
+
+    def _glue(self, n: fx.Node, env: dict) -> None:
+        v, meta = env[n], n.meta.get("val")
+        if not isinstance(v, torch.Tensor) or not isinstance(meta, torch.Tensor):
+            raise Unsupported(f"{n.name} gives no tensor")
+        src = n.args[0]
+        d_in = self.descs.get(src)
+        if d_in is None:
+            raise Unsupported(f"{n.name} reads a value the launcher does not hold")
+        if n.target is aten.copy_.default:
+            other = self.descs.get(n.args[1])
+            if other is None or len(n.args) != 2 or n.kwargs or other.dtype != d_in.dtype or \
+                    len(other.sizes) != len(d_in.sizes) or not all(_same(a, b) for a, b in zip(other.sizes, d_in.sizes)):
+                raise Unsupported(f"{n.name}: a copy that broadcasts or converts")
+            self.program.ops.append(Copy(self._ptr(d_in), self._ptr(other), d_in.sizes, d_in.strides, other.strides,
+                                         v.element_size()))
+            self.descs[n] = d_in
+            return
+        d = self._view(n, d_in, v, meta)
+        self._check(v, d, n.name)
+        self.descs[n] = d
+
+    def _int(self, a):
+        """An integer argument as an expression: a literal, or an input (its own size variable)."""
+        if isinstance(a, int):
+            return sympy.Integer(a)
+        if isinstance(a, fx.Node) and a in self.int_inputs:
+            return self.int_inputs[a]
+        raise Unsupported(f"an integer argument {a} the launcher cannot follow")
+
+    def _view(self, n: fx.Node, d: Desc, v: torch.Tensor, meta) -> Desc:
+        """The view ``n`` of ``d``: its offset, sizes and strides from the operation's arguments."""
+        name = n.target._overloadpacket.__name__
+        sizes, strides, offset = list(d.sizes), list(d.strides), d.offset
+        args = list(n.args[1:])
+        rank = len(sizes)
+        if name in ("alias", "detach"):
+            pass
+        elif name in ("slice", "narrow"):
+            if n.kwargs:
+                raise Unsupported(f"{n.name}: keyword arguments")
+            dim = (args[0] if args else 0) % rank
+            if name == "narrow":
+                start = self._int(args[1])
+                length = self._int(args[2])
+                step = 1
+            else:
+                start = self._int(args[1]) if len(args) > 1 and args[1] is not None else sympy.Integer(0)
+                end = self._int(args[2]) if len(args) > 2 and args[2] is not None else sizes[dim]
+                step = args[3] if len(args) > 3 else 1
+                if not isinstance(step, int) or step < 1 or (start.is_number and start < 0) or \
+                        (end.is_number and end < 0):
+                    raise Unsupported(f"{n.name}: a negative or dynamic bound or step")
+                end = sympy.Min(end, sizes[dim])
+                length = sympy.floor((end - start + step - 1) / step) if step > 1 else end - start
+                m = expr(meta.shape[dim]) if isinstance(meta, torch.Tensor) and meta.dim() == rank else None
+                if m is not None and m.free_symbols <= set(self.sub_values) and value(m, self.sub_values) == v.shape[dim]:
+                    length = m  # the graph's own expression (a decode step's one row: 1, not (s + 1) - s)
+            offset = offset + start * strides[dim]
+            sizes[dim] = sympy.sympify(length)
+            strides[dim] = strides[dim] * step
+        elif name == "select":
+            dim = args[0] % rank
+            index = self._int(args[1])
+            if index.is_number and index < 0:
+                index = index + sizes[dim]
+            offset = offset + index * strides[dim]
+            del sizes[dim], strides[dim]
+        elif name in ("transpose", "t"):
+            a, b = (args[0] % rank, args[1] % rank) if name == "transpose" else (0, 1 % max(rank, 1))
+            sizes[a], sizes[b] = sizes[b], sizes[a]
+            strides[a], strides[b] = strides[b], strides[a]
+        elif name == "permute":
+            order = [i % rank for i in args[0]]
+            sizes, strides = [sizes[i] for i in order], [strides[i] for i in order]
+        elif name == "unsqueeze":
+            dim = args[0] % (rank + 1)
+            sizes.insert(dim, sympy.Integer(1))
+            strides.insert(dim, sympy.Integer(1))
+        elif name == "squeeze" and not args:
+            keep = [i for i, e in enumerate(sizes) if not (e.is_number and e == 1)]
+            sizes, strides = [sizes[i] for i in keep], [strides[i] for i in keep]
+        elif name == "expand":
+            out = [self._int(a) if not (isinstance(a, int) and a == -1) else None for a in args[0]]
+            lead = len(out) - rank
+            sizes2, strides2 = [], []
+            for i, e in enumerate(out):
+                j = i - lead
+                if j < 0:
+                    sizes2.append(e)
+                    strides2.append(sympy.Integer(0))
+                elif e is None or _same(e, sizes[j]):
+                    sizes2.append(sizes[j])
+                    strides2.append(strides[j])
+                elif sizes[j].is_number and sizes[j] == 1:
+                    sizes2.append(e)
+                    strides2.append(sympy.Integer(0))
+                else:
+                    raise Unsupported(f"{n.name}: an expand the launcher cannot follow")
+            sizes, strides = sizes2, strides2
+        elif name in ("view", "_unsafe_view", "reshape", "squeeze", "flatten"):
+            return self._match(v, d, n.name)
+        else:
+            raise Unsupported(f"{n.name}: the view {name}")
+        return Desc(d.base, offset, tuple(sympy.sympify(e) for e in sizes), tuple(sympy.sympify(e) for e in strides),
+                    v.dtype)
+
+    def _ptr(self, d: Desc) -> Ptr:
+        item = torch.empty((), dtype=d.dtype).element_size()
+        return Ptr(d.base, d.offset * item)
+
+    def _tmp(self, nbytes, address: int):
+        self.program.scratch.append(nbytes)
+        base = ("tmp", len(self.program.scratch) - 1)
+        self.ptrs[base] = address
+        return base
+
+    # steps ------------------------------------------------------------------------------------------------------
+    def _step(self, n: fx.Node, args, kwargs, env: dict):
+        step = n.target
+        slow = step.slow_calls
+        calls: list = []
+        with steps.recording(calls):
+            result = step(*args, **kwargs)
+        self._guard(lambda: self._calls(n, step, slow, calls, result, env))
+        return result
+
+    def _calls(self, n, step, slow: int, calls: list, result, env: dict) -> None:
+        if step.slow_calls != slow:
+            raise Unsupported(f"{n.name} ran the op's own Python")
+        if len(calls) != 1:
+            raise Unsupported(f"{n.name} made {len(calls)} kernel calls")
+        from septran.build.c_builder import CKernel
+
+        plan, fn, tensors = calls[0]
+        if not isinstance(fn, CKernel) or not plan._direct or plan.workspaces or len(tensors) != \
+                len(plan.layout.take) + len(plan.layout.allocate):
+            raise Unsupported(f"{n.name}: its kernel's plan converts, zero-fills or takes workspaces")
+        taken = len(plan.layout.take)
+        readable = [a for a in n.all_input_nodes if a in self.descs]
+        params: dict = {}
+        fresh = list(range(taken, len(tensors)))  # outputs in memory the step made for this call
+        for k, t in enumerate(tensors[:taken]):
+            role = plan.layout.roles[k]
+            try:
+                params[k] = self._param(n, step, t, role, readable, env)
+            except Defer:
+                raise
+            except Unsupported:
+                if role != "output":
+                    raise
+                fresh.append(k)
+        # the step's result lies in one of the tensors the kernel wrote
+        meta = n.meta.get("val")
+        if not isinstance(result, torch.Tensor) or not isinstance(meta, torch.Tensor):
+            raise Unsupported(f"{n.name} gives no tensor")
+        written = [k for k in range(len(tensors)) if k >= taken or plan.layout.roles[k] != "input"]
+        home = next((k for k in written if tensors[k].data_ptr() == result.data_ptr()), None)
+        if home is None:
+            raise Unsupported(f"{n.name}: its result is not what its kernel wrote")
+        sizes, strides = tuple(expr(s) for s in meta.shape), tuple(expr(s) for s in meta.stride())
+        if home not in fresh:
+            d = Desc(params[home].base, params[home].offset, sizes, strides, result.dtype)
+        else:
+            d = Desc(("pending",), sympy.Integer(0), sizes, strides, result.dtype)
+            self.ptrs[d.base] = result.data_ptr()
+        self._check(result, d, n.name)
+        for k in fresh:
+            if k != home:
+                raise Unsupported(f"{n.name}: its kernel allocates an output the step does not return")
+            found = self._match(tensors[k], d, n.name)
+            nbytes = math.prod(found.sizes) * tensors[k].element_size()
+            base = self._tmp(nbytes, tensors[k].data_ptr())
+            params[k] = Desc(base, found.offset, found.sizes, found.strides, found.dtype)
+            d = Desc(base, d.offset, d.sizes, d.strides, d.dtype)
+            del self.ptrs[("pending",)]
+        self.descs[n] = d
+        self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
+
+    def _param(self, n, step, t: torch.Tensor, role: str, readable: list, env: dict) -> Desc:
+        """The description of a tensor a step passed its kernel."""
+        for a in readable:
+            v = env[a]
+            if isinstance(v, torch.Tensor) and v.data_ptr() == t.data_ptr() and v.dtype == t.dtype:
+                try:
+                    return self._match(t, self.descs[a], n.name)
+                except Defer:
+                    raise
+                except Unsupported:
+                    continue
+        for a in readable:
+            v = env[a]
+            if role == "input" and isinstance(v, torch.Tensor) and v.shape == t.shape and v.dtype == t.dtype \
+                    and t.is_contiguous() and not v.is_contiguous() and torch.equal(v, t):
+                src = self.descs[a]
+                strides = contiguous_strides(src.sizes)
+                base = self._tmp(math.prod(src.sizes) * t.element_size(), t.data_ptr())
+                d = Desc(base, sympy.Integer(0), src.sizes, strides, t.dtype)
+                self._check(t, d, f"{n.name} (a contiguous copy)")
+                self.program.ops.append(Copy(self._ptr(d), self._ptr(src), src.sizes, strides, src.strides,
+                                             t.element_size()))
+                return d
+        if role == "input" and any(t is x for x in vars(step).values()):
+            self.pinned.append(t)
+            base = ("pin", len(self.pinned) - 1)
+            self.ptrs[base] = t.data_ptr()
+            return Desc(base, sympy.Integer(0), tuple(map(sympy.Integer, t.shape)),
+                        tuple(map(sympy.Integer, t.stride())), t.dtype)
+        raise Unsupported(f"{n.name} passes its kernel a tensor the launcher cannot place")
+
+    def _match(self, t: torch.Tensor, d: Desc, what: str) -> Desc:
+        """``t``, which starts where ``d`` does, as a permutation or a reshape of ``d``'s dimensions."""
+        sub = self.sub_values
+        for e in d.sizes:
+            if e.free_symbols and value(e, sub) <= 1:
+                raise Defer(f"{what}: a dynamic size is {value(e, sub)} in this call")
+        dims = [(s, st) for s, st in zip(d.sizes, d.strides) if value(s, sub) != 1]
+        found = _permuted(t, dims, sub)
+        if found is None and t.is_contiguous() and _contiguous(dims):
+            found = _reshaped(t, dims, sub)
+        if found is None:
+            raise Unsupported(f"{what}: a tensor {tuple(t.shape)} that is no view of the graph's value")
+        out = Desc(d.base, d.offset, found[0], found[1], t.dtype)
+        self._check(t, out, what)
+        return out
+
+    def _call(self, n, plan, fn, params: list) -> None:
+        f = ctypes.cast(fn.function, ctypes.c_void_p).value
+        index = next((i for i, (g, _) in enumerate(self.kernels) if g == f), None)
+        if index is None:
+            self.kernels.append((f, fn))
+            index = len(self.kernels) - 1
+        types = fn.function.argtypes[len(fn.order):]
+        sizes = []
+        for (k, axis), ctype in zip(fn._sizes, types):
+            sizes.append((params[k].sizes[axis], "int64_t" if ctype is ctypes.c_int64 else "int32_t"))
+        passed = [e for e, _ in sizes]
+        for d in params:  # a dynamic dimension the kernel does not take would be baked into its C
+            for e in d.sizes:
+                if e.free_symbols and not any(_same(e, p) for p in passed):
+                    raise Unsupported(f"{n.name}: its kernel is static in a dimension that varies ({e})")
+        self.program.ops.append(Call(index, tuple(self._ptr(params[k]) for k in fn.order), tuple(sizes)))
+        if plan.check_errors is not None:
+            self.checks.append(plan.check_errors)
+
+    def _outputs(self, nodes, values) -> None:
+        self.out_descs = []
+        for node, v in zip(nodes, values):
+            d = self.descs.get(node)
+            if d is None or not isinstance(v, torch.Tensor):
+                raise Unsupported(f"output {node} is no tensor the launcher holds")
+            self.out_descs.append(d)
+
+
+def _permuted(t, dims, sub):
+    used, sizes, strides = set(), [], []
+    for s, st in zip(t.shape, t.stride()):
+        if s == 1:
+            sizes.append(sympy.Integer(1))
+            strides.append(sympy.Integer(st))
+            continue
+        cands = [i for i, (es, et) in enumerate(dims) if i not in used and value(es, sub) == s and value(et, sub) == st]
+        if not cands:
+            return None
+        if any(not (_same(dims[i][0], dims[cands[0]][0]) and _same(dims[i][1], dims[cands[0]][1])) for i in cands):
+            return None  # two dimensions alike in this call but not in general
+        used.add(cands[0])
+        sizes.append(dims[cands[0]][0])
+        strides.append(dims[cands[0]][1])
+    return (tuple(sizes), tuple(strides)) if len(used) == len(dims) else None
+
+
+def _contiguous(dims) -> bool:
+    if not dims:
+        return True
+    if not _same(dims[-1][1], 1):
+        return False
+    return all(_same(dims[i][1], dims[i + 1][0] * dims[i + 1][1]) for i in range(len(dims) - 1))
+
+
+def _reshaped(t, dims, sub):
+    """Sizes and strides of contiguous ``t`` from the contiguous ``dims`` it reshapes, or None."""
+    shape = list(t.shape)
+    pn = [(i, s) for i, s in enumerate(shape) if s != 1]
+    out = [sympy.Integer(1)] * len(shape)
+    i = j = 0
+    while i < len(dims) or j < len(pn):
+        if i >= len(dims) or j >= len(pn):
+            return None
+        gi, gj = [i], [j]
+        pv, pp = value(dims[i][0], sub), pn[j][1]
+        while pv != pp:
+            if pv < pp:
+                i += 1
+                if i >= len(dims):
+                    return None
+                gi.append(i)
+                pv *= value(dims[i][0], sub)
+            else:
+                j += 1
+                if j >= len(pn):
+                    return None
+                gj.append(j)
+                pp *= pn[j][1]
+        if len(gj) == 1:
+            out[pn[gj[0]][0]] = math.prod((dims[g][0] for g in gi), start=sympy.Integer(1))
+        elif all(not dims[g][0].free_symbols for g in gi):
+            for g in gj:
+                out[pn[g][0]] = sympy.Integer(pn[g][1])
+        else:
+            return None
+        i += 1
+        j += 1
+    return tuple(out), contiguous_strides(out)
