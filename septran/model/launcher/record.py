@@ -64,7 +64,7 @@ class Recorder:
         self.ptrs: dict = {}  # base -> this run's address
         self.program = Program()
         self.kernels: list = []  # (kernel function address, CKernel) per distinct kernel
-        self.checks: list = []  # plans' error checks, run after a launch
+        self.checks: list = []  # targets whose vendor library is asked for errors after a launch
         self.pinned: list = []  # tensors a step keeps (a zero bias): their addresses go in P after the inputs
         self.failed: Optional[str] = None
         self.int_inputs: dict = {}  # integer inputs (placeholders) -> their expression
@@ -368,7 +368,7 @@ class Recorder:
                 raise Defer(f"{what}: a dynamic size is {value(e, sub)} in this call")
         dims = [(s, st) for s, st in zip(d.sizes, d.strides) if value(s, sub) != 1]
         found = _permuted(t, dims, sub)
-        if found is None and t.is_contiguous() and _contiguous(dims):
+        if found is None:
             found = _reshaped(t, dims, sub)
         if found is None:
             raise Unsupported(f"{what}: a tensor {tuple(t.shape)} that is no view of the graph's value")
@@ -392,8 +392,10 @@ class Recorder:
                 if e.free_symbols and not any(_same(e, p) for p in passed):
                     raise Unsupported(f"{n.name}: its kernel is static in a dimension that varies ({e})")
         self.program.ops.append(Call(index, tuple(self._ptr(params[k]) for k in fn.order), tuple(sizes)))
-        if plan.check_errors is not None:
-            self.checks.append(plan.check_errors)
+        if plan.check_errors is not None:  # the vendor's error channel, asked once per launch (per target)
+            target = n.target.kernel.target
+            if all(t is not target for t in self.checks):
+                self.checks.append(target)
 
     def _outputs(self, nodes, values) -> None:
         self.out_descs = []
@@ -422,19 +424,13 @@ def _permuted(t, dims, sub):
     return (tuple(sizes), tuple(strides)) if len(used) == len(dims) else None
 
 
-def _contiguous(dims) -> bool:
-    if not dims:
-        return True
-    if not _same(dims[-1][1], 1):
-        return False
-    return all(_same(dims[i][1], dims[i + 1][0] * dims[i + 1][1]) for i in range(len(dims) - 1))
-
-
 def _reshaped(t, dims, sub):
-    """Sizes and strides of contiguous ``t`` from the contiguous ``dims`` it reshapes, or None."""
+    """Sizes and strides of ``t`` as a reshape of ``dims`` (in order): runs of dimensions that lie one inside the
+    next merge, a dimension of fixed size splits; None where ``t`` is no such reshape."""
     shape = list(t.shape)
     pn = [(i, s) for i, s in enumerate(shape) if s != 1]
-    out = [sympy.Integer(1)] * len(shape)
+    sizes = [sympy.Integer(1)] * len(shape)
+    strides = [sympy.Integer(st) for st in t.stride()]  # (those of dimensions of 1: as they are)
     i = j = 0
     while i < len(dims) or j < len(pn):
         if i >= len(dims) or j >= len(pn):
@@ -454,13 +450,20 @@ def _reshaped(t, dims, sub):
                     return None
                 gj.append(j)
                 pp *= pn[j][1]
+        if not all(_same(dims[a][1], dims[a + 1][0] * dims[a + 1][1]) for a in gi[:-1]):
+            return None  # the run does not lie one dimension inside the next: no view merges it
+        inner = dims[gi[-1]][1]
         if len(gj) == 1:
-            out[pn[gj[0]][0]] = math.prod((dims[g][0] for g in gi), start=sympy.Integer(1))
+            sizes[pn[gj[0]][0]] = math.prod((dims[g][0] for g in gi), start=sympy.Integer(1))
+            strides[pn[gj[0]][0]] = inner
         elif all(not dims[g][0].free_symbols for g in gi):
-            for g in gj:
-                out[pn[g][0]] = sympy.Integer(pn[g][1])
+            step = inner
+            for g in reversed(gj):
+                sizes[pn[g][0]] = sympy.Integer(pn[g][1])
+                strides[pn[g][0]] = step
+                step = step * pn[g][1]
         else:
             return None
         i += 1
         j += 1
-    return tuple(out), contiguous_strides(out)
+    return tuple(sizes), tuple(strides)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 from collections import OrderedDict
 from typing import Optional
 
@@ -16,6 +17,7 @@ import torch
 import torch.fx as fx
 
 from septran.errors import DeviceError
+from septran.runtime.vendor import check_errors
 from septran.model.launcher import build, source
 from septran.model.launcher.cexpr import Unsupported, value
 from septran.model.launcher.record import Defer, Recorder
@@ -73,6 +75,7 @@ class Segment:
         n_in = len(rec.inputs)
         self._sources = [rec.sources[s] for s in symbols]
         self._tensor_inputs = [i for i, v in enumerate(rec.inputs) if isinstance(v, torch.Tensor)]
+        self._n_in = n_in
         self._pinned = list(rec.pinned)
         # buffers Python allocates: scratch buffers an output lies in
         escaping = sorted({d.base[1] for d in rec.out_descs if isinstance(d.base, tuple) and d.base[0] == "tmp"})
@@ -104,13 +107,28 @@ class Segment:
 
     # launching -------------------------------------------------------------------------------------------------
     def _layout(self, key: tuple):
+        """For these sizes: per buffer Python allocates, (bytes, or the one output it holds as a whole: its sizes,
+        strides and dtype, allocated as itself); per output, (slot, sizes, strides, offset, dtype)."""
         sub = dict(zip(self._symbols, key))
-        allocs = [(value(nbytes, sub), ) for _, nbytes in self._allocs]
         outs = []
         for slot, d in self._outs:
-            item = torch.empty((), dtype=d.dtype).element_size()
             outs.append((slot, tuple(value(e, sub) for e in d.sizes), tuple(value(e, sub) for e in d.strides),
-                         value(d.offset, sub), d.dtype, item))
+                         value(d.offset, sub), d.dtype))
+        base = self._n_in + len(self._pinned)
+        allocs = []
+        for j, (_, nbytes) in enumerate(self._allocs):
+            n = value(nbytes, sub)
+            held = [o for o in outs if o[0] == base + j]
+            whole = None
+            if len(held) == 1 and held[0][3] == 0:
+                _, sizes, strides, _, dtype = held[0]
+                item = torch.empty((), dtype=dtype).element_size()
+                if math.prod(sizes) * item == n and \
+                        torch.empty_strided(sizes, strides, dtype=dtype, device="meta").is_contiguous():
+                    whole = (sizes, strides, dtype)
+            allocs.append((n, whole))
+        outs = [(o, None) if any(a[1] is not None and i == o[0] - base for i, a in enumerate(allocs)) else (o, o[1:])
+                for o in outs]
         found = self._layouts[key] = (allocs, outs)
         while len(self._layouts) > SIZES_KEPT:
             self._layouts.popitem(last=False)
@@ -127,8 +145,11 @@ class Segment:
             P[i] = inputs[i].data_ptr()
         buffers = {}
         base = len(inputs) + len(self._pinned)
-        for j, (nbytes,) in enumerate(allocs):
-            buf = buffers[base + j] = torch.empty(nbytes, dtype=torch.uint8)
+        for j, (nbytes, whole) in enumerate(allocs):
+            if whole is not None:
+                buf = buffers[base + j] = torch.empty_strided(whole[0], whole[1], dtype=whole[2])
+            else:
+                buf = buffers[base + j] = torch.empty(nbytes, dtype=torch.uint8)
             P[base + j] = buf.data_ptr()
         for j, v in enumerate(key):
             S[j] = v
@@ -137,10 +158,14 @@ class Segment:
         if rc:
             raise DeviceError(f"segment {self.__name__}: its launcher returned {rc} (op {rc // 1000 - 1}, code "
                               f"{rc % 1000})" if rc > 0 else f"segment {self.__name__}: a scratch allocation failed")
-        for check in self._checks:
-            check()
+        for target in self._checks:  # a vendor error of any of the segment's kernels (the channel keeps it)
+            check_errors(target, f"a kernel of segment {self.__name__}")
         results = []
-        for slot, sizes, strides, offset, dtype, item in outs:
+        for (slot, *_), view in outs:
+            if view is None:  # the buffer is the output
+                results.append(buffers[slot])
+                continue
+            sizes, strides, offset, dtype = view
             if slot in buffers:
                 results.append(buffers[slot].view(dtype).as_strided(sizes, strides, offset))
             else:
