@@ -91,10 +91,11 @@ class Segment:
         program = _with_slots(rec.program, slot)
         self.source = source.emit(program, index)
         self._lib, self.fn_c = build.load(self.source)
-        self._P = (ctypes.c_void_p * max(1, n_in + len(self._pinned) + len(self._allocs)))()
-        for j, t in enumerate(self._pinned):
-            self._P[n_in + j] = t.data_ptr()
-        self._S = (ctypes.c_int64 * max(1, len(symbols)))()
+        # P and S are made per call (a graph may run in two threads at once); the pinned tensors' addresses are
+        # fixed (a step's own zero bias), written into each P
+        self._P = ctypes.c_void_p * max(1, n_in + len(self._pinned) + len(self._allocs))
+        self._pinned_ptrs = [(n_in + j, t.data_ptr()) for j, t in enumerate(self._pinned)]
+        self._S = ctypes.c_int64 * max(1, len(symbols))
         self._F = (ctypes.c_void_p * max(1, len(rec.kernels)))(*[f for f, _ in rec.kernels])
         self._kernels = [k for _, k in rec.kernels]  # kept alive: their libraries hold the functions in F
         self._checks = list(rec.checks)
@@ -103,7 +104,7 @@ class Segment:
         self._layouts: OrderedDict = OrderedDict()
         self.fn = self.fn_c
         log.info("septran: segment %s: %d steps in one launcher (%d buffers, %d sizes)", self.__name__, self.nsteps,
-                 len(self._P), len(symbols))
+                 len(self._P()), len(symbols))
 
     # launching -------------------------------------------------------------------------------------------------
     def _layout(self, key: tuple):
@@ -140,7 +141,9 @@ class Segment:
         if found is None:
             found = self._layout(key)
         allocs, outs = found
-        P, S = self._P, self._S
+        P, S = self._P(), self._S(*key)
+        for j, ptr in self._pinned_ptrs:
+            P[j] = ptr
         for i in self._tensor_inputs:
             P[i] = inputs[i].data_ptr()
         buffers = {}
@@ -151,8 +154,6 @@ class Segment:
             else:
                 buf = buffers[base + j] = torch.empty(nbytes, dtype=torch.uint8)
             P[base + j] = buf.data_ptr()
-        for j, v in enumerate(key):
-            S[j] = v
         rc = self.fn(self._F, P, S)
         self.launches += 1
         if rc:
