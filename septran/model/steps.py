@@ -174,6 +174,29 @@ class RMSNorm(Step):
         return self._slow(x, n, weight, eps, out_dtype) if done is None else y
 
 
+class LayerNorm(Step):
+    """``F.layer_norm`` over the last dimensions on its plan (the op's Python without its per-call lookups)."""
+
+    takes_out = True
+
+    def __call__(self, out, x, n, weight, bias, eps):
+        self.calls += 1
+        if not x.numel() or not x.is_contiguous():
+            return self._slow(x, n, weight, bias, eps)
+        from septran.ops import norms
+
+        if self.kernel is None:
+            self.kernel = norms._kernel("layernorm", x.device, (), lambda: norms.kernels.logic("layernorm").layernorm(
+                axis=1, rank=2))
+        rows = x.numel() // n
+        w, b = (t.view(n) if t is not None and t.is_contiguous() else
+                t.reshape(n).contiguous() if t is not None else norms._constant(fill, n, x)
+                for t, fill in ((weight, 1.0), (bias, 0.0)))
+        y = out if out is not None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        done = self._run((x.shape, n), (x.view(rows, n), w, b), {"eps": float(eps), "Y": y.view(rows, n)})
+        return self._slow(x, n, weight, bias, eps) if done is None else y
+
+
 class SwiGLU(Step):
     takes_out = True
 
@@ -290,7 +313,8 @@ class Attention(Step):
         return in_layout(o, seq_major)
 
 
-FAST = {"attention": Attention, "rope": Rope, "gemm": Gemm, "rms_norm": RMSNorm, "swiglu": SwiGLU, "elementwise": Elementwise}
+FAST = {"attention": Attention, "rope": Rope, "gemm": Gemm, "rms_norm": RMSNorm, "layer_norm": LayerNorm,
+        "swiglu": SwiGLU, "elementwise": Elementwise}
 
 
 def make(op: torch._ops.OpOverload) -> Step:
