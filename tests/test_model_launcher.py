@@ -158,3 +158,44 @@ def test_off_keeps_the_steps(monkeypatch):
     with torch.no_grad():
         fn(torch.randn(1, 3, 48), 0, *model.new_cache())
     assert made and all(e.segments == [] for e in made)
+
+
+def test_two_threads_share_a_compiled_decode(monkeypatch):
+    """Two threads run the same compiled decode graph at once: the one the arena is lent to launches on it, the
+    other on fresh buffers; neither frees the arena the other uses (both direct-runner paths checked)."""
+    import threading
+
+    model = llama.build(llama.LlamaConfig(**ODD))
+    fn, made = _compiled(model, monkeypatch)
+    gen = torch.Generator().manual_seed(3)
+    xs = [torch.randn(1, 1, 48, generator=gen) for _ in range(2)]
+    with torch.no_grad():
+        prefix = torch.randn(1, 4, 48, generator=gen)
+        caches = [model.new_cache() for _ in range(2)]
+        for c in caches:
+            fn(prefix, 0, *c)
+        want = []
+        for x in xs:
+            c = model.new_cache()
+            model(prefix, 0, *c)
+            want.append(model(x, 4, *c))
+        fn(xs[0], 4, *[t.clone() for t in caches[0]])  # the decode graph compiled and recorded
+        got, errors = {}, []
+
+        def work(i):
+            try:
+                with torch.no_grad():
+                    for _ in range(30):
+                        got[i] = fn(xs[i], 4, *caches[i])
+            except Exception as err:  # noqa: BLE001 - reported below
+                errors.append(err)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors
+    for i in range(2):
+        torch.testing.assert_close(got[i], want[i], rtol=1e-4, atol=1e-4)
+    assert made[-1].segments and all(s.fn is not None for s in made[-1].segments)

@@ -13,8 +13,9 @@ handed to another backend: those keep the custom ops). It
    symbols the planned sizes depend on (a decode step's sizes depend on none of the cache length's, so every
    step of a generation shares one arena); a new bucket is planned once and kept (the last ``BUCKETS``).
 
-A call that finds its arena in use (the same graph re-entered from another thread, or a call after one that
-raised before the graph's last node released it) runs with fresh buffers: slower, never wrong.
+A call that finds its arena in use by another thread runs with fresh buffers (slower, never wrong), and its end
+does not free the arena the other still uses; a call after one of its own thread's that raised before the graph's
+last node released the arena takes it back.
 """
 from __future__ import annotations
 
@@ -123,6 +124,8 @@ class Arena:
         self.buckets: OrderedDict = OrderedDict()  # symbol values -> (arena, views, placement)
         self._lock = threading.Lock()
         self._busy = False
+        self._held = None  # the views handed to the call that holds the arena
+        self._holder = None  # and its thread
         self.__name__ = "septran_arena"
         self.__module__ = __name__
 
@@ -131,15 +134,20 @@ class Arena:
         found = self.buckets.get(key)
         if found is None:
             found = self._plan(key)
+        me = threading.get_ident()
         with self._lock:
-            if self._busy:  # re-entered: this call allocates its own
+            # held by another thread: this call allocates its own. Held by this thread: its last call raised before
+            # releasing it (a graph never runs inside itself), so it is free again.
+            if self._busy and self._holder != me:
                 return self._fresh(found[2], found[0].device)
-            self._busy = True
+            self._busy, self._held, self._holder = True, found[1], me
         return found[1]
 
-    def release(self, *_):
-        """The graph's last node before its output: the arena is free for the next call."""
-        self._busy = False
+    def release(self, views=None, *_):
+        """The graph's last node before its output: the arena is free for the next call, if this call held it (a
+        call that ran on fresh buffers, beside another thread's, must not free the arena that one still uses)."""
+        if views is None or views is self._held:
+            self._busy, self._held = False, None
 
     def shapes(self, key: tuple) -> list[tuple[int, ...]]:
         sub = dict(zip(self.symbols, key))
