@@ -124,7 +124,8 @@ class Recorder:
             if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
                 self._source(s.node.expr, v.shape[axis], (i, axis))
         self.ptrs[i] = v.data_ptr()
-        d = Desc(i, sympy.Integer(0), tuple(expr(s) for s in meta.shape), tuple(expr(s) for s in meta.stride()), v.dtype)
+        d = Desc(i, sympy.Integer(0), tuple(expr(s) for s in meta.shape), tuple(expr(s) for s in meta.stride()),
+                 v.dtype)
         self._check(v, d, p.name)
         self.descs[p] = d
 
@@ -161,8 +162,9 @@ class Recorder:
             raise Unsupported(f"{n.name} reads a value the launcher does not hold")
         if n.target is aten.copy_.default:
             other = self.descs.get(n.args[1])
-            if other is None or len(n.args) != 2 or n.kwargs or other.dtype != d_in.dtype or \
-                    len(other.sizes) != len(d_in.sizes) or not all(_same(a, b) for a, b in zip(other.sizes, d_in.sizes)):
+            same_sizes = other is not None and len(other.sizes) == len(d_in.sizes) and \
+                all(_same(a, b) for a, b in zip(other.sizes, d_in.sizes))
+            if not same_sizes or len(n.args) != 2 or n.kwargs or other.dtype != d_in.dtype:
                 raise Unsupported(f"{n.name}: a copy that broadcasts or converts")
             self.program.ops.append(Copy(self._ptr(d_in), self._ptr(other), d_in.sizes, d_in.strides, other.strides,
                                          v.element_size()))
@@ -206,7 +208,8 @@ class Recorder:
                 end = sympy.Min(end, sizes[dim])
                 length = sympy.floor((end - start + step - 1) / step) if step > 1 else end - start
                 m = expr(meta.shape[dim]) if isinstance(meta, torch.Tensor) and meta.dim() == rank else None
-                if m is not None and m.free_symbols <= set(self.sub_values) and value(m, self.sub_values) == v.shape[dim]:
+                known = m is not None and m.free_symbols <= set(self.sub_values)
+                if known and value(m, self.sub_values) == v.shape[dim]:
                     length = m  # the graph's own expression (a decode step's one row: 1, not (s + 1) - s)
             offset = offset + start * strides[dim]
             sizes[dim] = sympy.sympify(length)

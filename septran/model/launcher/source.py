@@ -96,8 +96,8 @@ def emit(program: Program, symbols: dict) -> str:
                                for xs in (op.sizes, op.dst_strides, op.src_strides))
             lines.append("  {")
             lines.append(f"    const int64_t box[3][{max(rank, 1)}] = {{{arrays}}};")
-            lines.append(f"    st_copy({_ptr(op.dst, symbols)}, {_ptr(op.src, symbols)}, {rank}, box[0], box[1], box[2],"
-                         f" {op.item});")
+            lines.append(f"    st_copy({_ptr(op.dst, symbols)}, {_ptr(op.src, symbols)}, {rank}, "
+                         f"box[0], box[1], box[2], {op.item});")
             lines.append("  }")
     lines.append("done:")
     for i in range(len(program.scratch)):
