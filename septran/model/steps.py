@@ -197,6 +197,56 @@ class LayerNorm(Step):
         return self._slow(x, n, weight, bias, eps) if done is None else y
 
 
+class Softmax(Step):
+    """Softmax (or log-softmax) over one dimension on its plan; the columns dynamic as the op's (a decode step's
+    scores over a KV cache grow by one column per step)."""
+
+    takes_out = True
+
+    def __init__(self, op):
+        super().__init__(op)
+        self._kernels: dict = {}
+
+    def __call__(self, out, x, dim, log, out_dtype):
+        self.calls += 1
+        if x.dim() == 0 or not x.numel() or not x.is_contiguous():
+            return self._slow(x, dim, log, out_dtype)
+        import math
+
+        from septran.ops import norms
+
+        d = dim % x.dim()
+        n, outer, inner = x.shape[d], math.prod(x.shape[:d]), math.prod(x.shape[d + 1:])
+        rank = 2 if inner == 1 else 3
+        kernel = self._kernels.get(rank)
+        if kernel is None:
+            mod = norms.kernels.logic("softmax")
+            kernel = self._kernels[rank] = norms._kernel(
+                "softmax", x.device, (bool(log), rank), lambda: mod.softmax(log=bool(log), axis=1, rank=rank),
+                dynamic=(("X", (0, 1)),) if rank == 2 else (("X", (0, 2)),))
+        self.kernel = kernel
+        xv = x.view(outer, n) if rank == 2 else x.view(outer, n, inner)
+        y = out if out is not None else torch.empty(x.shape, dtype=out_dtype, device=x.device)
+        done = self._run((rank, x.shape, y.dtype), (xv,), {"Y": y.view(xv.shape)})
+        return self._slow(x, dim, log, out_dtype) if done is None else y
+
+
+class Bmm(Step):
+    """C[b] = A[b] @ B[b] on its plan (the operands made contiguous, as the op does)."""
+
+    def __call__(self, out, a, b):
+        self.calls += 1
+        if not a.numel() or not b.numel():
+            return self._slow(a, b)
+        if self.kernel is None:
+            from septran.ops.bmm import bmm_kernel
+
+            self.kernel = bmm_kernel(_target(a.device))
+        a, b = a.contiguous(), b.contiguous()
+        c = self._run((a.shape, b.shape), (a, b), {})
+        return self._slow(a, b) if c is None else c
+
+
 class SwiGLU(Step):
     takes_out = True
 
@@ -314,7 +364,7 @@ class Attention(Step):
 
 
 FAST = {"attention": Attention, "rope": Rope, "gemm": Gemm, "rms_norm": RMSNorm, "layer_norm": LayerNorm,
-        "swiglu": SwiGLU, "elementwise": Elementwise}
+        "softmax": Softmax, "bmm": Bmm, "swiglu": SwiGLU, "elementwise": Elementwise}
 
 
 def make(op: torch._ops.OpOverload) -> Step:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import operator
 from dataclasses import dataclass
 from typing import Optional
 
@@ -23,7 +24,7 @@ import torch.fx as fx
 
 from septran.model import steps
 from septran.model.launcher.cexpr import Unsupported, expr, value
-from septran.model.launcher.source import Call, Copy, Program, Ptr
+from septran.model.launcher.source import Call, Copy, Program, Ptr, Zero
 
 aten = torch.ops.aten
 
@@ -42,7 +43,11 @@ class Desc:
 
 
 def _same(a, b) -> bool:
-    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+    """``a == b`` for every value of the sizes (each a non-negative integer: Max(1, s + 1) is s + 1)."""
+    d = sympy.sympify(a) - sympy.sympify(b)
+    if d.free_symbols:
+        d = d.xreplace({x: sympy.Symbol(x.name, integer=True, nonnegative=True) for x in d.free_symbols})
+    return sympy.simplify(sympy.expand(d)) == 0
 
 
 def contiguous_strides(sizes) -> tuple:
@@ -154,6 +159,16 @@ class Recorder:
 
     def _glue(self, n: fx.Node, env: dict) -> None:
         v, meta = env[n], n.meta.get("val")
+        if n.target in (aten.split.Tensor, aten.split_with_sizes.default):
+            self.descs[n] = self._split(n, v)
+            return
+        if n.target is operator.getitem:
+            pieces = self.descs.get(n.args[0])
+            if not isinstance(pieces, list) or not isinstance(n.args[1], int):
+                raise Unsupported(f"{n.name} takes a piece the launcher does not hold")
+            self._check(v, pieces[n.args[1]], n.name)
+            self.descs[n] = pieces[n.args[1]]
+            return
         if not isinstance(v, torch.Tensor) or not isinstance(meta, torch.Tensor):
             raise Unsupported(f"{n.name} gives no tensor")
         src = n.args[0]
@@ -174,11 +189,32 @@ class Recorder:
         self._check(v, d, n.name)
         self.descs[n] = d
 
+    def _split(self, n: fx.Node, pieces) -> list:
+        """The pieces of a split along a dimension of fixed size: each a slice of the input."""
+        d = self.descs.get(n.args[0])
+        if d is None or n.kwargs or not isinstance(pieces, (list, tuple)):
+            raise Unsupported(f"{n.name}: a split the launcher cannot follow")
+        dim = (n.args[2] if len(n.args) > 2 else 0) % len(d.sizes)
+        if d.sizes[dim].free_symbols:
+            raise Unsupported(f"{n.name}: a split along a dynamic dimension")
+        out, start = [], 0
+        for t in pieces:
+            sizes = list(d.sizes)
+            sizes[dim] = sympy.Integer(t.shape[dim])
+            piece = Desc(d.base, d.offset + start * d.strides[dim], tuple(sizes), d.strides, t.dtype)
+            self._check(t, piece, n.name)
+            out.append(piece)
+            start += t.shape[dim]
+        return out
+
     def _int(self, a):
         """An integer argument as an expression: a literal, or an input (its own size variable)."""
         if isinstance(a, int):
             return sympy.Integer(a)
         if isinstance(a, fx.Node) and a in self.int_inputs:
+            meta = a.meta.get("val")  # the graph's expression where the inputs give its symbols (s + 1)
+            if isinstance(meta, torch.SymInt) and meta.node.expr.free_symbols <= set(self.sources):
+                return meta.node.expr
             return self.int_inputs[a]
         raise Unsupported(f"an integer argument {a} the launcher cannot follow")
 
@@ -288,9 +324,14 @@ class Recorder:
         from septran.build.c_builder import CKernel
 
         plan, fn, tensors = calls[0]
-        if not isinstance(fn, CKernel) or not plan._direct or plan.workspaces or len(tensors) != \
+        lay = plan.layout
+        plain = lay.order is None and not lay.convert and not lay.reshape and not lay.write_back and \
+            all(dtype is None for _, dtype in lay.results)  # (zero-filled outputs: a memset before the call)
+        if not isinstance(fn, CKernel) or not plain or plan.workspaces or len(tensors) != \
                 len(plan.layout.take) + len(plan.layout.allocate):
-            raise Unsupported(f"{n.name}: its kernel's plan converts, zero-fills or takes workspaces")
+            raise Unsupported(f"{n.name}: its kernel's plan converts, zero-fills, reorders or takes workspaces "
+                              f"(order {lay.order}, convert {lay.convert}, zero {lay.zero}, reshape {lay.reshape}, "
+                              f"workspaces {plan.workspaces})")
         taken = len(plan.layout.take)
         readable = [a for a in n.all_input_nodes if a in self.descs]
         params: dict = {}
@@ -330,6 +371,13 @@ class Recorder:
             d = Desc(base, d.offset, d.sizes, d.strides, d.dtype)
             del self.ptrs[("pending",)]
         self.descs[n] = d
+        for k in lay.zero:
+            p = params[k]
+            if not all(_same(a, b) for a, b, e in zip(p.strides, contiguous_strides(p.sizes), p.sizes)
+                       if not (e.is_number and e == 1)):
+                raise Unsupported(f"{n.name}: an accumulator that is not contiguous ({p.sizes}, {p.strides})")
+            item = tensors[k].element_size()
+            self.program.ops.append(Zero(self._ptr(p), math.prod(p.sizes, start=sympy.Integer(1)) * item))
         self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
 
     def _param(self, n, step, t: torch.Tensor, role: str, readable: list, env: dict) -> Desc:

@@ -188,6 +188,8 @@ def _with_slots(program: source.Program, slot: dict) -> source.Program:
     for op in program.ops:
         if isinstance(op, source.Call):
             ops.append(source.Call(op.fn, tuple(ptr(a) for a in op.args), op.sizes))
+        elif isinstance(op, source.Zero):
+            ops.append(source.Zero(ptr(op.dst), op.nbytes))
         else:
             ops.append(source.Copy(ptr(op.dst), ptr(op.src), op.sizes, op.dst_strides, op.src_strides, op.item))
     return source.Program(ops, [program.scratch[i] for i in keep])

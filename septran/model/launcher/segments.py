@@ -19,6 +19,7 @@ from septran.model.launcher.runner import Segment
 
 aten = torch.ops.aten
 _TUPLE_VIEWS = {"split", "split_with_sizes", "unbind", "chunk"}
+_SPLITS = (aten.split.Tensor, aten.split_with_sizes.default)
 
 
 def _joins(n: fx.Node) -> bool:
@@ -26,6 +27,10 @@ def _joins(n: fx.Node) -> bool:
         return False
     if isinstance(n.target, steps.Step):
         return type(n.target) in steps.FAST.values()
+    if n.target is operator.getitem:  # a piece of a split (cut() keeps it only after its split)
+        return isinstance(n.args[0], fx.Node) and n.args[0].target in _SPLITS
+    if n.target in _SPLITS:
+        return True
     if not isinstance(n.meta.get("val"), torch.Tensor) or not isinstance(n.target, torch._ops.OpOverload):
         return False
     if n.target is aten.copy_.default:
@@ -54,7 +59,7 @@ def cut(graph: fx.Graph, arena=None) -> list[list[fx.Node]]:
     """The segments, in order, each a list of nodes in graph order."""
     out, current, members = [], [], set()
     for n in graph.nodes:
-        if _joins(n):
+        if _joins(n) and (n.target is not operator.getitem or n.args[0] in members):
             current.append(n)
             members.add(n)
         elif _beside(n, arena) and not any(a in members for a in n.all_input_nodes):
@@ -76,6 +81,9 @@ def replace(gm: fx.GraphModule, nodes: list[fx.Node], name: str) -> Segment:
         for a in n.all_input_nodes:
             if a not in members and a not in inputs:
                 inputs.append(a)
+    for p in _sources(gm.graph, nodes):  # the dynamic sizes the segment's values depend on, from the graph's inputs
+        if p not in inputs:
+            inputs.append(p)
     outputs = [n for n in nodes if any(u not in members for u in n.users)]
     sub = fx.Graph()
     env = {}
@@ -102,3 +110,42 @@ def replace(gm: fx.GraphModule, nodes: list[fx.Node], name: str) -> Segment:
     for n in reversed(nodes):
         graph.erase_node(n)
     return segment
+
+
+def _symbols(v) -> set:
+    if isinstance(v, torch.SymInt):
+        return set(v.node.expr.free_symbols)
+    if isinstance(v, torch.Tensor):
+        out = set()
+        for e in (*v.shape, *v.stride(), v.storage_offset()):
+            if isinstance(e, torch.SymInt):
+                out |= e.node.expr.free_symbols
+        return out
+    if isinstance(v, (list, tuple)):
+        return set().union(*(_symbols(x) for x in v)) if v else set()
+    return set()
+
+
+def _sources(graph: fx.Graph, nodes: list) -> list:
+    """The placeholders that give the symbols the segment's values are sized by (a symbol as a whole: an integer
+    input, or a dimension of a tensor input)."""
+    import sympy
+
+    wanted = set().union(*(_symbols(n.meta.get("val")) for n in nodes))
+    found = []
+    for p in graph.nodes:
+        if not wanted:
+            break
+        if p.op != "placeholder":
+            continue
+        v = p.meta.get("val")
+        here = set()
+        if isinstance(v, torch.SymInt) and isinstance(v.node.expr, sympy.Symbol):
+            here = {v.node.expr}
+        elif isinstance(v, torch.Tensor):
+            here = {s.node.expr for s in v.shape
+                    if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol)}
+        if here & wanted:
+            found.append(p)
+            wanted -= here
+    return found

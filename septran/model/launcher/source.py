@@ -64,6 +64,14 @@ class Copy:
     item: int
 
 
+@dataclass(frozen=True)
+class Zero:
+    """An output the kernel reads before writing (an accumulator): zero-filled before its call, as its plan does."""
+
+    dst: Ptr
+    nbytes: object
+
+
 @dataclass
 class Program:
     ops: list = field(default_factory=list)
@@ -90,6 +98,8 @@ def emit(program: Program, symbols: dict) -> str:
             values = [_ptr(a, symbols) for a in op.args] + [f"({ctype}){c_expr(e, symbols)}" for e, ctype in op.sizes]
             lines.append(f"  rc = ((int32_t (*)({', '.join(types)}))F[{op.fn}])({', '.join(values)});")
             lines.append(f"  if (rc) {{ rc = 1000 * {k + 1} + rc; goto done; }}")
+        elif isinstance(op, Zero):
+            lines.append(f"  memset({_ptr(op.dst, symbols)}, 0, (size_t){c_expr(op.nbytes, symbols)});")
         else:
             rank = len(op.sizes)
             arrays = ", ".join(f"{{{', '.join(c_expr(e, symbols) for e in xs) or '0'}}}"
