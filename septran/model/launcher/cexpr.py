@@ -58,3 +58,35 @@ def expr(size):
     if isinstance(size, int):
         return sympy.Integer(size)
     return size.node.expr
+
+
+def py_expr(e, symbols: dict) -> str:
+    """``e`` as Python over ``S`` (a tuple of the sizes): a launch evaluates its outputs' layouts without sympy."""
+    if isinstance(e, int):
+        return str(e)
+    if isinstance(e, sympy.Integer):
+        return str(int(e))
+    if isinstance(e, sympy.Symbol):
+        if e not in symbols:
+            raise Unsupported(f"the size {e} comes from no input of the segment")
+        return f"S[{symbols[e]}]"
+    if isinstance(e, sympy.Add):
+        return "(" + " + ".join(py_expr(a, symbols) for a in e.args) + ")"
+    if isinstance(e, sympy.Mul):
+        return "(" + " * ".join(py_expr(a, symbols) for a in e.args) + ")"
+    if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer) and int(e.exp) >= 0:
+        return f"({py_expr(e.base, symbols)} ** {int(e.exp)})"
+    name = type(e).__name__
+    if name in ("FloorDiv", "CleanDiv") and len(e.args) == 2:
+        return f"({py_expr(e.args[0], symbols)} // {py_expr(e.args[1], symbols)})"
+    if name in ("Mod", "PythonMod") and len(e.args) == 2:
+        return f"({py_expr(e.args[0], symbols)} % {py_expr(e.args[1], symbols)})"
+    if name in ("Max", "Min"):
+        return f"{name.lower()}({', '.join(py_expr(a, symbols) for a in e.args)})"
+    raise Unsupported(f"the size expression {e} ({name})")
+
+
+def compiled(exprs: list, symbols: dict):
+    """A Python function of ``S`` giving the tuple of ``exprs``' values."""
+    body = ", ".join(py_expr(e, symbols) for e in exprs)
+    return eval(f"lambda S: ({body}{',' if len(exprs) == 1 else ''})", {"max": max, "min": min})  # noqa: S307

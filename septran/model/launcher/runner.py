@@ -19,7 +19,7 @@ import torch.fx as fx
 from septran.errors import DeviceError
 from septran.runtime.vendor import check_errors
 from septran.model.launcher import build, source
-from septran.model.launcher.cexpr import Unsupported, value
+from septran.model.launcher.cexpr import Unsupported, compiled
 from septran.model.launcher.record import Defer, Recorder
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,7 @@ class Segment:
         self._outs = [(slot[d.base], d) for d in rec.out_descs]
         self._symbols = symbols
         self._layouts: OrderedDict = OrderedDict()
+        self._values = None
         self.fn = self.fn_c
         log.info("septran: segment %s: %d steps in one launcher (%d buffers, %d sizes)", self.__name__, self.nsteps,
                  len(self._P()), len(symbols))
@@ -110,15 +111,20 @@ class Segment:
     def _layout(self, key: tuple):
         """For these sizes: per buffer Python allocates, (bytes, or the one output it holds as a whole: its sizes,
         strides and dtype, allocated as itself); per output, (slot, sizes, strides, offset, dtype)."""
-        sub = dict(zip(self._symbols, key))
+        if self._values is None:  # every expression, compiled once to Python (a new cache length costs no sympy)
+            exprs = [e for _, d in self._outs for e in (*d.sizes, *d.strides, d.offset)]
+            exprs += [nbytes for _, nbytes in self._allocs]
+            self._values = compiled(exprs, {s: i for i, s in enumerate(self._symbols)})
+        it = iter(self._values(key))
         outs = []
         for slot, d in self._outs:
-            outs.append((slot, tuple(value(e, sub) for e in d.sizes), tuple(value(e, sub) for e in d.strides),
-                         value(d.offset, sub), d.dtype))
+            sizes = tuple(next(it) for _ in d.sizes)
+            strides = tuple(next(it) for _ in d.strides)
+            outs.append((slot, sizes, strides, next(it), d.dtype))
         base = self._n_in + len(self._pinned)
         allocs = []
-        for j, (_, nbytes) in enumerate(self._allocs):
-            n = value(nbytes, sub)
+        for j, _ in enumerate(self._allocs):
+            n = next(it)
             held = [o for o in outs if o[0] == base + j]
             whole = None
             if len(held) == 1 and held[0][3] == 0:
