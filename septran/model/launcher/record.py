@@ -391,6 +391,13 @@ class Recorder:
                     raise
                 except Unsupported:
                     continue
+        # a tensor the step keeps (a zero bias), before any guess that it copies a value of the graph
+        if role == "input" and any(t is x for x in vars(step).values()):
+            self.pinned.append(t)
+            base = ("pin", len(self.pinned) - 1)
+            self.ptrs[base] = t.data_ptr()
+            return Desc(base, sympy.Integer(0), tuple(map(sympy.Integer, t.shape)),
+                        tuple(map(sympy.Integer, t.stride())), t.dtype)
         for a in readable:
             v = env[a]
             if role == "input" and isinstance(v, torch.Tensor) and v.shape == t.shape and v.dtype == t.dtype \
@@ -403,12 +410,6 @@ class Recorder:
                 self.program.ops.append(Copy(self._ptr(d), self._ptr(src), src.sizes, strides, src.strides,
                                              t.element_size()))
                 return d
-        if role == "input" and any(t is x for x in vars(step).values()):
-            self.pinned.append(t)
-            base = ("pin", len(self.pinned) - 1)
-            self.ptrs[base] = t.data_ptr()
-            return Desc(base, sympy.Integer(0), tuple(map(sympy.Integer, t.shape)),
-                        tuple(map(sympy.Integer, t.stride())), t.dtype)
         raise Unsupported(f"{n.name} passes its kernel a tensor the launcher cannot place")
 
     def _match(self, t: torch.Tensor, d: Desc, what: str) -> Desc:
