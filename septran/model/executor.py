@@ -11,7 +11,9 @@ handed to another backend: those keep the custom ops). It
    bucket, by liveness (a buffer lives from its step to the last read of it or of a view of it). A node
    ``septran_arena(...)`` at the graph's start hands the steps their views: the bucket is the values of the
    symbols the planned sizes depend on (a decode step's sizes depend on none of the cache length's, so every
-   step of a generation shares one arena); a new bucket is planned once and kept (the last ``BUCKETS``).
+   step of a generation shares one arena); a new bucket is planned once and kept (the last ``BUCKETS``);
+3. on cpu, runs each segment of steps and the glue between them as one generated C function
+   (``septran.model.launcher``: one Python-to-C crossing per segment; ``SEPTRAN_LAUNCHER=0`` turns it off).
 
 A call that finds its arena in use by another thread runs with fresh buffers (slower, never wrong), and its end
 does not free the arena the other still uses; a call after one of its own thread's that raised before the graph's
