@@ -258,7 +258,7 @@ def _launches(graph: fx.Graph, launch: Optional[bool]) -> bool:
     if not launch:
         return False
     devices = {v.device.type for n in graph.nodes for v in [n.meta.get("val")] if isinstance(v, torch.Tensor)}
-    return devices == {"cpu"}
+    return devices == {torch.zeros(()).cpu().device.type}  # the host's (the launcher calls host C functions)
 
 
 def _arena(graph: fx.Graph) -> Optional[Arena]:
