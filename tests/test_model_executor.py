@@ -44,6 +44,7 @@ def _compiled(model, direct: bool, monkeypatch, executors: list, reports=None):
     from septran.model.backend import septran_backend
 
     monkeypatch.setenv("SEPTRAN_DIRECT", "1" if direct else "0")
+    monkeypatch.setenv("SEPTRAN_LAUNCHER", "0")  # the steps called one by one (the launcher: test_model_launcher.py)
     real = executor.lower
 
     def keep(gm, **kw):

@@ -11,10 +11,13 @@ handed to another backend: those keep the custom ops). It
    bucket, by liveness (a buffer lives from its step to the last read of it or of a view of it). A node
    ``septran_arena(...)`` at the graph's start hands the steps their views: the bucket is the values of the
    symbols the planned sizes depend on (a decode step's sizes depend on none of the cache length's, so every
-   step of a generation shares one arena); a new bucket is planned once and kept (the last ``BUCKETS``).
+   step of a generation shares one arena); a new bucket is planned once and kept (the last ``BUCKETS``);
+3. on cpu, runs each segment of steps and the glue between them as one generated C function
+   (``septran.model.launcher``: one Python-to-C crossing per segment; ``SEPTRAN_LAUNCHER=0`` turns it off).
 
-A call that finds its arena in use (the same graph re-entered from another thread, or a call after one that
-raised before the graph's last node released it) runs with fresh buffers: slower, never wrong.
+A call that finds its arena in use by another thread runs with fresh buffers (slower, never wrong), and its end
+does not free the arena the other still uses; a call after one of its own thread's that raised before the graph's
+last node released the arena takes it back.
 """
 from __future__ import annotations
 
@@ -123,6 +126,8 @@ class Arena:
         self.buckets: OrderedDict = OrderedDict()  # symbol values -> (arena, views, placement)
         self._lock = threading.Lock()
         self._busy = False
+        self._held = None  # the views handed to the call that holds the arena
+        self._holder = None  # and its thread
         self.__name__ = "septran_arena"
         self.__module__ = __name__
 
@@ -131,15 +136,20 @@ class Arena:
         found = self.buckets.get(key)
         if found is None:
             found = self._plan(key)
+        me = threading.get_ident()
         with self._lock:
-            if self._busy:  # re-entered: this call allocates its own
+            # held by another thread: this call allocates its own. Held by this thread: its last call raised before
+            # releasing it (a graph never runs inside itself), so it is free again.
+            if self._busy and self._holder != me:
                 return self._fresh(found[2], found[0].device)
-            self._busy = True
+            self._busy, self._held, self._holder = True, found[1], me
         return found[1]
 
-    def release(self, *_):
-        """The graph's last node before its output: the arena is free for the next call."""
-        self._busy = False
+    def release(self, views=None, *_):
+        """The graph's last node before its output: the arena is free for the next call, if this call held it (a
+        call that ran on fresh buffers, beside another thread's, must not free the arena that one still uses)."""
+        if views is None or views is self._held:
+            self._busy, self._held = False, None
 
     def shapes(self, key: tuple) -> list[tuple[int, ...]]:
         sub = dict(zip(self.symbols, key))
@@ -172,11 +182,13 @@ class Arena:
 
 
 class Executor:
-    """What ``lower`` made of one graph: its steps and its arena (None when nothing is planned)."""
+    """What ``lower`` made of one graph: its steps, its arena (None when nothing is planned) and its segments
+    (``septran.model.launcher``: none where the launcher is off)."""
 
-    def __init__(self, step_list: list, arena: Optional[Arena]):
+    def __init__(self, step_list: list, arena: Optional[Arena], segments: Optional[list] = None):
         self.steps = step_list
         self.arena = arena
+        self.segments = segments or []
 
     @property
     def peak_bytes(self) -> int:
@@ -211,8 +223,10 @@ def _bind(graph: fx.Graph, symbols: set) -> Optional[tuple[list, list, list]]:
     return ordered, args, [where[s] for s in ordered]
 
 
-def lower(gm: fx.GraphModule, plan_memory: bool = True, fuse: bool = True) -> Executor:
-    """Steps for the graph's SepTran nodes, and its memory plan (see the module's docstring). In place."""
+def lower(gm: fx.GraphModule, plan_memory: bool = True, fuse: bool = True, launch: Optional[bool] = None) -> Executor:
+    """Steps for the graph's SepTran nodes, and its memory plan (see the module's docstring). In place.
+    ``launch``: run runs of steps and glue as one launcher each (``septran.model.launcher``; default
+    ``SEPTRAN_LAUNCHER``, on; cpu graphs only)."""
     graph = gm.graph
     inplace.reinplace_cache_writes(graph)
     if fuse:
@@ -225,9 +239,26 @@ def lower(gm: fx.GraphModule, plan_memory: bool = True, fuse: bool = True) -> Ex
             node.args = (None, *node.args)
             step_list.append(step)
     arena = _arena(graph) if plan_memory and step_list else None
+    segments = []
+    if step_list and _launches(graph, launch):
+        from septran.model import launcher
+
+        arena_node = next((n for n in graph.nodes if n.target is arena), None) if arena is not None else None
+        segments = launcher.launch(gm, arena_node)
     graph.lint()
     gm.recompile()
-    return Executor(step_list, arena)
+    return Executor(step_list, arena, segments)
+
+
+def _launches(graph: fx.Graph, launch: Optional[bool]) -> bool:
+    from septran.model import launcher
+
+    if launch is None:
+        launch = launcher.enabled()
+    if not launch:
+        return False
+    devices = {v.device.type for n in graph.nodes for v in [n.meta.get("val")] if isinstance(v, torch.Tensor)}
+    return devices == {torch.zeros(()).cpu().device.type}  # the host's (the launcher calls host C functions)
 
 
 def _arena(graph: fx.Graph) -> Optional[Arena]:
@@ -246,6 +277,7 @@ def _arena(graph: fx.Graph) -> Optional[Arena]:
     for i, p in enumerate(planned):
         with graph.inserting_before(p.node):
             view = graph.call_function(operator.getitem, (views, i))
+        view.meta["val"] = p.node.meta["val"]  # its shape, type and (contiguous) strides
         p.node.args = (view, *p.node.args[1:])
     output = next(n for n in graph.nodes if n.op == "output")
     with graph.inserting_before(output):

@@ -202,6 +202,10 @@ class _Timed(fx.Interpreter):
     def run_node(self, n: fx.Node):
         if n.op in ("placeholder", "output", "get_attr"):
             return super().run_node(n)
+        sub = getattr(n.target, "sub", None)  # a launcher's segment (septran.model.launcher): its nodes, each timed
+        if n.op == "call_function" and isinstance(sub, fx.GraphModule):
+            args, _ = self.fetch_args_kwargs_from_env(n)
+            return tuple(_Timed(sub, self.graph_id, self.profile).run(*args))
         with self._set_current_node(n):
             args, kwargs = self.fetch_args_kwargs_from_env(n)
             kernels: list = []

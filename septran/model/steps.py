@@ -13,14 +13,28 @@ right. ``make`` returns a generic step (the op's Python without the dispatcher) 
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import threading
 from typing import Callable, Optional
 
 import torch
 
 log = logging.getLogger(__name__)
 _NUMBERS = itertools.count()
+_RECORDING = threading.local()  # a list while a segment launcher records (septran.model.launcher.record)
+
+
+@contextlib.contextmanager
+def recording(calls: list):
+    """Within: each kernel call a step makes appends (plan, kernel function, the tensors passed) to ``calls``."""
+    before = getattr(_RECORDING, "calls", None)
+    _RECORDING.calls = calls
+    try:
+        yield calls
+    finally:
+        _RECORDING.calls = before
 
 
 def _raw(op: torch._ops.OpOverload) -> Callable:
@@ -75,7 +89,27 @@ class Step:
             if plan is None:
                 return None
             self._plans[key] = plan
+        calls = getattr(_RECORDING, "calls", None)
+        if calls is not None:
+            return _recorded(plan, args, kwargs, calls)
         return plan.run(args, kwargs)
+
+
+def _recorded(plan, args: tuple, kwargs: dict, calls: list):
+    """``plan.run`` with the tensors it hands its kernel written down."""
+    fn, seen = plan.fn, []
+
+    def capture(*tensors):
+        seen.append(tensors)
+        return fn(*tensors)
+
+    plan.fn = capture
+    try:
+        out = plan.run(args, kwargs)
+    finally:
+        plan.fn = fn
+    calls.extend((plan, fn, t) for t in seen)
+    return out
 
 
 def _target(device) -> str:
@@ -138,6 +172,79 @@ class RMSNorm(Step):
         y = out if out is not None else torch.empty(x.shape, dtype=out_dtype, device=x.device)
         done = self._run((x.shape, n), (x.view(rows, n), w), {"eps": float(eps), "Y": y.view(rows, n)})
         return self._slow(x, n, weight, eps, out_dtype) if done is None else y
+
+
+class LayerNorm(Step):
+    """``F.layer_norm`` over the last dimensions on its plan (the op's Python without its per-call lookups)."""
+
+    takes_out = True
+
+    def __call__(self, out, x, n, weight, bias, eps):
+        self.calls += 1
+        if not x.numel() or not x.is_contiguous():
+            return self._slow(x, n, weight, bias, eps)
+        from septran.ops import norms
+
+        if self.kernel is None:
+            self.kernel = norms._kernel("layernorm", x.device, (), lambda: norms.kernels.logic("layernorm").layernorm(
+                axis=1, rank=2))
+        rows = x.numel() // n
+        w, b = (t.view(n) if t is not None and t.is_contiguous() else
+                t.reshape(n).contiguous() if t is not None else norms._constant(fill, n, x)
+                for t, fill in ((weight, 1.0), (bias, 0.0)))
+        y = out if out is not None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        done = self._run((x.shape, n), (x.view(rows, n), w, b), {"eps": float(eps), "Y": y.view(rows, n)})
+        return self._slow(x, n, weight, bias, eps) if done is None else y
+
+
+class Softmax(Step):
+    """Softmax (or log-softmax) over one dimension on its plan; the columns dynamic as the op's (a decode step's
+    scores over a KV cache grow by one column per step)."""
+
+    takes_out = True
+
+    def __init__(self, op):
+        super().__init__(op)
+        self._kernels: dict = {}
+
+    def __call__(self, out, x, dim, log, out_dtype):
+        self.calls += 1
+        if x.dim() == 0 or not x.numel() or not x.is_contiguous():
+            return self._slow(x, dim, log, out_dtype)
+        import math
+
+        from septran.ops import norms
+
+        d = dim % x.dim()
+        n, outer, inner = x.shape[d], math.prod(x.shape[:d]), math.prod(x.shape[d + 1:])
+        rank = 2 if inner == 1 else 3
+        kernel = self._kernels.get(rank)
+        if kernel is None:
+            mod = norms.kernels.logic("softmax")
+            kernel = self._kernels[rank] = norms._kernel(
+                "softmax", x.device, (bool(log), rank), lambda: mod.softmax(log=bool(log), axis=1, rank=rank),
+                dynamic=(("X", (0, 1)),) if rank == 2 else (("X", (0, 2)),))
+        self.kernel = kernel
+        xv = x.view(outer, n) if rank == 2 else x.view(outer, n, inner)
+        y = out if out is not None else torch.empty(x.shape, dtype=out_dtype, device=x.device)
+        done = self._run((rank, x.shape, y.dtype), (xv,), {"Y": y.view(xv.shape)})
+        return self._slow(x, dim, log, out_dtype) if done is None else y
+
+
+class Bmm(Step):
+    """C[b] = A[b] @ B[b] on its plan (the operands made contiguous, as the op does)."""
+
+    def __call__(self, out, a, b):
+        self.calls += 1
+        if not a.numel() or not b.numel():
+            return self._slow(a, b)
+        if self.kernel is None:
+            from septran.ops.bmm import bmm_kernel
+
+            self.kernel = bmm_kernel(_target(a.device))
+        a, b = a.contiguous(), b.contiguous()
+        c = self._run((a.shape, b.shape), (a, b), {})
+        return self._slow(a, b) if c is None else c
 
 
 class SwiGLU(Step):
@@ -256,7 +363,8 @@ class Attention(Step):
         return in_layout(o, seq_major)
 
 
-FAST = {"attention": Attention, "rope": Rope, "gemm": Gemm, "rms_norm": RMSNorm, "swiglu": SwiGLU, "elementwise": Elementwise}
+FAST = {"attention": Attention, "rope": Rope, "gemm": Gemm, "rms_norm": RMSNorm, "layer_norm": LayerNorm,
+        "softmax": Softmax, "bmm": Bmm, "swiglu": SwiGLU, "elementwise": Elementwise}
 
 
 def make(op: torch._ops.OpOverload) -> Step:

@@ -1,0 +1,61 @@
+"""The cpu launcher: each segment of a lowered graph (its steps and the glue between them) runs as one generated C
+function, called once per segment per call (one Python-to-C crossing, not one per kernel).
+
+``segments.cut`` finds the segments, ``segments.replace`` puts a ``runner.Segment`` in their place; on its first
+call a segment records itself (``record``) and its launcher's C (``source``) is built and cached (``build``).
+Views, reshapes, transposes and slices become pointer offsets and strides; a KV-cache write and a contiguous
+copy a kernel needs become copies inside the launcher; the dynamic sizes (a cache length) are arguments, so one
+launcher serves every size. What it cannot express keeps the segment on its steps (today's path): never a guess.
+
+``SEPTRAN_LAUNCHER=0`` turns it off (the direct runner's steps run as before). It is for cpu graphs only.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import torch.fx as fx
+
+from septran.env import SettingError
+
+log = logging.getLogger(__name__)
+
+
+def enabled() -> bool:
+    value = os.environ.get("SEPTRAN_LAUNCHER", "").strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise SettingError(f"SEPTRAN_LAUNCHER={value!r}: use 1 or 0")
+
+
+def launch(gm: fx.GraphModule, arena_node=None) -> list:
+    """Replaces each segment of ``gm``'s graph by one launcher node (in place); returns the ``Segment``s."""
+    from septran.model.launcher import segments
+
+    _fill_meta(gm.graph)
+    found = segments.cut(gm.graph, arena_node)
+    out = [segments.replace(gm, nodes, f"septran_segment_{i}") for i, nodes in enumerate(found)]
+    return out
+
+
+def _fill_meta(graph: fx.Graph) -> None:
+    """Fake values for ATen nodes a rewrite added without one (the in-place KV-cache write's slice and copy_)."""
+    import torch
+
+    for n in graph.nodes:
+        if n.op != "call_function" or n.meta.get("val") is not None or not isinstance(n.target, torch._ops.OpOverload):
+            continue
+        vals = [a.meta.get("val") for a in n.all_input_nodes]
+        if any(v is None for v in vals):
+            continue
+        mode = torch._guards.detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+        if mode is None:
+            continue
+        try:
+            with mode:
+                n.meta["val"] = n.target(*fx.node.map_arg(n.args, lambda a: a.meta["val"]),
+                                         **fx.node.map_arg(n.kwargs, lambda a: a.meta["val"]))
+        except Exception:  # noqa: BLE001 - without a value the node stays with torch, as before
+            log.debug("no fake value for %s", n.name, exc_info=True)

@@ -1,0 +1,54 @@
+"""A launcher's shared library: built with g++ and cached like the kernels (``septran.build.store.Entries``).
+
+The key hashes the launcher's source, the compiler's version and what ``-march=native`` resolves to on this CPU,
+and SepTran's version; the entry is bound to its key by its sidecar, so a swapped or damaged library is rebuilt,
+never run. The source names no address (the kernels' entry points are passed per call), so every process, every
+graph with the same segment and every cache length finds the same entry.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import threading
+
+from septran.build import shared_lib, toolchain
+from septran.build.store import Entries
+from septran.version import __version__
+
+log = logging.getLogger(__name__)
+FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-march=native")
+FUNCTION = "septran_segment"
+BUILDS = [0]  # launchers compiled in this process (tests count them)
+_LOCK = threading.Lock()
+
+
+def key(source: str) -> str:
+    facts = {"septran": __version__, "flags": list(FLAGS), "cxx": toolchain.compiler_facts()["version"],
+             "native": toolchain.native_flags(FLAGS)}
+    text = json.dumps(facts, sort_keys=True)
+    return hashlib.sha256(f"launcher\0{text}\0{source}".encode()).hexdigest()
+
+
+def load(source: str):
+    """(library, its C function): ctypes, ``(F, P, S) -> int32``; built if no trusted entry holds it. Keep the
+    library while the function is used."""
+    entries = Entries("launcher", "segment", key(source))
+    with _LOCK:
+        if entries.check("so", "segment launcher") is None:
+            out, src = entries.temporary("so"), entries.temporary("cpp")
+            try:
+                src.write_text(source)
+                shared_lib.run_compiler([toolchain.cxx(), *FLAGS, str(src), "-o", str(out)], "a segment launcher")
+                entries.adopt("so", out)
+                BUILDS[0] += 1
+                log.info("septran: built a segment launcher %s", entries.path("so").name)
+            finally:
+                for path in (out, src):
+                    path.unlink(missing_ok=True)
+        lib = ctypes.CDLL(str(entries.path("so")))
+    fn = getattr(lib, FUNCTION)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    fn.restype = ctypes.c_int32
+    return lib, fn
