@@ -53,9 +53,12 @@ def test_block_on_septran_matches_eager(capsys, script, sizes, dtype):
 def test_decode_steps_at_32_cache_lengths_build_once(monkeypatch, script, sizes):
     """A prefill, one decode step (builds what decoding needs), then 32 steps at 32 cache lengths: no new build.
     (GPT-2's softmax runs over the cache length: its columns must be dynamic too.)"""
+    import septran.ops.kernels
+
     run = load_module(REPO / "examples" / script)
     config = run.model.LlamaConfig if hasattr(run.model, "LlamaConfig") else run.model.GPT2Config
     model = run.model.build(config(max_len=64, **sizes))
+    septran.ops.kernels.clear()  # kernels planned by earlier tests would not be specialised (observed) again
     fn = torch.compile(model, backend="septran", fullgraph=True)
     gen = torch.Generator().manual_seed(0)
     caches, eager_caches = model.new_cache(), model.new_cache()

@@ -60,7 +60,8 @@ def load_model(folder: Path):
 @contextmanager
 def tunable_specialisations() -> Iterator[list]:
     """While open, lists (kernel, described, scalars) of each specialisation the runtime makes of a kernel with a
-    search space (``!tune``), one per tuning key, in the order first made."""
+    search space (``!tune``), one per tuning key, in the order first made. A call signature a kernel planned
+    before the context opened is not specialised again, so not listed: ``tune-model`` runs in a fresh process."""
     from septran.runtime import observers
 
     seen: dict = {}
