@@ -289,10 +289,10 @@ def test_a_tile_so_large_that_the_trip_count_wraps_is_refused_at_the_tunable(tmp
 
     repo = Path(__file__).resolve().parents[1]
     text = (repo / "mappings" / "cpu" / "swiglu_mlp.yaml").read_text()
-    old = "BK: !tune [512, 256, 1024]"
+    old = "BK: !tune [512, "
     assert old in text
     mapping = tmp_path / "swiglu_mlp.yaml"
-    mapping.write_text(text.replace(old, "BK: !tune [2147483646, 256, 1024]"))
+    mapping.write_text(text.replace(old, "BK: !tune [2147483646, "))
     kernel = septran.compile(logic_file=repo / "examples" / "swiglu_mlp" / "swiglu_mlp.py", mapping_file=mapping)
     x, wg, wu = torch.randn(19, 37), torch.randn(37, 45), torch.randn(37, 45)
     with pytest.raises(septran.LoweringError, match=r"ceildiv\(X_dim1, BK\) .* reaches 2147483682 .* would wrap") as info:

@@ -122,15 +122,16 @@ def _boxes(writes, at: dict, shape) -> set:
 
 
 def _iterations(loops, at: dict, moved: set):
-    """Every assignment of the loops' variables under which the leaf runs; a loop whose variable moves neither
-    the write nor an inner loop's trip count runs once (its first iteration) here."""
+    """Every assignment of the loops' variables the leaf's writes are listed at; a loop whose variable moves
+    neither the write nor an inner loop's trip count runs once (its first iteration) here. So does a loop that
+    runs no times for these shapes (a GEMM over K = 0): what its writes would cover comes back as the zeros an
+    accumulation starts from, or is refused by the check that outputs are written (verify.py); this proof is
+    of where the writes fall, not of how often they run."""
     if not loops:
         yield at
         return
     loop, rest = loops[0], loops[1:]
-    trips = evaluate(loop.extent, at)
-    if trips <= 0:
-        return
+    trips = max(evaluate(loop.extent, at), 1)
     inner = moved | {leaf for l in rest for leaf in leaves(l.extent)}
     values = range(trips) if Var(loop.var) in inner else range(1)
     count = 0
