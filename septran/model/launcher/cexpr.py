@@ -14,36 +14,53 @@ class Unsupported(Exception):
     """A node, a value or an expression the launcher cannot express; the segment falls back to the steps."""
 
 
-def c_expr(e, symbols: dict) -> str:
-    """``e`` (sympy or int) as int64 C, ``symbols`` mapping each sympy symbol to its index in ``S``."""
-    if isinstance(e, int):
-        return f"INT64_C({e})"
-    if isinstance(e, sympy.Integer):
-        return f"INT64_C({int(e)})"
+class _Spelling:
+    """How one language writes the operations a size expression uses."""
+
+    def __init__(self, integer, power, floordiv, mod, extreme):
+        self.integer, self.power, self.floordiv, self.mod, self.extreme = integer, power, floordiv, mod, extreme
+
+
+_C = _Spelling(integer=lambda n: f"INT64_C({n})",
+               power=lambda base, n: "(" + " * ".join([base] * n or ["INT64_C(1)"]) + ")",
+               floordiv=lambda a, b: f"st_floordiv({a}, {b})", mod=lambda a, b: f"st_mod({a}, {b})",
+               extreme=lambda name, args: _nested(f"st_{name}", args))
+_PY = _Spelling(integer=str, power=lambda base, n: f"({base} ** {n})",
+                floordiv=lambda a, b: f"({a} // {b})", mod=lambda a, b: f"({a} % {b})",
+                extreme=lambda name, args: f"{name}({', '.join(args)})")
+
+
+def _nested(fn: str, args: list) -> str:
+    out = args[0]
+    for x in args[1:]:
+        out = f"{fn}({out}, {x})"
+    return out
+
+
+def _spelled(e, symbols: dict, how: _Spelling) -> str:
+    if isinstance(e, (int, sympy.Integer)):
+        return how.integer(int(e))
     if isinstance(e, sympy.Symbol):
         if e not in symbols:
             raise Unsupported(f"the size {e} comes from no input of the segment")
         return f"S[{symbols[e]}]"
-    if isinstance(e, sympy.Add):
-        return "(" + " + ".join(c_expr(a, symbols) for a in e.args) + ")"
-    if isinstance(e, sympy.Mul):
-        return "(" + " * ".join(c_expr(a, symbols) for a in e.args) + ")"
+    if isinstance(e, (sympy.Add, sympy.Mul)):
+        op = " + " if isinstance(e, sympy.Add) else " * "
+        return "(" + op.join(_spelled(a, symbols, how) for a in e.args) + ")"
     if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer) and int(e.exp) >= 0:
-        return "(" + " * ".join([c_expr(e.base, symbols)] * int(e.exp) or ["INT64_C(1)"]) + ")"
+        return how.power(_spelled(e.base, symbols, how), int(e.exp))
     name = type(e).__name__
-    if name in ("FloorDiv", "CleanDiv") and len(e.args) == 2:
-        a, b = (c_expr(x, symbols) for x in e.args)
-        return f"st_floordiv({a}, {b})"
-    if name in ("Mod", "PythonMod") and len(e.args) == 2:
-        a, b = (c_expr(x, symbols) for x in e.args)
-        return f"st_mod({a}, {b})"
+    if name in ("FloorDiv", "CleanDiv", "Mod", "PythonMod") and len(e.args) == 2:
+        a, b = (_spelled(x, symbols, how) for x in e.args)
+        return how.floordiv(a, b) if name in ("FloorDiv", "CleanDiv") else how.mod(a, b)
     if name in ("Max", "Min"):
-        fn = "st_max" if name == "Max" else "st_min"
-        out = c_expr(e.args[0], symbols)
-        for x in e.args[1:]:
-            out = f"{fn}({out}, {c_expr(x, symbols)})"
-        return out
+        return how.extreme(name.lower(), [_spelled(a, symbols, how) for a in e.args])
     raise Unsupported(f"the size expression {e} ({name})")
+
+
+def c_expr(e, symbols: dict) -> str:
+    """``e`` (sympy or int) as int64 C, ``symbols`` mapping each sympy symbol to its index in ``S``."""
+    return _spelled(e, symbols, _C)
 
 
 def value(e, sub: dict) -> int:
@@ -62,28 +79,7 @@ def expr(size):
 
 def py_expr(e, symbols: dict) -> str:
     """``e`` as Python over ``S`` (a tuple of the sizes): a launch evaluates its outputs' layouts without sympy."""
-    if isinstance(e, int):
-        return str(e)
-    if isinstance(e, sympy.Integer):
-        return str(int(e))
-    if isinstance(e, sympy.Symbol):
-        if e not in symbols:
-            raise Unsupported(f"the size {e} comes from no input of the segment")
-        return f"S[{symbols[e]}]"
-    if isinstance(e, sympy.Add):
-        return "(" + " + ".join(py_expr(a, symbols) for a in e.args) + ")"
-    if isinstance(e, sympy.Mul):
-        return "(" + " * ".join(py_expr(a, symbols) for a in e.args) + ")"
-    if isinstance(e, sympy.Pow) and isinstance(e.exp, sympy.Integer) and int(e.exp) >= 0:
-        return f"({py_expr(e.base, symbols)} ** {int(e.exp)})"
-    name = type(e).__name__
-    if name in ("FloorDiv", "CleanDiv") and len(e.args) == 2:
-        return f"({py_expr(e.args[0], symbols)} // {py_expr(e.args[1], symbols)})"
-    if name in ("Mod", "PythonMod") and len(e.args) == 2:
-        return f"({py_expr(e.args[0], symbols)} % {py_expr(e.args[1], symbols)})"
-    if name in ("Max", "Min"):
-        return f"{name.lower()}({', '.join(py_expr(a, symbols) for a in e.args)})"
-    raise Unsupported(f"the size expression {e} ({name})")
+    return _spelled(e, symbols, _PY)
 
 
 def compiled(exprs: list, symbols: dict):
