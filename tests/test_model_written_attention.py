@@ -1,0 +1,130 @@
+"""Attention written out by hand (GPT-2's q @ k^T, scale, mask, softmax, @ v) -> septran.attention: the GPT-2 block
+against eager torch (FlashAttention's rule), and small graphs whose mask or scale the pattern must read right or
+leave alone."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import REPO, assert_flash_rule, load_module
+from septran.model.patterns.base import Match, Refusal
+from septran.model.patterns.written_attention import WrittenAttention
+from support.model_graphs import apply, capture, matches
+
+pytestmark = pytest.mark.build  # graphs are captured and attention kernels run
+
+GPT2_SMALL = dict(hidden=64, heads=4, mlp=256)  # test_model_blocks' sizes: the same kernels
+
+
+def _rand(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+class Written(torch.nn.Module):
+    """softmax(q k^T * scale, masked) v, as GPT-2 writes it; ``fill``: how the mask is applied."""
+
+    def __init__(self, scale=0.25, fill="masked_fill", divide=False):
+        super().__init__()
+        self.scale, self.fill, self.divide = scale, fill, divide
+
+    def forward(self, q, k, v, m=None):
+        att = q @ k.transpose(-2, -1)
+        if self.scale is not None:
+            att = att / self.scale if self.divide else att * self.scale
+        if self.fill == "masked_fill":
+            att = att.masked_fill(~m, float("-inf"))
+        elif self.fill == "where":
+            att = torch.where(m, att, float("-inf"))
+        elif self.fill == "hide_true":  # masked_fill(m, -inf): hides where m is True
+            att = att.masked_fill(m, float("-inf"))
+        elif self.fill == "causal":  # the causal mask built in the graph, aligned bottom-right
+            sq, sk = q.shape[2], k.shape[2]
+            att = att.masked_fill(~torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq), float("-inf"))
+        return F.softmax(att, dim=-1) @ v
+
+
+def _qkv(sq=7, sk=11, b=2, h=3, d=8, dv=6):
+    return _rand(b, h, sq, d, seed=1), _rand(b, h, sk, d, seed=2), _rand(b, h, sk, dv, seed=3)
+
+
+def _run(gm, inputs):
+    """The captured graph's placeholders in its own order, found by shape (each input's shape differs here)."""
+    by_shape = {tuple(t.shape): t for t in inputs}
+    args = [by_shape[tuple(n.meta["val"].shape)] for n in gm.graph.nodes if n.op == "placeholder"]
+    return gm(*args)[0]
+
+
+def _one(gm):
+    found = [r for r in matches(gm, WrittenAttention())]
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.parametrize("fill, scale, divide", [("masked_fill", 0.25, False), ("where", 3.0, True),
+                                                 ("causal", 0.3, False), (None, None, False)])
+def test_written_attention_matches_and_runs_as_eager(fill, scale, divide):
+    """A padding-like bool mask (not causal) goes as a bool mask; the causal one built in the graph is the logic's
+    own; the scale is read from a mul or a div; no mask, no scale: a plain attention with scale 1."""
+    q, k, v = _qkv()
+    m = _rand(7, 11, seed=4) > -0.5  # an arbitrary mask: some keys hidden in each row, no row hidden entirely
+    m[:, 0] = True
+    module = Written(scale, fill, divide)
+    inputs = (q, k, v, m) if fill in ("masked_fill", "where") else (q, k, v)
+    (gm,) = capture(module, *inputs)
+    match = _one(gm)
+    assert isinstance(match, Match) and match.op is torch.ops.septran.attention.default
+    want_scale = 1.0 if scale is None else (1 / scale if divide else scale)
+    assert match.args[5] == pytest.approx(want_scale)
+    assert (match.args[3] is not None) == (fill in ("masked_fill", "where"))
+    assert match.args[4] is match.args[7] is (fill == "causal")
+    apply(gm, WrittenAttention())
+    assert {n.target for n in gm.graph.nodes if n.op == "call_function"} <= {torch.ops.septran.attention.default}
+    out = _run(gm, inputs)
+    ref = module(*(t if t.dtype == torch.bool else t.double() for t in inputs))
+    assert_flash_rule(out, ref, module(*inputs))
+
+
+@pytest.mark.parametrize("module, why", [
+    (Written(-0.5), "scaled by -0.5"),  # a negative scale: the op takes a positive one
+    (Written(0.25, "hide_true"), None),  # hides where the mask is True: no node of its keep-mask, left alone
+])
+def test_other_masks_and_scales_are_left_alone(module, why):
+    q, k, v = _qkv()
+    m = _rand(7, 11, seed=4) > 0
+    (gm,) = capture(module, q, k, v, m)
+    found = matches(gm, WrittenAttention())
+    if why is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and isinstance(found[0], Refusal) and why in found[0].why, found
+
+
+def test_weights_used_elsewhere_are_refused():
+    class Both(torch.nn.Module):
+        def forward(self, q, k, v):
+            p = F.softmax(q @ k.transpose(-2, -1) * 0.5, dim=-1)
+            return p @ v, p
+
+    (gm,) = capture(Both(), *_qkv())
+    (found,) = matches(gm, WrittenAttention())
+    assert isinstance(found, Refusal) and "weights are used elsewhere" in found.why
+
+
+def test_gpt2_block_prefill_and_decode_run_septran_attention(capsys):
+    """The GPT-2 block (odd prompt, decode steps over the cache) against float64 under the FlashAttention rule; the
+    report runs its attention as one SepTran attention kernel: prefill with the cache's mask buffer as a bool
+    mask, decode without a mask. No bmm or softmax is left."""
+    run = load_module(REPO / "examples" / "gpt2_block" / "run_gpt2_block.py")
+    torch._dynamo.reset()
+    result = run.main(**GPT2_SMALL, prompt=37, steps=3, backend="septran", dtype="float32", repeats=0, quiet=True)
+    torch._dynamo.reset()
+    assert result["ok"], [(r["pos"], r["out"]) for r in result["rows"]]
+    prefill, decode = result["reports"]
+    for report, kind in ((prefill, "bool mask"), (decode, "written out")):
+        runs = [r.runs for r in report.rows]
+        attention = [r for r in runs if r.startswith("SepTran: examples/attention (written out") and "part of" not in r]
+        assert len(attention) == 1 and kind in attention[0], runs
+        assert not [r for r in runs if "bmm" in r or "softmax" in r], runs
