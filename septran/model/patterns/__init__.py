@@ -8,7 +8,8 @@ from __future__ import annotations
 PATTERNS: list = []  # filled by the pattern modules below, in this order
 
 from septran.model.patterns import attention, residual, rope, swiglu, written_attention  # noqa: E402
-# SwiGLU before GEMM takes its projections; attention written out before bmm and softmax take its parts; the residual add before GEMM and the elementwise chains
+# SwiGLU before GEMM takes its projections; attention written out before bmm and softmax take its parts; the
+# residual add before GEMM and the elementwise chains
 PATTERNS += [swiglu.SwiGLU(), written_attention.WrittenAttention(), attention.Attention(), rope.Rope(), residual.GemmResidual()]
 from septran.model.patterns import gemm as _gemm; _gemm.register(PATTERNS)  # noqa: E402,E702 - mm/addmm/linear (+act), bmm
 from septran.model.patterns.norms import PATTERNS as _norms; PATTERNS += _norms  # noqa: E402,E702

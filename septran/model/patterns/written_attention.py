@@ -28,7 +28,8 @@ import torch.fx as fx
 import septran.ops.attention  # noqa: F401  (defines torch.ops.septran.attention)
 from septran.model.patterns.attention import _lower_right
 from septran.model.patterns.base import Match, Pattern, Refusal, Result, val
-from septran.model.patterns.nodes import aten, device_problem, float_dtype_problem, is_call, num, number, same, same_shape
+from septran.model.patterns.nodes import (aten, device_problem, float_dtype_problem, is_call, num, number, same,
+                                          same_shape)
 
 VIEWS = (aten.view, aten._unsafe_view, aten.reshape)
 
@@ -147,7 +148,7 @@ class WrittenAttention(Pattern):
         # A score tensor also read elsewhere keeps its own computation (the rewrite erases only unused nodes).
         inner = mask_nodes + scale_nodes + qk_nodes + [kt]
         qv, kv, vv = val(q), val(k), val(v)
-        if kv is None or kv.dim() != 4 or not same_shape(kv.shape[:2], vv.shape[:2]) or not same(kv.shape[2], vv.shape[2]):
+        if kv is None or kv.dim() != 4 or not (same_shape(kv.shape[:2], vv.shape[:2]) and same(kv.shape[2], vv.shape[2])):
             return None
         why = float_dtype_problem(q, k, v, weights) or device_problem(q, k, v)
         if why:
@@ -167,7 +168,8 @@ class WrittenAttention(Pattern):
         nodes += inner
         b, h, sq, d = (num(x) for x in qv.shape)
         sk, dv = num(kv.shape[2]), num(vv.shape[3])
-        what = ["written out"] + (["causal, bottom-right"] if causal else []) + (["bool mask"] if mask is not None else [])
+        what = ["written out"] + (["causal, bottom-right"] if causal else [])
+        what += ["bool mask"] if mask is not None else []
         return Match(
             pattern=self.name, nodes=tuple(dict.fromkeys(nodes)), output=node, op=torch.ops.septran.attention.default,
             args=(q, k, v, mask, causal, float(scale), False, lower_right),
