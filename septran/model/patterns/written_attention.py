@@ -59,6 +59,10 @@ def _bmm_operands(out: fx.Node) -> Optional[tuple[fx.Node, fx.Node, list]]:
                 return None  # a real broadcast: not one head per batch and head
             nodes.append(src)
             src = src.args[0]
+        sv, flat = val(src), val(arg)
+        if sv is None or flat is None or sv.dim() != 4 or flat.dim() != 3 or not (
+                same(flat.shape[0], sv.shape[0] * sv.shape[1]) and same_shape(flat.shape[1:], sv.shape[2:])):
+            return None  # not the (B * H, rows, columns) view of a (B, H, rows, columns) tensor
         operands.append(src)
     a, b = operands
     av, bv, ov = val(a), val(b), val(out)
