@@ -63,22 +63,19 @@ def _one(gm):
     return found[0]
 
 
-@pytest.mark.parametrize("fill, scale, divide", [("masked_fill", 0.25, False), ("where", 3.0, True),
-                                                 ("causal", 0.3, False), (None, None, False)])
+@pytest.mark.parametrize("fill, scale, divide", [("causal", 0.3, False), ("causal", 4.0, True), (None, None, False)])
 def test_written_attention_matches_and_runs_as_eager(fill, scale, divide):
-    """A padding-like bool mask (not causal) goes as a bool mask; the causal one built in the graph is the logic's
-    own; the scale is read from a mul or a div; no mask, no scale: a plain attention with scale 1."""
+    """The causal mask built in the graph is the logic's own; the scale is read from a mul or a div; no mask, no
+    scale: a plain attention with scale 1."""
     q, k, v = _qkv()
-    m = _rand(7, 11, seed=4) > -0.5  # an arbitrary mask: some keys hidden in each row, no row hidden entirely
-    m[:, 0] = True
     module = Written(scale, fill, divide)
-    inputs = (q, k, v, m) if fill in ("masked_fill", "where") else (q, k, v)
+    inputs = (q, k, v)
     (gm,) = capture(module, *inputs)
     match = _one(gm)
     assert isinstance(match, Match) and match.op is torch.ops.septran.attention.default
     want_scale = 1.0 if scale is None else (1 / scale if divide else scale)
     assert match.args[5] == pytest.approx(want_scale)
-    assert (match.args[3] is not None) == (fill in ("masked_fill", "where"))
+    assert match.args[3] is None
     assert match.args[4] is match.args[7] is (fill == "causal")
     apply(gm, WrittenAttention())
     assert {n.target for n in gm.graph.nodes if n.op == "call_function"} <= {torch.ops.septran.attention.default}
@@ -90,6 +87,8 @@ def test_written_attention_matches_and_runs_as_eager(fill, scale, divide):
 @pytest.mark.parametrize("module, why", [
     (Written(-0.5), "scaled by -0.5"),  # a negative scale: the op takes a positive one
     (Written(0.25, "hide_true"), None),  # hides where the mask is True: no node of its keep-mask, left alone
+    (Written(0.25, "masked_fill"), "not proven causal"),  # a mask known at run time only: a row it hides entirely
+    (Written(3.0, "where", True), "not proven causal"),   # is NaN written out, zeros from the op
 ])
 def test_other_masks_and_scales_are_left_alone(module, why):
     q, k, v = _qkv()
@@ -115,16 +114,18 @@ def test_weights_used_elsewhere_are_refused():
 
 def test_gpt2_block_prefill_and_decode_run_septran_attention(capsys):
     """The GPT-2 block (odd prompt, decode steps over the cache) against float64 under the FlashAttention rule; the
-    report runs its attention as one SepTran attention kernel: prefill with the cache's mask buffer as a bool
-    mask, decode without a mask. No bmm or softmax is left."""
+    report runs its decode attention as one SepTran attention kernel (no mask); the prefill's mask is the cache's
+    buffer (a graph input, not proven causal), so its attention stays bmm, softmax and bmm kernels."""
     run = load_module(REPO / "examples" / "gpt2_block" / "run_gpt2_block.py")
     torch._dynamo.reset()
     result = run.main(**GPT2_SMALL, prompt=37, steps=3, backend="septran", dtype="float32", repeats=0, quiet=True)
     torch._dynamo.reset()
     assert result["ok"], [(r["pos"], r["out"]) for r in result["rows"]]
     prefill, decode = result["reports"]
-    for report, kind in ((prefill, "bool mask"), (decode, "written out")):
-        runs = [r.runs for r in report.rows]
-        attention = [r for r in runs if r.startswith("SepTran: examples/attention (written out") and "part of" not in r]
-        assert len(attention) == 1 and kind in attention[0], runs
-        assert not [r for r in runs if "bmm" in r or "softmax" in r], runs
+    runs = [r.runs for r in decode.rows]
+    attention = [r for r in runs if r.startswith("SepTran: examples/attention (written out") and "part of" not in r]
+    assert len(attention) == 1, runs
+    assert not [r for r in runs if "bmm" in r or "softmax" in r], runs
+    runs = [r.runs for r in prefill.rows]
+    assert not [r for r in runs if "examples/attention (written out" in r], runs
+    assert [r for r in runs if "bmm" in r] and [r for r in runs if "softmax" in r], runs

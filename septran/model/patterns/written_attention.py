@@ -11,10 +11,9 @@ expands change nothing). It fires only where the rewrite is exact:
 - the scale is a positive Python number (``mul`` by it, or ``div`` by it), or absent (1.0);
 - the mask fills with -inf where a bool tensor ``m`` is False (``masked_fill(~m, -inf)``, ``where(m, x, -inf)``).
   ``m`` is torch's ``ones(Sq, Sk).tril(Sk - Sq)`` (the causal mask, bottom-right): the logic's own causal mask, no
-  tensor. Any other ``m`` (GPT-2's precomputed buffer is a graph input, its values unknown at compile time) goes to
-  the op as a bool mask, torch's ``attn_mask`` meaning (True: the key takes part), the same weights. One
-  difference stays: a row whose mask hides every key is NaN written out, zeros from the op (SDPA's answer); a
-  causal mask hides no row entirely.
+  tensor. Any other ``m`` (GPT-2's precomputed buffer is a graph input, its values unknown at compile time) is
+  refused: a row it hides entirely is NaN written out but zeros from the op (SDPA's answer), and a causal mask is
+  the only one proven to hide no row. Its nodes stay with the bmm and softmax patterns.
 - the softmax is over the keys, in the scores' dtype, and nothing else reads the scores or the weights.
 """
 from __future__ import annotations
@@ -164,11 +163,11 @@ class WrittenAttention(Pattern):
             if mv is None or mv.dtype != torch.bool or mv.dim() > 4:
                 return Refusal(self.name, node, "a mask that is not a bool tensor of up to 4 dimensions")
             proof = _lower_right(keep, qv, kv)
-            if proof is not None:
-                causal = lower_right = True
-                inner += proof
-            else:
-                mask = keep
+            if proof is None:  # its values are known only at run time: a row it hides entirely would differ
+                return Refusal(self.name, node, "a mask not proven causal: a row it hides entirely is NaN written "
+                                                "out and zeros from SepTran's attention (SDPA's answer)")
+            causal = lower_right = True
+            inner += proof
         nodes += inner
         b, h, sq, d = (num(x) for x in qv.shape)
         sk, dv = num(kv.shape[2]), num(vv.shape[3])
