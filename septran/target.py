@@ -157,6 +157,7 @@ def load_target_file(path: Path) -> Target:
         vendor=vendor,
         copy_options=tuple(_plain(d["copy_options"])) if "copy_options" in d else (),
         perf=_perf(d["perf"], memories) if "perf" in d else None,
+        model_fusions=tuple(_plain(d["model_fusions"])) if "model_fusions" in d else (),
     )
 
 

@@ -180,6 +180,9 @@ class Target:
     two_kernels: bool = False
     # The thread count of a program whose mapping names none (``threads: {default: 128}``); None: it must name one.
     default_threads: Optional[int] = None
+    # Model-level fusions whose kernels this target's shipped mappings have run against torch
+    # (``model_fusions: [gemm_residual]``): the model rewrite makes no other fusion here.
+    model_fusions: tuple[str, ...] = ()
 
     @property
     def index_bits(self) -> int:

@@ -15,10 +15,16 @@ import torch
 from septran.ops import kernels
 from septran.ops.gemm import ROWS
 
-# The targets whose gemm_epilogue mapping has run the residual variant against torch (tests/test_model_fusion.py);
-# a GPU mapping binds the bias leaf to a leaf that has not been checked with R, so the model pattern leaves the
-# add to the elementwise kernel there.
-TARGETS = ("cpu",)
+
+
+def checked_on(target: str) -> bool:
+    """Whether ``target``'s gemm_epilogue mapping has run the residual variant against torch: its target.yaml lists
+    ``gemm_residual`` under ``model_fusions`` (tests/test_model_fusion.py checks each one listed). Elsewhere the
+    bias leaf may be bound to a leaf never checked with R, and the model pattern leaves the add to the
+    elementwise kernel."""
+    from septran.target import load_target
+
+    return "gemm_residual" in load_target(target).model_fusions
 
 
 def gemm_residual_kernel(target: str, w_transposed: bool):

@@ -55,7 +55,7 @@ class GemmResidual(Pattern):
             from septran.ops import kernels
 
             try:
-                if kernels.target_for(out.device) not in op.TARGETS:
+                if not op.checked_on(kernels.target_for(out.device)):
                     return None
             except SepTranError:  # no SepTran target for this device: the GEMM pattern says why
                 return None
