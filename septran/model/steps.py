@@ -319,8 +319,13 @@ class Rope(Step):
             return self._slow(x, cos, sin, seq_major)
         x_seq_major = x.transpose(1, 2).is_contiguous()
         c, sn = ops_rope._tables(cos, s, d), ops_rope._tables(sin, s, d)
-        if (not x_seq_major and not x.is_contiguous()) or c.shape[0] != 1 or sn.shape[0] != 1:
+        if c.shape[0] != 1 or sn.shape[0] != 1:
             return self._slow(x, cos, sin, seq_major)
+        if not x_seq_major and not x.is_contiguous():
+            # neither layout (a column slice of a fused QKV projection): one copy into the layout the node
+            # returns, so that no second copy follows (the op's own Python copies to (B, H, S, D) and back)
+            x = (x.transpose(1, 2).contiguous().transpose(1, 2) if seq_major else x.contiguous())
+            x_seq_major = seq_major
         c, sn = c[0], sn[0]
         if not (c.is_contiguous() and sn.is_contiguous()):
             return self._slow(x, cos, sin, seq_major)
