@@ -126,9 +126,8 @@ def _cli(*args, env):
     return subprocess.run([sys.executable, "-m", "septran.cli", *args], capture_output=True, text=True, env=env, timeout=600)
 
 
-def _built() -> list[str]:
+def _built(root) -> list[str]:
     """What the builds left in the cache: libraries (the c builder) and TileLang's sources (the tilelang one)."""
-    root = septran.env.cache_dir()
     return sorted(str(p.relative_to(root)) for p in [*root.rglob("*.so"), *root.glob("sources/*")])
 
 
@@ -137,19 +136,20 @@ def test_septran_tune_json_and_a_second_process_measures_nothing(tmp_path, db):
     import os
 
     _, path = _space(tmp_path)
-    env = dict(os.environ, SEPTRAN_TUNING_DB=str(db.path))
+    cache = tmp_path / "cache"  # its own: the suite's other tests build into the shared one meanwhile
+    env = dict(os.environ, SEPTRAN_TUNING_DB=str(db.path), SEPTRAN_CACHE_DIR=str(cache))
     args = ("tune", str(GEMM_LOGIC), str(path), "--input", "A=64x48:float32", "--input", "B=48x40:float32", "--json",
             "--jobs", "1")
     first = _cli(*args, env=env)
     assert first.returncode == 0, first.stderr
     one = json.loads(first.stdout.strip().splitlines()[-1])
     assert {"best", "best_s", "first_s", "space", "pruned", "measured", "cached"} <= set(one) and one["measured"] == 4
-    built = _built()
+    built = _built(cache)
     assert built
     second = _cli(*args, env=env)
     two = json.loads(second.stdout.strip().splitlines()[-1])
     assert (two["cached"], two["measured"], two["best"]) == (True, 0, one["best"])
-    assert _built() == built  # nothing compiled
+    assert _built(cache) == built  # nothing compiled
     table = _cli(*args[:-3], env=env)
     assert "from the tuning database" in table.stdout and "speed-up" in table.stdout
 
