@@ -60,12 +60,7 @@ def tuning_db() -> Path:
 
 def autotune() -> bool:
     """SEPTRAN_AUTOTUNE=1: a kernel whose mapping has !tune tunes each new shape it meets (else its first point runs)."""
-    value = os.environ.get("SEPTRAN_AUTOTUNE", "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    raise SettingError(f"SEPTRAN_AUTOTUNE={value!r}: use 1 or 0")
+    return _switch("SEPTRAN_AUTOTUNE") is True
 
 
 def _switch(variable: str) -> Optional[bool]:
@@ -96,12 +91,15 @@ def profile() -> Optional[Path]:
     if not _switch("SEPTRAN_PROFILE"):
         return None
     return (dump_dir() or Path.cwd()) / "septran_profile.trace.json"
+
+
 def direct_runner() -> bool:
     """SEPTRAN_DIRECT=0: a compiled graph calls its SepTran kernels through their torch custom ops (as captured),
     not through the direct runner (``septran.model.executor``) and its memory plan. On by default."""
-    value = os.environ.get("SEPTRAN_DIRECT", "").strip().lower()
-    if value in ("", "1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise SettingError(f"SEPTRAN_DIRECT={value!r}: use 1 or 0")
+    return _switch("SEPTRAN_DIRECT") is not False
+
+
+def launcher() -> bool:
+    """SEPTRAN_LAUNCHER=0: the direct runner calls each step from Python, not a generated C launcher per segment
+    (``septran.model.launcher``). On by default."""
+    return _switch("SEPTRAN_LAUNCHER") is not False

@@ -12,22 +12,16 @@ launcher serves every size. What it cannot express keeps the segment on its step
 from __future__ import annotations
 
 import logging
-import os
 
 import torch.fx as fx
 
-from septran.env import SettingError
+from septran import env
 
 log = logging.getLogger(__name__)
 
 
 def enabled() -> bool:
-    value = os.environ.get("SEPTRAN_LAUNCHER", "").strip().lower()
-    if value in ("", "1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise SettingError(f"SEPTRAN_LAUNCHER={value!r}: use 1 or 0")
+    return env.launcher()
 
 
 def launch(gm: fx.GraphModule, arena_node=None) -> list:
