@@ -29,3 +29,18 @@ def test_every_leaf_dtype_and_memory_runs_right_emits_or_is_refused_at_a_line(ta
     bad = matrix.first_bad(rows)
     assert bad is None, bad
     assert any(r.startswith("ran right" if runs else "emitted") for _, r in rows)  # the matrix is not all refusals
+
+
+def test_a_recorded_emission_is_what_tilelang_does(folder):
+    """The GPU cells read TileLang's lowering from tests/golden/emitted.json (support/emit_records.py): one
+    recorded cell, lowered again by TileLang, still gives a device source."""
+    import septran
+    from support import emit_records
+
+    cell = next(c for c in matrix.cells("sm90") if matrix.outcome(c, folder, runs=False) == "emitted")
+    logic = folder / f"mx_{cell.kind}.py"
+    kernel = septran.compile(logic_file=logic, mapping=matrix.mapping_text(cell))
+    described = {p: (tuple(a.shape), cell.dtype) for p, a in zip(matrix.PARAMS[cell.kind][1:], matrix.inputs(cell))}
+    variant = kernel.specialize(**described)
+    assert emit_records.key(variant.tilelang_source, "sm90") in emit_records._records()
+    assert "__global__" in variant.device_source
