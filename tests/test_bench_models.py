@@ -1,7 +1,8 @@
 """bench/models.py's smoke test: a quick run of both blocks and HF GPT-2 cut down, a short prefill, one thread.
 
 The timings belong to the benchmark; here only that it runs, checks each backend and writes every field.
-Inductor is left to the benchmark (its compile takes a minute here); aot_eager stands for a compiled backend."""
+Inductor and aot_eager are left to the benchmark (each compile is a Dynamo capture of its own): septran is the
+compiled backend here, and the bench runs every non-eager backend through the same code."""
 from __future__ import annotations
 
 import pytest
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.build  # bench/models.py in a child process builds the 
 def test_models_bench_quick_run_writes_every_field(tmp_path):
     out = tmp_path / "models.json"
     run = subprocess.run([sys.executable, str(REPO / "bench" / "models.py"), "--quick", "--sizes", "small", "--prompt", "24",
-                          "--backends", "eager,aot_eager,septran", "--threads", "1", "--hf", "gpt2", "--json", str(out)],
+                          "--backends", "eager,septran", "--threads", "1", "--hf", "gpt2", "--json", str(out)],
                          capture_output=True, text=True, timeout=600, cwd=REPO,
                          # torch's threads at 1 from the start: Dynamo guards on the count, so a process that
                          # starts at 2 compiles the first model's graphs twice (once before --threads 1 is set)
@@ -36,10 +37,10 @@ def test_models_bench_quick_run_writes_every_field(tmp_path):
         assert not [n for n in r["notes"] if "error" in n], r["notes"]
         timed = set(r["ms"])
         skipped = {n["backend"] for n in r["notes"] if "skipped" in n}
-        assert timed | skipped == {"eager", "aot_eager", "septran"} and {"eager", "aot_eager"} <= timed
+        assert timed == {"eager", "septran"} and not skipped
         for s in r["ms"].values():
             assert s["min"] <= s["median"] <= s["max"] and len(s["samples"]) == 3 and s["q1"] <= s["q3"]
         assert r["speedup"]["eager"] == 1.0 and all(v > 0 for v in r["speedup"].values())
         assert all(r["compile_s"][b] >= 0 and r["max_abs_err"][b] >= 0 for b in timed)
         assert all(r["tokens_per_s"][b] > 0 and r["peak_bytes"][b] >= 0 for b in timed)
-    assert "x aot_eager" in run.stdout and "decode" in run.stdout
+    assert "x septran" in run.stdout and "decode" in run.stdout
