@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
+from septran.runtime import fast_call
+
 Source = Union[int, str]  # a positional argument's index, or a keyword
 
 
@@ -69,6 +71,8 @@ class Plan:
                         and not lay.write_back and all(dtype is None for _, dtype in lay.results))
         self._single = lay.results[0][0] if len(lay.results) == 1 else None
         self._cpu = getattr(device, "type", None) == _host_type()
+        # calls through Python before the kernel's C entry takes this plan (0: never; runtime/fast_call.py)
+        self.fast_left = fast_call.eligible(self)
 
     def run(self, args: tuple, kwargs: dict):
         lay, device = self.layout, self.device
