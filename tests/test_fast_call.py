@@ -1,0 +1,152 @@
+"""The C entry of kernel calls (septran/build/fast_call.cpp, runtime/fast_call.py): the plans it holds run in C,
+and every call it cannot check exactly as Plan.run does goes through Python, with Python's errors.
+
+A call counts as run in C when it succeeds with Plan.run patched to fail. Each error case is raised by a kernel
+whose C entry holds the plan of a call of the same shapes, and compared with the error of a kernel without one.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import septran
+from conftest import GEMM_LOGIC, edited_mapping, mapping_path
+from septran.build import pyext
+from septran.runtime import fast_call
+from septran.runtime.plan import Plan
+
+pytestmark = pytest.mark.build
+
+
+@pytest.fixture(scope="module")
+def entry():
+    pyext.start()
+    mod = pyext.module(wait=None)
+    if mod is None:
+        pytest.skip(f"the C entry cannot be built here: {pyext.why()}")
+    return mod
+
+
+def warmed(kernel, *args, **kwargs):
+    """The kernel, called until its C entry holds the plan of this call."""
+    for _ in range(fast_call.CALLS_BEFORE + 1):
+        kernel(*args, **kwargs)
+    assert kernel._fast is not None and kernel._fast.size() >= 1
+    return kernel
+
+
+@pytest.fixture(scope="module")
+def gemm(entry):
+    """A 16x16x16 GEMM whose C entry holds the positional call and the call with C passed by keyword."""
+    kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu", "gemm"))
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    warmed(kernel, a, b)
+    warmed(kernel, a, b, C=torch.empty(16, 16))
+    return kernel
+
+
+def _python_fails(monkeypatch):
+    def boom(self, args, kwargs):
+        raise AssertionError("the call went through Python")
+    monkeypatch.setattr(Plan, "run", boom)
+
+
+@pytest.fixture
+def in_c(monkeypatch):
+    """Plan.run fails: a call that succeeds ran in C."""
+    _python_fails(monkeypatch)
+
+
+def test_calls_run_in_c_and_compute_the_gemm(gemm, in_c):
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    first, second = gemm(a, b), gemm(a, b)
+    torch.testing.assert_close(first, a @ b, rtol=1e-4, atol=1e-4)
+    assert first is not second and first.data_ptr() != second.data_ptr()  # a fresh output per call
+    out = torch.full((16, 16), float("nan"))
+    assert gemm(a, b, C=out) is out
+    torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-4)
+    w = torch.nn.Parameter(b.clone())  # a module's weight: taken as a tensor
+    torch.testing.assert_close(gemm(a, w).detach(), a @ b, rtol=1e-4, atol=1e-4)
+    assert gemm.latest is not None and gemm.tuning["point"]
+
+
+def _error(fn):
+    with pytest.raises(septran.SepTranError) as info:
+        fn()
+    return type(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("case", ["dtype", "shape", "transposed", "strided", "aliased_input", "same_tensor", "device",
+                                  "not_a_tensor", "extra_argument"])
+def test_calls_it_cannot_take_fail_as_in_python(gemm, case):
+    """Wrong dtype, shape, layout, device, an output sharing memory with an input: the Python path's error."""
+    plain = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu", "gemm"))  # no C entry
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    calls = {
+        "dtype": lambda k: k(a.double(), b),
+        "shape": lambda k: k(torch.randn(16, 17), b),
+        "transposed": lambda k: k(a.t(), b),
+        "strided": lambda k: k(torch.randn(16, 32)[:, ::2], b),
+        "aliased_input": lambda k: k(a, b, C=a),
+        "same_tensor": lambda k: k(a, b, C=b[:, :]),
+        "device": lambda k: k(a.to("meta"), b),
+        "not_a_tensor": lambda k: k(a.tolist(), b),
+        "extra_argument": lambda k: k(a, b, a),
+    }
+    assert _error(lambda: calls[case](gemm)) == _error(lambda: calls[case](plain))
+    torch.testing.assert_close(gemm(a, b), a @ b, rtol=1e-4, atol=1e-4)  # and the C entry still serves
+
+
+def test_a_negative_view_is_resolved_by_python(gemm):
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    torch.testing.assert_close(gemm(torch._neg_view(a), b), -a @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(septran.CallError, match="negative"):
+        gemm(a, b, C=torch._neg_view(torch.empty(16, 16)))
+
+
+def test_an_accumulator_starts_from_zeros_each_call(entry, tmp_path, monkeypatch):
+    """C kept in global memory (the program reads it before writing it): the C entry hands it zeros, as Python."""
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("{C: LOCAL, A: GLOBAL, B: GLOBAL}", "{C: GLOBAL, A: GLOBAL, B: GLOBAL}"))
+    kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    warmed(kernel, a, b)
+    _python_fails(monkeypatch)
+    for _ in range(3):
+        torch.testing.assert_close(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def chain(entry):
+    """An elementwise chain with dynamic rows and columns: its C function takes the sizes after the addresses."""
+    from septran.ops import kernels
+    from septran.ops.logic.elementwise_chain import chain_logic
+
+    kernel = septran.compile(chain_logic((("mul", ("i", 0), ("c", 2.0)),), ("full",)),
+                             kernels.mapping("cpu", "elementwise_chain"))
+    for shape in ((5, 7), (3, 300)):
+        warmed(kernel, torch.randn(*shape))
+    return kernel
+
+
+def test_dynamic_sizes_are_passed(chain, in_c):
+    for shape in ((5, 7), (3, 300)):
+        x = torch.randn(*shape)
+        torch.testing.assert_close(chain(x), 2 * x)
+
+
+def test_a_kernel_only_called_a_few_times_stays_in_python(entry):
+    kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu", "gemm"))
+    a = torch.randn(16, 16)
+    for _ in range(fast_call.CALLS_BEFORE - 1):
+        kernel(a, a)
+    assert kernel._fast is None
+
+
+def test_where_it_cannot_be_built_calls_stay_in_python(monkeypatch):
+    monkeypatch.setattr(pyext, "_state", {"module": None, "thread": object(), "why": "no compiler"})
+    kernel = septran.compile(logic_file=GEMM_LOGIC, mapping_file=mapping_path("cpu", "gemm"))
+    a = torch.randn(16, 16)
+    for _ in range(fast_call.CALLS_BEFORE + 3):
+        torch.testing.assert_close(kernel(a, a), a @ a, rtol=1e-4, atol=1e-4)
+    assert kernel._fast is None
+    assert all(p.fast_left == 0 for p in kernel._plans.values())
