@@ -150,3 +150,40 @@ def test_where_it_cannot_be_built_calls_stay_in_python(monkeypatch):
         torch.testing.assert_close(kernel(a, a), a @ a, rtol=1e-4, atol=1e-4)
     assert kernel._fast is None
     assert all(p.fast_left == 0 for p in kernel._plans.values())
+
+
+def test_a_dropped_output_is_recycled_only_when_nothing_can_tell(gemm, in_c):
+    """Small outputs are handed out again once their caller dropped them; never one that is still seen (a view,
+    an attribute, a weak reference, autograd) or that differs from a new one (version, inference mode)."""
+    import weakref
+
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    y = gemm(a, b)
+    view = y[0]
+    kept = view.clone()
+    del y
+    gemm(2 * a, b)
+    assert torch.equal(view, kept)  # the view's memory was not written
+    y = gemm(a, b)
+    y.tag = 1
+    del y
+    assert not hasattr(gemm(a, b), "tag")
+    y = gemm(a, b)
+    ref = weakref.ref(y)
+    del y
+    z = gemm(a, b)
+    assert ref() is not z
+    y = gemm(a, b)
+    y.add_(1)
+    del y
+    assert gemm(a, b)._version == 0
+    y = gemm(a, b)
+    y.requires_grad_()
+    del y
+    assert not gemm(a, b).requires_grad
+    del z
+    gemm(a, b)  # dropped at once
+    with torch.inference_mode():
+        assert gemm(a, b).is_inference()
+    assert not gemm(a, b).is_inference()
+    torch.testing.assert_close(gemm(a, b), a @ b, rtol=1e-4, atol=1e-4)

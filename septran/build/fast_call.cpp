@@ -16,6 +16,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/TensorBase.h>
 #include <c10/core/DispatchKeySet.h>
+#include <c10/core/InferenceMode.h>
 
 #include <cstdint>
 #include <cstring>
@@ -43,6 +44,7 @@ namespace {
 constexpr int kMaxArgs = 12;     // the function's arguments (addresses, then sizes)
 constexpr int kMaxEntries = 8;   // signatures kept per kernel (most recent first)
 constexpr int64_t kReleaseGilBytes = 1 << 18;  // above this much data the call lets other Python threads run
+constexpr int64_t kReuseBytes = 1 << 16;  // outputs up to this size are recycled (allocating one costs ~2 us)
 
 // A dense host tensor: the host backend, no functionality key (negative or conjugate bit, names, Python
 // dispatch, functorch wrappers...): only autograd's and autocast's keys besides, which every tensor has.
@@ -68,7 +70,9 @@ struct Allocation {
   bool zero;
   c10::ScalarType dtype;
   std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;  // contiguous
   int64_t nbytes;
+  PyObject* held = nullptr;  // owned: the last output, handed out again once its caller has dropped it (small ones)
 };
 
 struct Entry {
@@ -100,6 +104,7 @@ struct Calls {
 PyObject* s_last = nullptr;
 
 void clear_entry(Entry* e) {
+  for (auto& a : e->allocate) Py_CLEAR(a.held);
   for (auto& s : e->slots) {
     Py_CLEAR(s.value);
     Py_CLEAR(s.keyword);
@@ -152,6 +157,32 @@ int64_t call_function(void* fn, const int64_t* a, int n) {
   return -1;
 }
 
+// The output of an earlier call, unchanged and referenced by nothing but this entry, is as good as a new one
+// (torch.empty's memory holds anything too): no other Python reference, weak reference or attribute, no other
+// C++ reference to the tensor or its storage (views, autograd, DLPack), no autograd state, the same shape,
+// strides, dtype, memory and inference mode. Its version counter is started again, as a new tensor's.
+bool reusable(PyObject* obj, const Allocation& al) {
+  if (Py_REFCNT(obj) != 1) return false;
+  PyTypeObject* tp = Py_TYPE(obj);
+  if (tp->tp_weaklistoffset <= 0 || *(PyObject**)((char*)obj + tp->tp_weaklistoffset)) return false;
+  PyObject** dict = _PyObject_GetDictPtr(obj);
+  if (dict && *dict && PyDict_GET_SIZE(*dict)) return false;
+  const at::TensorBase& t = unpack(obj);
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (t.use_count() != 1 || t.weak_use_count() != 1 || !plain_host(impl) || impl->autograd_meta()) return false;
+  const c10::Storage& st = impl->storage();
+  if (st.use_count() != 1 || (int64_t)st.nbytes() != al.nbytes || impl->storage_offset() != 0) return false;
+  if (impl->dtype().toScalarType() != al.dtype || !impl->is_contiguous()) return false;
+  auto sizes = impl->sizes(), strides = impl->strides();
+  if (!std::equal(sizes.begin(), sizes.end(), al.sizes.begin(), al.sizes.end()) ||
+      !std::equal(strides.begin(), strides.end(), al.strides.begin(), al.strides.end()))
+    return false;
+  bool inference = c10::InferenceMode::is_enabled();
+  if (impl->is_inference() != inference) return false;
+  if (!inference && impl->version_counter().current_version() != 0) impl->set_version_counter(c10::VariableVersion(0));
+  return true;
+}
+
 // The call with one entry: its result (new reference), Py_NotImplemented where the call is not the entry's,
 // null with an exception set where the kernel failed.
 PyObject* run(Calls* self, Entry* e, PyObject* const* args, Py_ssize_t npos, PyObject* kwargs) {
@@ -181,7 +212,7 @@ PyObject* run(Calls* self, Entry* e, PyObject* const* args, Py_ssize_t npos, PyO
       return Py_NotImplemented;
     impls[k] = t;
   }
-  size_t ntake = e->take.size(), npool = ntake + e->allocate.size();
+  size_t ntake = e->take.size();
   int64_t ptr[kMaxArgs * 2];
   PyObject* pool[kMaxArgs * 2];
   for (size_t i = 0; i < ntake; i++) {
@@ -190,14 +221,40 @@ PyObject* run(Calls* self, Entry* e, PyObject* const* args, Py_ssize_t npos, PyO
   }
   for (auto [o, j] : e->overlap)  // shared memory: the Python path raises the error that names both
     if (ptr[j] < ptr[o] + e->nbytes[o] && ptr[o] < ptr[j] + e->nbytes[j]) return Py_NotImplemented;
-  at::TensorBase made[kMaxArgs];
+  // outputs: recycled, else allocated (and wrapped, so that nothing can fail once the kernel has run)
+  PyObject* dropped[kMaxArgs];
+  size_t ndropped = 0;
   for (size_t i = 0; i < e->allocate.size(); i++) {
-    const Allocation& al = e->allocate[i];
-    made[i] = at::detail::empty_cpu(al.sizes, al.dtype);
-    void* p = made[i].unsafeGetTensorImpl()->mutable_data();
+    Allocation& al = e->allocate[i];
+    PyObject* obj = al.held;
+    if (!obj || !reusable(obj, al)) {
+      try {
+        obj = THPVariable_Wrap(at::detail::empty_cpu(al.sizes, al.dtype));
+      } catch (const std::exception&) {  // out of memory: the Python path says so
+        obj = nullptr;
+      }
+      if (!obj) {
+        for (size_t j = 0; j < i; j++) Py_DECREF(pool[ntake + j]);
+        for (size_t j = 0; j < ndropped; j++) Py_DECREF(dropped[j]);
+        if (!PyErr_Occurred()) return Py_NotImplemented;
+        return nullptr;
+      }
+      if (al.nbytes <= kReuseBytes) {  // held instead of the last one (which its caller still holds, or not)
+        if (al.held) dropped[ndropped++] = al.held;
+        al.held = Py_NewRef(obj);
+      }
+    } else {
+      Py_INCREF(obj);
+    }
+    void* p = unpack(obj).unsafeGetTensorImpl()->mutable_data();
     if (al.zero) std::memset(p, 0, (size_t)al.nbytes);
+    pool[ntake + i] = obj;  // a new reference
     ptr[ntake + i] = (int64_t)(intptr_t)p;
   }
+  auto release = [&]() {  // last: dropping a reference can run any code (a weak reference's callback)
+    for (size_t i = 0; i < e->allocate.size(); i++) Py_DECREF(pool[ntake + i]);
+    for (size_t j = 0; j < ndropped; j++) Py_DECREF(dropped[j]);
+  };
   int64_t call[kMaxArgs];
   int n = 0;
   for (int k : e->order) call[n++] = ptr[k];
@@ -212,31 +269,17 @@ PyObject* run(Calls* self, Entry* e, PyObject* const* args, Py_ssize_t npos, PyO
   } else {
     code = call_function(e->fn, call, n);
   }
+  PyObject* out = nullptr;
   if (code) {
     PyErr_Format(self->error, "%U returned %d", e->name, (int)code);
-    return nullptr;
-  }
-  for (size_t i = 0; i < e->allocate.size(); i++) pool[ntake + i] = nullptr;
-  auto result = [&](int k) -> PyObject* {
-    if ((size_t)k < ntake) {
-      Py_INCREF(pool[k]);
-      return pool[k];
+  } else if (PyDict_SetItem(self->owner, s_last, e->variant) == 0) {
+    if (e->single) {
+      out = Py_NewRef(pool[e->results[0]]);
+    } else if ((out = PyTuple_New((Py_ssize_t)e->results.size()))) {
+      for (size_t i = 0; i < e->results.size(); i++) PyTuple_SET_ITEM(out, (Py_ssize_t)i, Py_NewRef(pool[e->results[i]]));
     }
-    return THPVariable_Wrap(std::move(made[k - ntake]));
-  };
-  if (PyDict_SetItem(self->owner, s_last, e->variant) < 0) return nullptr;
-  if (e->single) return result(e->results[0]);
-  PyObject* out = PyTuple_New((Py_ssize_t)e->results.size());
-  if (!out) return nullptr;
-  for (size_t i = 0; i < e->results.size(); i++) {
-    PyObject* r = result(e->results[i]);
-    if (!r) {
-      Py_DECREF(out);
-      return nullptr;
-    }
-    PyTuple_SET_ITEM(out, (Py_ssize_t)i, r);
   }
-  (void)npool;
+  release();
   return out;
 }
 
@@ -253,13 +296,15 @@ PyObject* calls_vectorcall(PyObject* callable, PyObject* const* argv, size_t nar
   auto& entries = *self->entries;
   try {
     for (size_t i = 0; i < entries.size(); i++) {
-      PyObject* out = run(self, entries[i], &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), kwargs);
+      Entry* e = entries[i];
+      PyObject* out = run(self, e, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), kwargs);
       if (out == Py_NotImplemented) continue;
-      if (i) std::swap(entries[i], entries[0]);  // the signature called last, tried first
+      if (i && i < entries.size() && entries[i] == e) std::swap(entries[i], entries[0]);  // tried first next time
       return out;
     }
-  } catch (const std::exception& err) {  // torch's allocator (out of memory): the Python path says it too
-    return Py_NewRef(Py_NotImplemented);
+  } catch (const std::exception&) {  // a check torch refuses (before anything is allocated): the Python path
+    if (!PyErr_Occurred()) return Py_NewRef(Py_NotImplemented);
+    return nullptr;
   }
   return Py_NewRef(Py_NotImplemented);
 }
@@ -372,7 +417,11 @@ PyObject* calls_add(PyObject* pyself, PyObject* a) {
     x.dtype = unpack(sample).unsafeGetTensorImpl()->dtype().toScalarType();
     ok = ints(shape, x.sizes);
     int64_t count = 1;
-    for (int64_t d : x.sizes) count *= d;
+    x.strides.assign(x.sizes.size(), 1);
+    for (size_t d = x.sizes.size(); d-- > 0;) {
+      x.strides[d] = count;
+      count *= x.sizes[d];
+    }
     x.nbytes = count * (int64_t)unpack(sample).unsafeGetTensorImpl()->dtype().itemsize();
     e->allocate.push_back(std::move(x));
   }
@@ -448,6 +497,7 @@ int calls_traverse(PyObject* pyself, visitproc visit, void* arg) {
     for (Entry* e : *self->entries) {
       Py_VISIT(e->variant);
       Py_VISIT(e->plan);
+      for (auto& a : e->allocate) Py_VISIT(a.held);
     }
   return 0;
 }
