@@ -187,3 +187,27 @@ def test_a_dropped_output_is_recycled_only_when_nothing_can_tell(gemm, in_c):
         assert gemm(a, b).is_inference()
     assert not gemm(a, b).is_inference()
     torch.testing.assert_close(gemm(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_kernel_call_dispatches_in_c_and_can_still_be_wrapped(gemm, monkeypatch):
+    """Once a plan is held, Kernel.__call__ is the C Dispatch around the Python one; a wrapper (the model
+    profile's) still sees every call, and the Python __call__ is its fallback."""
+    from septran.build import pyext
+    from septran.runtime.kernel import Kernel
+
+    mod = pyext.module()
+    assert isinstance(Kernel.__dict__["__call__"], mod.Dispatch)
+    assert Kernel.__call__.__wrapped__.__qualname__ == "Kernel.__call__"
+    seen = []
+    original = Kernel.__call__
+
+    def observed(self, *args, **kwargs):
+        seen.append(len(args))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Kernel, "__call__", observed)
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    torch.testing.assert_close(gemm(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gemm(a, b, C=torch.empty(16, 16)), a @ b, rtol=1e-4, atol=1e-4)
+    assert seen == [2, 2]
+    assert gemm.__call__(a, b).shape == (16, 16)  # bound through the descriptor

@@ -12,6 +12,7 @@
 // torch/csrc/autograd/python_variable.h (a 20 s compile of pybind11): the Python object's layout is declared
 // below for the torch version it is built against (SEPTRAN_THPVARIABLE_*), and pyext.py checks it on load.
 #include <Python.h>
+#include <structmember.h>
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/TensorBase.h>
@@ -102,6 +103,8 @@ struct Calls {
 };
 
 PyObject* s_last = nullptr;
+PyObject* s_fast = nullptr;
+extern PyTypeObject CallsType;
 
 void clear_entry(Entry* e) {
   for (auto& a : e->allocate) Py_CLEAR(a.held);
@@ -130,10 +133,34 @@ bool same_scalar(PyObject* want, PyObject* got) {
   return eq == 1;
 }
 
+// A call's keyword arguments: a dict (Calls(args, kwargs)) or a vectorcall's names and values (Dispatch).
+struct Keywords {
+  PyObject* dict = nullptr;
+  PyObject* names = nullptr;  // tuple of str
+  PyObject* const* values = nullptr;
+  Py_ssize_t size() const {
+    return dict ? PyDict_GET_SIZE(dict) : names ? PyTuple_GET_SIZE(names) : 0;
+  }
+  PyObject* get(PyObject* key) const {  // borrowed, or null (no error set)
+    if (dict) {
+      PyObject* v = PyDict_GetItemWithError(dict, key);
+      if (!v) PyErr_Clear();
+      return v;
+    }
+    Py_ssize_t n = size();
+    for (Py_ssize_t i = 0; i < n; i++)  // the names a call site spells are interned, as the slots' are
+      if (PyTuple_GET_ITEM(names, i) == key) return values[i];
+    for (Py_ssize_t i = 0; i < n; i++)
+      if (PyUnicode_Compare(PyTuple_GET_ITEM(names, i), key) == 0) return values[i];
+    if (PyErr_Occurred()) PyErr_Clear();
+    return nullptr;
+  }
+};
+
 // The argument in a slot, or null (borrowed).
-inline PyObject* argument(const Slot& s, int k, PyObject* const* args, PyObject* kwargs) {
+inline PyObject* argument(const Slot& s, int k, PyObject* const* args, const Keywords& kw) {
   if (!s.keyword) return args[k];
-  return PyDict_GetItemWithError(kwargs, s.keyword);
+  return kw.get(s.keyword);
 }
 
 int64_t call_function(void* fn, const int64_t* a, int n) {
@@ -185,20 +212,16 @@ bool reusable(PyObject* obj, const Allocation& al) {
 
 // The call with one entry: its result (new reference), Py_NotImplemented where the call is not the entry's,
 // null with an exception set where the kernel failed.
-PyObject* run(Calls* self, Entry* e, PyObject* const* args, Py_ssize_t npos, PyObject* kwargs) {
+PyObject* run(Calls* self, Entry* e, PyObject* const* args, Py_ssize_t npos, const Keywords& kwargs) {
   if (npos != e->npos) return Py_NotImplemented;
-  Py_ssize_t nkw = kwargs ? PyDict_GET_SIZE(kwargs) : 0;
-  if (nkw != e->nkw) return Py_NotImplemented;
+  if (kwargs.size() != e->nkw) return Py_NotImplemented;
   PyObject* given[kMaxArgs * 2];
   c10::TensorImpl* impls[kMaxArgs * 2];
   int nslots = (int)e->slots.size();
   for (int k = 0; k < nslots; k++) {
     const Slot& s = e->slots[k];
     PyObject* a = argument(s, k, args, kwargs);
-    if (!a) {
-      PyErr_Clear();
-      return Py_NotImplemented;
-    }
+    if (!a) return Py_NotImplemented;
     given[k] = a;
     if (!s.tensor) {
       if (!same_scalar(s.value, a)) return Py_NotImplemented;
@@ -283,21 +306,13 @@ PyObject* run(Calls* self, Entry* e, PyObject* const* args, Py_ssize_t npos, PyO
   return out;
 }
 
-// calls(args, kwargs): the kernel's result, or NotImplemented (the Python path then runs).
-PyObject* calls_vectorcall(PyObject* callable, PyObject* const* argv, size_t nargsf, PyObject* kwnames) {
-  Calls* self = (Calls*)callable;
-  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  if (nargs != 2 || kwnames || !PyTuple_CheckExact(argv[0]) || !PyDict_CheckExact(argv[1])) {
-    PyErr_SetString(PyExc_TypeError, "Calls takes (args: tuple, kwargs: dict)");
-    return nullptr;
-  }
-  PyObject* args = argv[0];
-  PyObject* kwargs = argv[1];
+// The kernel's result from the first entry that takes the call, or NotImplemented (new references).
+PyObject* call_entries(Calls* self, PyObject* const* args, Py_ssize_t nargs, const Keywords& kw) {
   auto& entries = *self->entries;
   try {
     for (size_t i = 0; i < entries.size(); i++) {
       Entry* e = entries[i];
-      PyObject* out = run(self, e, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), kwargs);
+      PyObject* out = run(self, e, args, nargs, kw);
       if (out == Py_NotImplemented) continue;
       if (i && i < entries.size() && entries[i] == e) std::swap(entries[i], entries[0]);  // tried first next time
       return out;
@@ -307,6 +322,18 @@ PyObject* calls_vectorcall(PyObject* callable, PyObject* const* argv, size_t nar
     return nullptr;
   }
   return Py_NewRef(Py_NotImplemented);
+}
+
+// calls(args, kwargs): the kernel's result, or NotImplemented (the Python path then runs).
+PyObject* calls_vectorcall(PyObject* callable, PyObject* const* argv, size_t nargsf, PyObject* kwnames) {
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (nargs != 2 || kwnames || !PyTuple_CheckExact(argv[0]) || !PyDict_CheckExact(argv[1])) {
+    PyErr_SetString(PyExc_TypeError, "Calls takes (args: tuple, kwargs: dict)");
+    return nullptr;
+  }
+  Keywords kw;
+  kw.dict = argv[1];
+  return call_entries((Calls*)callable, &PyTuple_GET_ITEM(argv[0], 0), PyTuple_GET_SIZE(argv[0]), kw);
 }
 
 template <typename T>
@@ -557,6 +584,66 @@ PyMethodDef calls_methods[] = {
 
 PyTypeObject CallsType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
+// Dispatch(function): a class's __call__ that runs a call in C where the instance's `_fast` (a Calls) holds its
+// plan, else calls `function` (the Python __call__) with the same arguments. A method descriptor: Python calls
+// it with the instance first and no bound method, no Python frame, no *args tuple or **kwargs dict.
+struct Dispatch {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* fallback;
+};
+
+PyObject* dispatch_vectorcall(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  Dispatch* d = (Dispatch*)callable;
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (nargs >= 1) {
+    PyObject** dict = _PyObject_GetDictPtr(args[0]);
+    PyObject* fast = dict && *dict ? PyDict_GetItemWithError(*dict, s_fast) : nullptr;
+    if (fast && Py_TYPE(fast) == &CallsType) {
+      Keywords kw;
+      kw.names = kwnames;
+      kw.values = args + nargs;
+      Py_INCREF(fast);
+      PyObject* out = call_entries((Calls*)fast, args + 1, nargs - 1, kw);
+      Py_DECREF(fast);
+      if (out != Py_NotImplemented) return out;
+      Py_DECREF(out);
+    } else if (PyErr_Occurred()) {
+      return nullptr;
+    }
+  }
+  return PyObject_Vectorcall(d->fallback, args, nargsf, kwnames);
+}
+
+PyObject* dispatch_get(PyObject* self, PyObject* obj, PyObject*) {
+  if (!obj || obj == Py_None) return Py_NewRef(self);
+  return PyMethod_New(self, obj);
+}
+
+PyObject* dispatch_new(PyTypeObject* type, PyObject* a, PyObject* kw) {
+  PyObject* fallback;
+  if ((kw && PyDict_GET_SIZE(kw)) || !PyArg_ParseTuple(a, "O", &fallback)) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Dispatch(function)");
+    return nullptr;
+  }
+  Dispatch* self = (Dispatch*)type->tp_alloc(type, 0);
+  if (!self) return nullptr;
+  self->vectorcall = dispatch_vectorcall;
+  self->fallback = Py_NewRef(fallback);
+  return (PyObject*)self;
+}
+
+void dispatch_dealloc(PyObject* self) {
+  Py_CLEAR(((Dispatch*)self)->fallback);
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyMemberDef dispatch_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(Dispatch, fallback), READONLY, "the Python __call__ it falls back to"},
+    {nullptr, 0, 0, 0, nullptr}};
+
+PyTypeObject DispatchType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
 PyMethodDef module_methods[] = {{"probe", probe, METH_O, "probe(tensor) -> (address, shape, itemsize)"},
                                 {nullptr, nullptr, 0, nullptr}};
 
@@ -570,6 +657,18 @@ PyMODINIT_FUNC PyInit_septran_fast_call(void) {
     return nullptr;
   }
   s_last = PyUnicode_InternFromString("_last");
+  s_fast = PyUnicode_InternFromString("_fast");
+  DispatchType.tp_name = "septran_fast_call.Dispatch";
+  DispatchType.tp_basicsize = sizeof(Dispatch);
+  DispatchType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
+  DispatchType.tp_doc = "Dispatch(function): __call__ in C for instances whose _fast holds the call's plan";
+  DispatchType.tp_new = dispatch_new;
+  DispatchType.tp_dealloc = dispatch_dealloc;
+  DispatchType.tp_call = PyVectorcall_Call;
+  DispatchType.tp_vectorcall_offset = offsetof(Dispatch, vectorcall);
+  DispatchType.tp_descr_get = dispatch_get;
+  DispatchType.tp_members = dispatch_members;
+  if (PyType_Ready(&DispatchType) < 0) return nullptr;
   CallsType.tp_name = "septran_fast_call.Calls";
   CallsType.tp_basicsize = sizeof(Calls);
   CallsType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
@@ -584,9 +683,8 @@ PyMODINIT_FUNC PyInit_septran_fast_call(void) {
   if (PyType_Ready(&CallsType) < 0) return nullptr;
   PyObject* m = PyModule_Create(&module);
   if (!m) return nullptr;
-  Py_INCREF(&CallsType);
-  if (PyModule_AddObject(m, "Calls", (PyObject*)&CallsType) < 0) {
-    Py_DECREF(&CallsType);
+  if (PyModule_AddObjectRef(m, "Calls", (PyObject*)&CallsType) < 0 ||
+      PyModule_AddObjectRef(m, "Dispatch", (PyObject*)&DispatchType) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

@@ -71,4 +71,16 @@ def hold(kernel, plan, args: tuple, kwargs: dict, mod=None) -> bool:
                      getattr(fn.function, "__name__", "the kernel"), plan)
     if took:
         kernel._fast = calls
+        _install(mod)
     return bool(took)
+
+
+def _install(mod) -> None:
+    """``Kernel.__call__`` becomes the C entry's Dispatch around the Python one (once): a call it holds the plan
+    of then runs without a Python frame. Not while something else wraps it (a model profile), which restores
+    what it found; the next plan handed over installs it then."""
+    from septran.runtime.kernel import Kernel
+
+    current = Kernel.__dict__.get("__call__")
+    if getattr(current, "__qualname__", None) == "Kernel.__call__" and not isinstance(current, mod.Dispatch):
+        Kernel.__call__ = mod.Dispatch(current)
