@@ -211,3 +211,24 @@ def test_kernel_call_dispatches_in_c_and_can_still_be_wrapped(gemm, monkeypatch)
     torch.testing.assert_close(gemm(a, b, C=torch.empty(16, 16)), a @ b, rtol=1e-4, atol=1e-4)
     assert seen == [2, 2]
     assert gemm.__call__(a, b).shape == (16, 16)  # bound through the descriptor
+
+
+def test_threads_share_held_plans(chain):
+    """Large calls let other threads run meanwhile (the GIL released): each thread gets its own, right result."""
+    import threading
+
+    xs = [torch.randn(300, 300) for _ in range(4)]
+    warmed(chain, xs[0])
+    failures = []
+
+    def work(x):
+        for _ in range(20):
+            if not torch.equal(chain(x), 2 * x):
+                failures.append(1)
+
+    threads = [threading.Thread(target=work, args=(x,)) for x in xs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures

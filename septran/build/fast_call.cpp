@@ -92,6 +92,8 @@ struct Entry {
   PyObject* variant = nullptr;      // owned
   PyObject* name = nullptr;         // owned: the function's name, for the error
   PyObject* plan = nullptr;         // owned: keeps the library loaded
+  int busy = 0;                     // calls running it with the GIL released (another thread may drop it meanwhile)
+  bool dropped = false;             // dropped while busy: the last call out deletes it
 };
 
 struct Calls {
@@ -107,6 +109,10 @@ PyObject* s_fast = nullptr;
 extern PyTypeObject CallsType;
 
 void clear_entry(Entry* e) {
+  if (e->busy) {
+    e->dropped = true;
+    return;
+  }
   for (auto& a : e->allocate) Py_CLEAR(a.held);
   for (auto& s : e->slots) {
     Py_CLEAR(s.value);
@@ -287,8 +293,10 @@ PyObject* run(Calls* self, Entry* e, PyObject* const* args, Py_ssize_t npos, con
   }
   int64_t code;
   if (e->release_gil) {
+    e->busy++;
     Py_BEGIN_ALLOW_THREADS code = call_function(e->fn, call, n);
     Py_END_ALLOW_THREADS
+    e->busy--;
   } else {
     code = call_function(e->fn, call, n);
   }
@@ -303,6 +311,7 @@ PyObject* run(Calls* self, Entry* e, PyObject* const* args, Py_ssize_t npos, con
     }
   }
   release();
+  if (e->dropped && !e->busy) clear_entry(e);
   return out;
 }
 
