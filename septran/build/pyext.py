@@ -88,8 +88,9 @@ def build() -> Path:
     libs = [f"-L{lib}", "-ltorch_python", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}"]
     cxx = toolchain.cxx()
     digest = hashlib.sha256()
-    for part in (SOURCE.read_text(), text, " ".join(flags + libs), torch.__version__, sysconfig.get_config_var("EXT_SUFFIX") or "",
-                 sysconfig.get_python_version(), toolchain.compiler_facts()["version"]):
+    for part in (SOURCE.read_text(), text, " ".join(flags + libs), torch.__version__,
+                 sysconfig.get_config_var("EXT_SUFFIX") or "", sysconfig.get_python_version(),
+                 toolchain.compiler_facts()["version"]):
         digest.update(part.encode() + b"\0")
     return shared_lib.built("pyext", MODULE, digest.hexdigest()[:16],
                             lambda out, src: [cxx, *flags, src, *libs, "-o", out],
@@ -104,7 +105,8 @@ def load(path: Path):
     spec = importlib.util.spec_from_file_location(MODULE, str(path), loader=loader)
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
-    for t in (torch.arange(6, dtype=torch.float32).reshape(2, 3), torch.nn.Parameter(torch.zeros(3, 1, 2, dtype=torch.float64))):
+    for t in (torch.arange(6, dtype=torch.float32).reshape(2, 3),
+              torch.nn.Parameter(torch.zeros(3, 1, 2, dtype=torch.float64))):
         got, want = mod.probe(t), (t.data_ptr(), tuple(t.shape), t.element_size())
         if got != want:
             raise ImportError(f"{path} reads a tensor as {got}, torch as {want}")

@@ -60,7 +60,8 @@ def hold(kernel, plan, args: tuple, kwargs: dict, mod=None) -> bool:
     lay, fn = plan.layout, plan.fn
     import torch
 
-    allocate = tuple((make is torch.zeros, tuple(shape), torch.empty(0, dtype=dtype)) for make, shape, dtype in lay.allocate)
+    allocate = tuple((make is torch.zeros, tuple(shape), torch.empty(0, dtype=dtype))  # (zero-filled, shape, dtype)
+                     for make, shape, dtype in lay.allocate)
     widths = fn.function.argtypes[len(fn.order):] if fn.function.argtypes else ()
     dims = tuple((k, axis, int(width is ctypes.c_int64)) for (k, axis), width in zip(fn.sizes, widths))
     if len(dims) != len(fn.sizes):
