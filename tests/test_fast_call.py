@@ -232,3 +232,28 @@ def test_threads_share_held_plans(chain):
     for t in threads:
         t.join()
     assert not failures
+
+
+def test_a_scalar_is_matched_by_its_exact_value(entry, monkeypatch):
+    """eps=1e-6 as the held call gave it (by keyword or position) runs in C; another value, -0.0 for 0.0, or
+    another type is a new signature: Python makes its plan (here: refused, so that nothing is built)."""
+    from conftest import REPO
+    from septran.runtime.kernel import Kernel
+
+    kernel = septran.compile(logic_file=REPO / "examples" / "rmsnorm" / "rmsnorm.py",
+                             mapping_file=mapping_path("cpu", "rmsnorm"))
+    x, w = torch.randn(8, 64), torch.randn(64)
+    warmed(kernel, x, w, eps=1e-6)
+    warmed(kernel, x, w, 0.0)
+    _python_fails(monkeypatch)
+
+    def no_new_plan(self, args, kwargs):
+        raise LookupError("a new signature")
+    monkeypatch.setattr(Kernel, "plan", no_new_plan)
+    ref = torch.nn.functional.rms_norm(x, (64,), w, 1e-6)
+    torch.testing.assert_close(kernel(x, w, eps=float("1e-6")), ref)
+    torch.testing.assert_close(kernel(x, w, 0.0), torch.nn.functional.rms_norm(x, (64,), w, 0.0))
+    for args, kwargs in [((x, w), {"eps": 1e-5}), ((x, w, -0.0), {}), ((x, w, 0), {}), ((x, w), {"eps": True}),
+                         ((x, w, 1e-6), {}), ((x, w), {})]:
+        with pytest.raises((LookupError, AssertionError)):
+            kernel(*args, **kwargs)
