@@ -7,7 +7,9 @@ indices: which passed tensor is which parameter, which are converted to the prog
 allocated (and zero-filled), what is copied back. A later call of the signature only checks what the
 signature does not fix (each tensor's device and layout, that a tensor the kernel writes shares no memory
 with another argument, and that no tensor is a lazy negative view, which is materialised), allocates, and
-calls the built function: positional and keyword calls alike.
+calls the built function: positional and keyword calls alike. A plan whose tensors go untouched to a compiled C
+function is handed to the kernel's C entry after a few calls (``runtime/fast_call.py``), which makes the same
+checks in C and sends every call it cannot take back here.
 """
 from __future__ import annotations
 
