@@ -174,6 +174,7 @@ def overhead(threads: list[int], mapping_dir: Path, calls: int, idle_s: float) -
     args = [a, b, c]  # the program's parameters: the inputs, then the outputs (as Kernel.__call__ passes them)
     out = torch.empty(16, 16)
     kernel(a, b, C=out)  # the keyword-output path: its own plan
+    c_entry = _c_entry(kernel, lambda: kernel(a, b), lambda: kernel(a, b, C=out))
     fns = {"septran": lambda: kernel(a, b), "septran_kw_out": lambda: kernel(a, b, C=out), "compiled": lambda: built(*args)}
     if hasattr(built, "function"):  # SepTran's C build: the ctypes function with the addresses computed once
         ptrs = [args[k].data_ptr() for k in built.order]
@@ -198,11 +199,28 @@ def overhead(threads: list[int], mapping_dir: Path, calls: int, idle_s: float) -
         mean = {k: statistics.fmean(s["samples"]) for k, s in us.items()}  # the mean over all the calls
         floor = "ctypes_floor" if "ctypes_floor" in mean else "compiled"
         rows.append({"op": "overhead", "label": "call overhead", "shape": "16^3", "threads": n, "waited_s": waited,
-                     "point": kernel.tuning["source"],
+                     "point": kernel.tuning["source"], "c_entry": c_entry, "loadavg": os.getloadavg(),
+                     "ratio_to_matmul": {k: us[k]["median"] / us["torch_matmul"]["median"] for k in us},
                      "others_cores": others.cores(), "stall_share": others.stalls(), "calls": -(-calls // 10) * 10, "us": us, "mean_us": mean,
                      "floor": floor, "septran_overhead_us": mean["septran"] - mean[floor],
                      "septran_overhead_us_median": us["septran"]["median"] - us[floor]["median"]})
     return rows
+
+
+def _c_entry(kernel, *calls) -> str:
+    """Calls each signature until the kernel's C entry of calls holds it (septran/runtime/fast_call.py; built on
+    a background thread the first time, waited for here): "yes", or why the calls stay in Python."""
+    from septran.build import pyext
+    from septran.runtime import fast_call
+
+    for _ in range(2):
+        for call in calls:
+            for _ in range(fast_call.CALLS_BEFORE + 1):
+                call()
+        if pyext.module(wait=None) is None:
+            return f"no: {pyext.why()}"
+    held = kernel._fast.size() if kernel._fast is not None else 0
+    return "yes" if held >= len(calls) else f"no: it holds {held} of the {len(calls)} signatures"
 
 
 def machine() -> dict:
@@ -240,9 +258,11 @@ def print_rows(rows: list[dict]) -> None:
         if "error" in r:
             print(f"{r['label']:16} {r['shape']:15} {r['threads']:>3} {r['error']}")
         elif r["op"] == "overhead":
-            print(f"{r['label']:16} {r['shape']:15} {r['threads']:>3} mean us/call over {r['calls']} calls: "
-                  + "  ".join(f"{k} {v:.2f}" for k, v in r["mean_us"].items())
-                  + f"  -> SepTran - {r['floor']} = {r['septran_overhead_us']:.2f} us  (other {busy(r).strip()})")
+            print(f"{r['label']:16} {r['shape']:15} {r['threads']:>3} us/call, median of 10 rounds (min-max) over "
+                  f"{r['calls']} calls; C entry: {r.get('c_entry', '-')}; other {busy(r).strip()}, load {r['loadavg'][0]:.2f}")
+            for k, v in r["us"].items():
+                print(f"{'':36} {k:15} {fmt(v):>28}   x torch.matmul {r['ratio_to_matmul'][k]:5.2f}")
+            print(f"{'':36} SepTran - {r['floor']} = {r['septran_overhead_us_median']:.2f} us (medians)")
         else:
             for i, (name, t) in enumerate(r["torch"].items()):
                 sep = fmt(r["septran"]) if i == 0 else f"{'(same)':>9}"

@@ -37,6 +37,7 @@ def test_wheel_carries_targets_and_mappings(wheel):
         assert f"septran/backends/{target}/target.yaml" in names
         assert f"septran/mappings/{target}/gemm.yaml" in names
     assert "septran/backends/dsa_ref/vendor/dsa_ref.c" in names
+    assert "septran/build/fast_call.cpp" in names  # the C entry of kernel calls, built on first use
     assert "septran/backends/dsa_acme/vendor/acme_npu.h" in names
 
 

@@ -60,6 +60,11 @@ class CKernel:
         return self._order
 
     @property
+    def sizes(self) -> list[tuple[int, int]]:
+        """(tensor index, axis) of each size argument after the addresses (the C entry of calls passes them)."""
+        return self._sizes
+
+    @property
     def source(self) -> str:
         return self._source()
 

@@ -22,7 +22,7 @@ from septran.lowering.bind import check_mapping
 from septran.mapping.schema import Mapping
 from septran.records import TuningKey
 from septran.runtime import binding, dynamic_dims, notebook, observers, optional, outputs as passed_outputs, points, workspaces
-from septran.runtime import scalars as scalar_args, vendor
+from septran.runtime import fast_call, scalars as scalar_args, vendor
 from septran.runtime.plan import Plan, call_key, lay_out
 from septran.runtime.points import Tuner
 from septran.runtime.variant import Variant
@@ -88,6 +88,7 @@ class Kernel:
         self._variants: dict[tuple, Variant] = {}
         self._last: Optional[Variant] = None
         self._plans: dict[tuple, Plan] = {}  # call signature -> what to pass, allocate and run
+        self._fast = None  # the C entry of calls (runtime/fast_call.py): the plans it holds, checked and run in C
 
     def signature(self) -> str:
         """``entry(inputs, M=None, eps=1e-05) -> (outputs)``: how it is called."""
@@ -235,6 +236,11 @@ class Kernel:
 
     # calling: bind, plan, run ---------------------------------------------------
     def __call__(self, *args, **kwargs):
+        fast = self._fast
+        if fast is not None:  # NotImplemented: not a call it holds the plan of, or not one it can check
+            out = fast(args, kwargs)
+            if out is not NotImplemented:
+                return out
         if self.optional:  # one trace per set of optional tensors passed
             kernel, args, kwargs = optional.route(self, args, kwargs)
             if kernel is not self:
@@ -251,6 +257,8 @@ class Kernel:
             if out is not None:
                 if plan.variant is not None:
                     self._last = plan.variant
+                if plan.fast_left:
+                    fast_call.offer(self, plan, args, kwargs)
                 return out
         plan = self.plan(args, kwargs)
         if key is not None:

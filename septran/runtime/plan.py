@@ -7,13 +7,17 @@ indices: which passed tensor is which parameter, which are converted to the prog
 allocated (and zero-filled), what is copied back. A later call of the signature only checks what the
 signature does not fix (each tensor's device and layout, that a tensor the kernel writes shares no memory
 with another argument, and that no tensor is a lazy negative view, which is materialised), allocates, and
-calls the built function: positional and keyword calls alike.
+calls the built function: positional and keyword calls alike. A plan whose tensors go untouched to a compiled C
+function is handed to the kernel's C entry after a few calls (``runtime/fast_call.py``), which makes the same
+checks in C and sends every call it cannot take back here.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
+
+from septran.runtime import fast_call
 
 Source = Union[int, str]  # a positional argument's index, or a keyword
 
@@ -69,6 +73,8 @@ class Plan:
                         and not lay.write_back and all(dtype is None for _, dtype in lay.results))
         self._single = lay.results[0][0] if len(lay.results) == 1 else None
         self._cpu = getattr(device, "type", None) == _host_type()
+        # calls through Python before the kernel's C entry takes this plan (0: never; runtime/fast_call.py)
+        self.fast_left = fast_call.eligible(self)
 
     def run(self, args: tuple, kwargs: dict):
         lay, device = self.layout, self.device
