@@ -72,16 +72,18 @@ def hold(kernel, plan, args: tuple, kwargs: dict, mod=None) -> bool:
                      getattr(fn.function, "__name__", "the kernel"), plan)
     if took:
         kernel._fast = calls
-        _install(mod)
+        _install(type(kernel), mod)
     return bool(took)
 
 
-def _install(mod) -> None:
-    """``Kernel.__call__`` becomes the C entry's Dispatch around the Python one (once): a call it holds the plan
-    of then runs without a Python frame. Not while something else wraps it (a model profile), which restores
-    what it found; the next plan handed over installs it then."""
-    from septran.runtime.kernel import Kernel
-
-    current = Kernel.__dict__.get("__call__")
+def _install(cls, mod) -> None:
+    """``Kernel.__call__`` (found on ``cls``'s MRO: this module is below kernel.py and does not import it)
+    becomes the C entry's Dispatch around the Python one (once): a call it holds the plan of then runs without
+    a Python frame. Not while something else wraps it (a model profile), which restores what it found; the next
+    plan handed over installs it then."""
+    owner = next((c for c in cls.__mro__ if c.__name__ == "Kernel" and "__call__" in c.__dict__), None)
+    if owner is None:
+        return
+    current = owner.__dict__["__call__"]
     if getattr(current, "__qualname__", None) == "Kernel.__call__" and not isinstance(current, mod.Dispatch):
-        Kernel.__call__ = mod.Dispatch(current)
+        owner.__call__ = mod.Dispatch(current)
