@@ -80,5 +80,5 @@ def test_conv2d_device_code_uses_the_matrix_units(target, needles):
 @pytest.mark.slow
 @pytest.mark.parametrize("target,arch", [("sm90", "sm_90a"), ("sm80", "sm_80")])
 def test_conv2d_cubin_has_no_spills(target, arch):
-    usage = nvcc_resource_usage(_kernel(target).specialize(**GPU_SHAPES).device_source, arch)
+    usage = nvcc_resource_usage(_kernel(target).specialize(**GPU_SHAPES), arch)
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage

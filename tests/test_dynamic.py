@@ -84,7 +84,7 @@ def test_gpu_program_with_dynamic_dimension_builds(target, arch):
     shape = ((1, 2, 200, 64), "float16")
     v = kernel.specialize(Q=shape, K=shape, V=shape)
     assert 'T.dynamic("Q_dim2", "int32")' in v.tilelang_source
-    usage = nvcc_resource_usage(v.device_source, arch)
+    usage = nvcc_resource_usage(v, arch)
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
 
 

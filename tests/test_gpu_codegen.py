@@ -73,7 +73,7 @@ def test_same_cuda_as_handwritten_tilelang(target, sm90, sm80):
 @pytest.mark.parametrize("target", ["sm90", "sm80"])
 def test_cubin_builds_without_spills(target, sm90, sm80):
     variant = {"sm90": sm90, "sm80": sm80}[target][1]
-    usage = nvcc_resource_usage(variant.device_source, ARCH[target])
+    usage = nvcc_resource_usage(variant, ARCH[target])
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
     assert 0 < usage["registers"] <= 255, usage
 

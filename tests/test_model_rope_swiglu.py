@@ -223,7 +223,7 @@ def test_gpu_programs_build_with_dynamic_lengths(target, arch):
                                                            Wu=((2816, 1024), f16)),
                     rope_kernel(target).specialize(X=((1, 100, 8, 64), f16), C=((100, 64), f16), S=((100, 64), f16))):
         assert 'T.dynamic("X_dim' in variant.tilelang_source
-        usage = nvcc_resource_usage(variant.device_source, arch)
+        usage = nvcc_resource_usage(variant, arch)
         assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
 
 

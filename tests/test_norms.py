@@ -94,7 +94,7 @@ def test_cubin_has_no_spills(target, arch, op):
     shapes = dict(X=((1000, 4097), "float16"), W=((4097,), "float16"))
     if op == "layernorm":
         shapes["B"] = ((4097,), "float16")
-    usage = nvcc_resource_usage(kernel(op, target).specialize(**shapes).device_source, arch)
+    usage = nvcc_resource_usage(kernel(op, target).specialize(**shapes), arch)
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
 
 

@@ -147,7 +147,7 @@ def test_gpu_nest_whose_iterations_share_a_store_stays_loops():
 @pytest.mark.parametrize("target", ["sm90", "sm80"])
 def test_gpu_element_nest_builds_with_nvcc(target):
     v = septran.compile(scale_logic, mapping=_gpu(target)).specialize(X=((70, 150), "float16"))
-    usage = nvcc_resource_usage(v.device_source, GPU_ARCH[target])
+    usage = nvcc_resource_usage(v, GPU_ARCH[target])
     assert usage["spill_stores"] == 0, usage
 
 
@@ -209,7 +209,7 @@ def test_gpu_element_nest_over_fragments_is_t_parallel():
 def test_gpu_element_nest_over_fragments_builds_with_nvcc():
     v = septran.compile(staged_logic, mapping=_staged("sm90", "REGISTER", "tile_parallel", "\n    threads: 128")).specialize(
         X=((70, 150), "float32"))
-    assert nvcc_resource_usage(v.device_source, "sm_90a")["spill_stores"] == 0
+    assert nvcc_resource_usage(v, "sm_90a")["spill_stores"] == 0
 
 
 @pytest.mark.build

@@ -47,7 +47,7 @@ def test_emitted_rope_matches_golden(target, golden):
 @pytest.mark.parametrize("target,arch", [("sm90", "sm_90a"), ("sm80", "sm_80")])
 def test_cubin_has_no_spills(target, arch):
     shapes = dict(X=((4, 2048, 32, 128), "float16"), C=((2048, 128), "float16"), S=((2048, 128), "float16"))
-    usage = nvcc_resource_usage(kernel(target).specialize(**shapes).device_source, arch)
+    usage = nvcc_resource_usage(kernel(target).specialize(**shapes), arch)
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
 
 

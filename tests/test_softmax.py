@@ -52,9 +52,18 @@ def test_emitted_softmax_matches_golden(target, golden):
 @pytest.mark.parametrize("target,arch", [("sm90", "sm_90a"), ("sm80", "sm_80")])
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 def test_cubin_has_no_spills(target, arch, log):
-    src = kernel(log, target).specialize(X=((1000, 4097), "float16")).device_source
-    usage = nvcc_resource_usage(src, arch)
+    variant = kernel(log, target).specialize(X=((1000, 4097), "float16"))
+    usage = nvcc_resource_usage(variant, arch)
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_an_answer_found_by_build_key_is_the_one_of_its_device_source():
+    """support/cuda_tools.py finds a variant's recorded nvcc answer by its build key, without TileLang's lowering:
+    here the device source is lowered and its own record (or nvcc) gives the same answer."""
+    variant = kernel(False, "sm80").specialize(X=((1000, 4097), "float16"))
+    assert nvcc_resource_usage(variant, "sm_80") == nvcc_resource_usage(variant.device_source, "sm_80")
 
 
 @pytest.mark.build

@@ -127,5 +127,5 @@ def test_gpu_atomic_split_of_columns_that_overhang_adds_only_in_bounds(tmp_path,
 def test_atomic_split_of_columns_that_overhang_builds_with_nvcc(tmp_path):
     kernel = septran.compile(split_sum, mapping_file=_mapping(tmp_path, GPU.replace("TARGET", "sm90")))
     variant = kernel.specialize(Y=((4001,), "float32"), X=((1000, 4001), "float32"))
-    usage = nvcc_resource_usage(variant.device_source, "sm_90a")
+    usage = nvcc_resource_usage(variant, "sm_90a")
     assert usage["spill_stores"] == 0, usage

@@ -21,26 +21,44 @@ from septran.tuning.nvcc import nvcc_path, resource_usage  # noqa: F401  (the te
 RECORDS = Path(__file__).resolve().parents[1] / "golden" / "nvcc"
 
 
-def nvcc_resource_usage(cuda_src: str, arch: str, fresh: bool = False) -> dict:
+def nvcc_resource_usage(cuda_src, arch: str, fresh: bool = False) -> dict:
     """``septran.tuning.nvcc.resource_usage``, remembered by content: several tests ask nvcc about the same kernel
     (a shipped mapping's, a hand-written one), and one nvcc run takes seconds. The answer is read from the
     repository's records (tests/golden/nvcc/), else from SEPTRAN_CACHE_DIR/test-nvcc/, keyed by the source, the
     arch, nvcc's version and TileLang's (whose headers it compiles with), so it holds within a run (xdist workers
-    share it) and across runs. Failures are not kept. ``fresh``: run nvcc whatever is recorded."""
-    import tilelang
+    share it) and across runs. Failures are not kept. ``fresh``: run nvcc whatever is recorded.
+
+    A septran Variant may be passed for ``cuda_src``: its answer is then also found by the variant's build key
+    (``Job.key``: SepTran's emitted source, the builder's flags, the versions; known before TileLang lowers
+    anything), so a recorded kernel skips TileLang's device lowering too, which took longer than nvcc's record."""
+    if isinstance(cuda_src, str):
+        return _usage(_key(cuda_src, arch), lambda: cuda_src, arch, fresh)
+    variant = cuda_src
+    by_build = _key("build key " + variant.job.key, arch)
+    return _usage(by_build, lambda: variant.device_source, arch, fresh,
+                  then=lambda src: nvcc_resource_usage(src, arch, fresh))
+
+
+def _key(text: str, arch: str) -> str:
+    from septran.version import tilelang_version
+
+    return hashlib.sha256("\0".join((text, arch, _nvcc_version(), tilelang_version())).encode()).hexdigest()[:32]
+
+
+def _usage(key: str, source, arch: str, fresh: bool, then=None) -> dict:
+    """The answer recorded under ``key``, else ``then(source())`` (or nvcc on it), remembered under ``key``."""
     from septran import env
 
-    key = hashlib.sha256("\0".join((cuda_src, arch, _nvcc_version(), tilelang.__version__)).encode()).hexdigest()
     mode = os.environ.get("SEPTRAN_TEST_NVCC", "")
-    record = RECORDS / f"{key[:32]}.json"
-    path = env.cache_dir() / "test-nvcc" / f"{key[:32]}.json"
+    record = RECORDS / f"{key}.json"
+    path = env.cache_dir() / "test-nvcc" / f"{key}.json"
     if not fresh and mode != "fresh":
         for known in (record, path):
             try:
                 return json.loads(known.read_text())
             except (OSError, ValueError):
                 pass
-    usage = resource_usage(cuda_src, arch)
+    usage = (then or (lambda src: resource_usage(src, arch)))(source())
     for where in (path, record) if mode == "record" else (path,):
         _write(where, usage)
     return usage
