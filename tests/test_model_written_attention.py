@@ -87,8 +87,6 @@ def test_written_attention_matches_and_runs_as_eager(fill, scale, divide):
 @pytest.mark.parametrize("module, why", [
     (Written(-0.5), "scaled by -0.5"),  # a negative scale: the op takes a positive one
     (Written(0.25, "hide_true"), None),  # hides where the mask is True: no node of its keep-mask, left alone
-    (Written(0.25, "masked_fill"), "not proven causal"),  # a mask known at run time only: a row it hides entirely
-    (Written(3.0, "where", True), "not proven causal"),   # is NaN written out, zeros from the op
 ])
 def test_other_masks_and_scales_are_left_alone(module, why):
     q, k, v = _qkv()
@@ -99,6 +97,63 @@ def test_other_masks_and_scales_are_left_alone(module, why):
         assert found == []
     else:
         assert len(found) == 1 and isinstance(found[0], Refusal) and why in found[0].why, found
+
+
+@pytest.fixture(scope="module")
+def run_time_masks():
+    """Both written forms of a mask known only at run time, captured and rewritten once: (module, graph)."""
+    q, k, v = _qkv()
+    m = _rand(7, 11, seed=4) > 0
+    out = []
+    for module in (Written(0.25, "masked_fill"), Written(3.0, "where", True)):
+        (gm,) = capture(module, q, k, v, m)
+        match = _one(gm)
+        assert isinstance(match, Match) and match.op is torch.ops.septran.attention_written.default, match
+        apply(gm, WrittenAttention())
+        assert {n.target for n in gm.graph.nodes if n.op == "call_function"} == {
+            torch.ops.septran.attention_written.default}
+        out.append((module, gm))
+    return out
+
+
+def _causal(sq=7, sk=11):
+    return torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq)
+
+
+@pytest.mark.parametrize("form", [0, 1])
+def test_run_time_mask_causal_runs_the_kernel_any_other_is_eager(run_time_masks, form, monkeypatch):
+    """A mask only the run knows (GPT-2's buffer): the causal triangle (bottom-right, 7 queries, 11 keys) runs the
+    causal attention kernel, its check kept while the tensor is unchanged; a random mask, a mask hiding a whole
+    row (NaN written out) and the causal mask written to in place give eager's answer."""
+    from septran.model import causal_mask, written_attention_op
+
+    module, gm = run_time_masks[form]
+    q, k, v = _qkv()
+    written = []  # calls that ran the written-out torch operators
+    real = written_attention_op.written
+    monkeypatch.setattr(written_attention_op, "written", lambda *a: written.append(1) or real(*a))
+
+    def check(m, kernel: bool):
+        before, calls = causal_mask.checks, len(written)
+        got = _run(gm, (q, k, v, m))
+        ref = module(q.double(), k.double(), v.double(), m)
+        assert_flash_rule(got, ref, module(q, k, v, m))
+        assert len(written) - calls == (0 if kernel else 1)
+        return causal_mask.checks - before
+
+    m = _causal()
+    assert check(m, True) == 1  # read once
+    assert check(m, True) == 0  # unchanged: the kept answer
+    assert causal_mask.lower_right(m, 7, 11) and causal_mask.lower_right(m[None, None], 7, 11)
+    m[3, 2] = False  # written in place: its version changes, so it is read again, and it is not causal now
+    assert check(m, False) == 1 and not causal_mask.lower_right(m, 7, 11)
+    check(_rand(7, 11, seed=5) > 0, False)
+    hides_a_row = _causal()
+    hides_a_row[0] = False  # a row that sees no key: NaN written out (zeros from the kernel)
+    check(hides_a_row, False)
+    # more queries than keys: the triangle hides whole rows (NaN written out), so never the kernel
+    assert not written_attention_op.causal(_rand(1, 1, 11, 8, seed=6), _rand(1, 1, 7, 8, seed=7), _causal(11, 7))
+    assert not causal_mask.lower_right(_causal().float(), 7, 11)
 
 
 def test_weights_used_elsewhere_are_refused():
@@ -114,8 +169,8 @@ def test_weights_used_elsewhere_are_refused():
 
 def test_gpt2_block_prefill_and_decode_run_septran_attention(capsys):
     """The GPT-2 block (odd prompt, decode steps over the cache) against float64 under the FlashAttention rule; the
-    report runs its decode attention as one SepTran attention kernel (no mask); the prefill's mask is the cache's
-    buffer (a graph input, not proven causal), so its attention stays bmm, softmax and bmm kernels."""
+    report runs its decode attention as one SepTran attention kernel (no mask); the prefill's mask is the block's
+    buffer (a graph input), so its attention is ``attention_written``, which checks the mask at run time."""
     run = load_module(REPO / "examples" / "gpt2_block" / "run_gpt2_block.py")
     torch._dynamo.reset()
     result = run.main(**GPT2_SMALL, prompt=37, steps=3, backend="septran", dtype="float32", repeats=0, quiet=True)
@@ -127,5 +182,51 @@ def test_gpt2_block_prefill_and_decode_run_septran_attention(capsys):
     assert len(attention) == 1, runs
     assert not [r for r in runs if "bmm" in r or "softmax" in r], runs
     runs = [r.runs for r in prefill.rows]
-    assert not [r for r in runs if "examples/attention (written out" in r], runs
-    assert [r for r in runs if "bmm" in r] and [r for r in runs if "softmax" in r], runs
+    attention = [r for r in runs if r.startswith("SepTran: examples/attention (written out, causal when the mask is")
+                 and "part of" not in r]
+    assert len(attention) == 1, runs
+    assert not [r for r in runs if "bmm" in r or "softmax" in r], runs
+
+
+def test_gpt2_block_with_its_mask_buffer_changed_gives_eagers_answer():
+    """Compiled once; its causal buffer is then written to in place (a key hidden from some queries), and then
+    replaced by a new tensor (no key hidden): each prefill, through the direct runner's step, gives eager's answer,
+    never the causal kernel's."""
+    from septran.model import causal_mask, steps
+
+    model_runner = load_module(REPO / "examples" / "model_runner.py")
+    module = model_runner.load(REPO / "examples" / "gpt2_block" / "model.py", "septran_example_gpt2_block_model")
+    model = module.build(module.GPT2Config(max_len=48, **GPT2_SMALL))
+    x = _rand(1, 37, GPT2_SMALL["hidden"], seed=8)
+    torch._dynamo.reset()
+    fn = torch.compile(model, backend="septran", fullgraph=True)
+    calls = []
+    real = steps.AttentionWritten.__call__
+
+    def counted(self, *args):
+        before = self.checked_calls
+        out = real(self, *args)
+        calls.append(self.checked_calls - before)  # 1: the causal kernel ran
+        return out
+
+    def compare():
+        with torch.no_grad():
+            got = fn(x, 0, *model.new_cache())
+            ref = model.double()(x.double(), 0, *model.new_cache(dtype=torch.float64))
+            model.float()
+            assert_flash_rule(got, ref, model(x, 0, *model.new_cache()))
+
+    try:
+        steps.AttentionWritten.__call__ = counted
+        compare()
+        assert calls == [1]
+        before = causal_mask.checks
+        model.attn.causal[20, 3] = False  # in place: query 20 no longer sees key 3
+        compare()
+        assert calls[-1] == 0 and causal_mask.checks == before + 1
+        model.attn.causal = torch.ones(48, 48, dtype=torch.bool)  # a new tensor: every query sees every key
+        compare()
+        assert calls[-1] == 0
+    finally:
+        steps.AttentionWritten.__call__ = real
+        torch._dynamo.reset()

@@ -55,6 +55,7 @@ SEPTRAN: dict[str, Callable[..., int]] = {
     "bmm": lambda a, b, *_: 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2],
     "swiglu": _swiglu,
     "attention": _attention,
+    "attention_written": lambda q, k, v, keep, scale, *_: _attention(q, k, v, None, False, scale, False),
     "softmax": lambda x, *_: 5 * x.numel(),
     "layer_norm": lambda x, *_: 5 * x.numel(),
     "rms_norm": lambda x, *_: 4 * x.numel(),

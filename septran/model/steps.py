@@ -42,12 +42,14 @@ def _raw(op: torch._ops.OpOverload) -> Callable:
     from septran import ops
 
     ops.load()
-    module = __import__(f"septran.ops.{_MODULES[op._overloadpacket.__name__]}", fromlist=["_"])
+    name = _MODULES[op._overloadpacket.__name__]
+    module = __import__(name if "." in name else f"septran.ops.{name}", fromlist=["_"])
     return getattr(module, op._overloadpacket.__name__)._init_fn
 
 
 _MODULES = {"gemm": "gemm", "bmm": "bmm", "attention": "attention", "softmax": "norms", "layer_norm": "norms",
-            "rms_norm": "norms", "rope": "rope", "swiglu": "swiglu", "elementwise": "elementwise"}
+            "rms_norm": "norms", "rope": "rope", "swiglu": "swiglu", "elementwise": "elementwise",
+            "attention_written": "septran.model.written_attention_op"}
 
 
 class Step:
@@ -368,10 +370,33 @@ class Attention(Step):
         return in_layout(o, seq_major)
 
 
+class AttentionWritten(Step):
+    """``septran::attention_written``: the causal attention's step where the run-time check finds the mask causal,
+    the op's written-out torch operators elsewhere. Not a fast step (``FAST``): its check runs in Python at every
+    call, so a segment launcher never replays its kernel without it (the node ends a segment)."""
+
+    def __init__(self, op):
+        super().__init__(op)
+        self._attention = Attention(torch.ops.septran.attention.default)
+        self.checked_calls = 0  # calls that ran the causal attention (tests count them)
+
+    def __call__(self, out, q, k, v, keep, scale):
+        self.calls += 1
+        from septran.model.written_attention_op import causal
+
+        if not causal(q, k, keep):
+            return self._slow(q, k, v, keep, scale)
+        self.checked_calls += 1
+        o = self._attention(None, q, k, v, None, True, scale, False, True)
+        self.kernel = self._attention.kernel
+        return o
+
+
 FAST = {"attention": Attention, "rope": Rope, "gemm": Gemm, "rms_norm": RMSNorm, "layer_norm": LayerNorm,
         "softmax": Softmax, "bmm": Bmm, "swiglu": SwiGLU, "elementwise": Elementwise}
 
 
 def make(op: torch._ops.OpOverload) -> Step:
     """The step for one node calling ``op`` (a ``torch.ops.septran.*`` overload)."""
-    return FAST.get(op._overloadpacket.__name__, Step)(op)
+    name = op._overloadpacket.__name__
+    return AttentionWritten(op) if name == "attention_written" else FAST.get(name, Step)(op)

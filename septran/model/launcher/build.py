@@ -18,7 +18,7 @@ from septran.build.store import Entries
 from septran.version import __version__
 
 log = logging.getLogger(__name__)
-FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-march=native")
+FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-march=native", "-fopenmp")  # OpenMP: large copies
 FUNCTION = "septran_segment"
 BUILDS = [0]  # launchers compiled in this process (tests count them)
 _LOCK = threading.Lock()

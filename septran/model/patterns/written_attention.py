@@ -11,9 +11,11 @@ expands change nothing). It fires only where the rewrite is exact:
 - the scale is a positive Python number (``mul`` by it, or ``div`` by it), or absent (1.0);
 - the mask fills with -inf where a bool tensor ``m`` is False (``masked_fill(~m, -inf)``, ``where(m, x, -inf)``).
   ``m`` is torch's ``ones(Sq, Sk).tril(Sk - Sq)`` (the causal mask, bottom-right): the logic's own causal mask, no
-  tensor. Any other ``m`` (GPT-2's precomputed buffer is a graph input, its values unknown at compile time) is
-  refused: a row it hides entirely is NaN written out but zeros from the op (SDPA's answer), and a causal mask is
-  the only one proven to hide no row. Its nodes stay with the bmm and softmax patterns.
+  tensor. Any other ``m`` (GPT-2's precomputed buffer is a graph input, its values unknown at compile time)
+  becomes ``septran::attention_written`` (``septran.model.written_attention_op``): at run time it checks that
+  ``m`` is the causal triangle (the answer kept while the tensor is unchanged) and runs the causal attention,
+  or else the written-out torch operators (eager's answer: a row the mask hides entirely is NaN written out
+  but zeros from the attention kernel, SDPA's answer).
 - the softmax is over the keys, in the scores' dtype, and nothing else reads the scores or the weights.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
+import septran.model.written_attention_op  # noqa: F401  (defines torch.ops.septran.attention_written)
 import septran.ops.attention  # noqa: F401  (defines torch.ops.septran.attention)
 from septran.model.patterns.attention import _lower_right
 from septran.model.patterns.base import Match, Pattern, Refusal, Result, val
@@ -163,9 +166,8 @@ class WrittenAttention(Pattern):
             if mv is None or mv.dtype != torch.bool or mv.dim() > 4:
                 return Refusal(self.name, node, "a mask that is not a bool tensor of up to 4 dimensions")
             proof = _lower_right(keep, qv, kv)
-            if proof is None:  # its values are known only at run time: a row it hides entirely would differ
-                return Refusal(self.name, node, "a mask not proven causal: a row it hides entirely is NaN written "
-                                                "out and zeros from SepTran's attention (SDPA's answer)")
+            if proof is None:  # its values are known only at run time: checked then (a buffer, GPT-2's mask)
+                return self._checked(node, nodes + inner, q, k, v, keep, scale, qv, kv, vv)
             causal = lower_right = True
             inner += proof
         nodes += inner
@@ -177,4 +179,16 @@ class WrittenAttention(Pattern):
             pattern=self.name, nodes=tuple(dict.fromkeys(nodes)), output=node, op=torch.ops.septran.attention.default,
             args=(q, k, v, mask, causal, float(scale), False, lower_right),
             kernel=f"examples/attention ({', '.join(what)})", flops=2 * b * h * sq * sk * (d + dv),
+        )
+
+    def _checked(self, node, nodes, q, k, v, keep, scale, qv, kv, vv) -> Match:
+        """A mask whose values only the run knows: ``septran::attention_written`` checks it at run time and runs
+        the causal attention where it is the causal lower triangle, the written-out torch operators elsewhere."""
+        b, h, sq, d = (num(x) for x in qv.shape)
+        sk, dv = num(kv.shape[2]), num(vv.shape[3])
+        return Match(
+            pattern=self.name, nodes=tuple(dict.fromkeys(nodes)), output=node,
+            op=torch.ops.septran.attention_written.default, args=(q, k, v, keep, float(scale)),
+            kernel="examples/attention (written out, causal when the mask is, checked at run time)",
+            flops=2 * b * h * sq * sk * (d + dv),
         )
