@@ -2,7 +2,7 @@
  *
  * Build: gcc -std=c11 -O3 -march=native -fopenmp-simd -fPIC -shared septran_cpu.c
  *        <site-packages>/scipy_openblas32/lib/libscipy_openblas.so
- * (-fopenmp-simd: the row reductions' `omp simd` pragmas; without it they are scalar loops.)
+ * (-fopenmp-simd: the `omp simd` pragmas of the copies; the row reductions use GCC's generic vectors.)
  * float16 uses _Float16 (gcc >= 12) and, with AVX-512, 16-wide F16C conversions.
  */
 #include "septran_cpu.h"
