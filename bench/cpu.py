@@ -45,7 +45,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 from interleave import Others, interleaved, stats, wait_idle  # noqa: E402
-OPS = ("gemm", "decode", "bmm", "gemm_epilogue", "bf16", "softmax", "layernorm", "rmsnorm", "attention", "overhead")
+OPS = ("gemm", "decode", "bmm", "gemm_epilogue", "bf16", "softmax", "log_softmax", "layernorm", "rmsnorm", "attention",
+       "overhead")
 INDUCTOR: set = set()  # operators also timed against torch.compile (inductor) of the same torch code (--inductor)
 MATRIX_UNIT_FLAGS = ("amx_bf16", "avx512_bf16")  # what a bf16 GEMM leaf on the matrix units would need
 
@@ -97,6 +98,8 @@ def cases(small: bool) -> list[dict]:
     for r, c in (((256, 1024), (64, 4097)) if small else ((4096, 1024), (512, 4097))):
         add("softmax", "softmax", f"{r}x{c}", ("softmax", (False,)), [(r, c)], {"softmax": lambda x: torch.softmax(x, -1)},
             2.0 * r * c * 4, "GB/s", first=lambda x: 3 * x)
+        add("log_softmax", "log_softmax", f"{r}x{c}", ("softmax", (True,)), [(r, c)],
+            {"log_softmax": lambda x: torch.log_softmax(x, -1)}, 2.0 * r * c * 4, "GB/s", first=lambda x: 3 * x)
         add("layernorm", "layernorm", f"{r}x{c}", "layernorm", [(r, c), (c,), (c,)],
             {"layer_norm": lambda x, w, bias: F.layer_norm(x, x.shape[-1:], w, bias, 1e-5)}, (2.0 * r * c + 2 * c) * 4,
             "GB/s", scalars={"eps": 1e-5}, first=lambda x: x + 1)

@@ -88,16 +88,16 @@ def test_a_tile_of_a_type_the_vendor_cannot_copy_is_copied_by_tilelang(tmp_path,
 
 
 def test_a_float16_accumulator_temp_reduced_by_the_vendor_is_refused_at_the_binding(tmp_path, monkeypatch):
-    """rmsnorm's sum of squares in a float16 temp: septran_cpu_reduce_sum_f16 does not exist (g++ failed at link
-    time)."""
-    old = 'acc = task.temp(X.shape[0], "BN")'
+    """rmsnorm's squares in a float16 temp (the cpu mapping's algorithm, rmsnorm_sums): septran_cpu_reduce_sum_f16
+    does not exist (g++ failed at link time)."""
+    old = 'S = task.temp(*(X.shape[d] if d != axis else "BN" for d in range(rank)))'
     text = (REPO / "septran" / "ops" / "logic" / "rmsnorm.py").read_text()
     assert old in text
     logic = tmp_path / "rmsnorm.py"
-    logic.write_text(text.replace(old, 'acc = task.temp(X.shape[0], "BN", dtype="float16")'))
+    logic.write_text(text.replace(old, old[:-1] + ', dtype="float16")'))
     kernel = septran.compile(logic_file=logic, mapping_file=mapping_path("cpu", "rmsnorm"))
     forbid_tilelang(monkeypatch, "refused before TileLang")
-    with pytest.raises(septran.LoweringError, match="row_sum for X of float32 only, but temp acc .* is float16"):
+    with pytest.raises(septran.LoweringError, match="row_sum for X of float32 only, but temp S .* is float16"):
         kernel.specialize(X=((8, 40), "float32"), W=((40,), "float32"))
 
 

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from septran.build import c_parallel, precompiled, shared_lib, tilelang_api, toolchain, vendor
+from septran.build import c_parallel, c_split, precompiled, shared_lib, tilelang_api, toolchain, vendor
 from septran.build.stages import Builder, Stage
 from septran.build.store import Entries
 from septran.errors import BuildError, DeviceError, InternalError
@@ -80,11 +80,12 @@ class CKernel:
 # The stages --------------------------------------------------------------------------------------------------
 
 def _c(job, tilelang_source: str) -> str:
-    """TileLang's C, with the grid's loops run by OpenMP where the lowering proved it safe."""
+    """TileLang's C, with the grid's loops run by OpenMP where the lowering proved it safe, and loops over an
+    overhanging tile split where the tensor ends (``c_split``)."""
     c = tilelang_api.lower_device_source(job.prim_func(), job.target, str(job.path("tilelang")))
-    if job.program.parallel is None:
-        return c
-    return c_parallel.parallel_grid(c, function_name(job.program), job.program.parallel)
+    if job.program.parallel is not None:
+        c = c_parallel.parallel_grid(c, function_name(job.program), job.program.parallel)
+    return c_split.split_overhang_loops(c)
 
 
 def _library(job, _) -> CKernel:

@@ -6,27 +6,30 @@ import tilelang.cpu.language as T
 
 X_dim0 = 1000  # problem size Y.shape[0], X.shape[0]
 X_dim1 = 4097  # problem size Y.shape[1], X.shape[1], W.shape[0]
-BM = 1  # tunable BM = 1 (mappings/cpu/rmsnorm.yaml:9)
-BN = 4104  # tunable BN = 4104 (mappings/cpu/rmsnorm.yaml:9)
+BM = 1  # tunable BM = 1 (mappings/cpu/rmsnorm.yaml:11)
+BN = 4104  # tunable BN = 4104 (mappings/cpu/rmsnorm.yaml:11)
 
 
 @T.prim_func
-def rmsnorm(
+def rmsnorm_sums(
     X: T.Tensor((X_dim0, X_dim1), "float32"),
     W: T.Tensor((X_dim1,), "float32"),
     Y: T.Tensor((X_dim0, X_dim1), "float32"),
 ):
     # programs run in parallel over bx (schedule static)
     with T.Kernel(T.ceildiv(X_dim0, BM)) as bx:
-        acc = T.alloc_local((BM, BN), "float32")
         rstd = T.alloc_local((BM,), "float32")
-        T.call_extern("int32", "septran_cpu_fill_zero_f32", acc.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN))
+        s = T.alloc_local((BM,), "float32")
+        S = T.alloc_local((BM, BN), "float32")
+        T.call_extern("int32", "septran_cpu_fill_zero_f32", rstd.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1))
         for k in T.serial(T.ceildiv(X_dim1, BN)):
-            for i, j in T.grid(BM, BN):
-                acc[i, j] = acc[i, j] + T.if_then_else((k * BN + j) < X_dim1, X[bx * BM + i, k * BN + j], T.float32(0.0)) * T.if_then_else((k * BN + j) < X_dim1, X[bx * BM + i, k * BN + j], T.float32(0.0))
-        T.call_extern("int32", "septran_cpu_reduce_sum_f32", rstd.access_ptr("rw"), acc.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN), 1)
-        for i in T.grid(BM):
-            rstd[i] = T.rsqrt(rstd[i] / T.float32(X_dim1) + T.float32(1e-06))
+            for a, b in T.grid(BM, BN):
+                S[a, b] = T.if_then_else((k * BN + b) < X_dim1, X[bx * BM + a, k * BN + b], T.float32(0.0)) * T.if_then_else((k * BN + b) < X_dim1, X[bx * BM + a, k * BN + b], T.float32(0.0))
+            T.call_extern("int32", "septran_cpu_reduce_sum_f32", s.access_ptr("rw"), S.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN), 1)
+            for a in T.grid(BM):
+                rstd[a] = rstd[a] + s[a]
+        for a in T.grid(BM):
+            rstd[a] = T.rsqrt(rstd[a] / T.float32(X_dim1) + T.float32(1e-06))
         for k_2 in T.serial(T.ceildiv(X_dim1, BN)):
             for i, j in T.grid(BM, T.min(BN, X_dim1 - k_2 * BN)):
                 Y[bx * BM + i, k_2 * BN + j] = T.if_then_else((k_2 * BN + j) < X_dim1, X[bx * BM + i, k_2 * BN + j], T.float32(0.0)) * rstd[i] * T.if_then_else((k_2 * BN + j) < X_dim1, W[k_2 * BN + j], T.float32(0.0))

@@ -33,9 +33,18 @@ int32_t softmax_cached_kernel(float* X, float* Y) {
   for (int64_t bx = (int64_t)0; bx < (int64_t)8; ++bx) {
     m[(int64_t)0] = -INFINITY;
     septran_cpu_fill_zero_f32((&(l[0])), (int64_t)1, (int64_t)1, (int64_t)1);
-    for (int64_t b = (int64_t)0; b < (int64_t)512; ++b) {
+    for (int64_t b = (int64_t)0; b < (int64_t)300; ++b) {
       float condval;
-      if ((b < (int64_t)300)) {
+      if (true) {
+        condval = X[((bx * (int64_t)300) + b)];
+      } else {
+        condval = -INFINITY;
+      }
+      S[b] = condval;
+    }
+    for (int64_t b = (int64_t)300; b < (int64_t)512; ++b) {
+      float condval;
+      if (false) {
         condval = X[((bx * (int64_t)300) + b)];
       } else {
         condval = -INFINITY;
@@ -43,9 +52,18 @@ int32_t softmax_cached_kernel(float* X, float* Y) {
       S[b] = condval;
     }
     septran_cpu_reduce_max_f32((&(m[0])), (&(S[0])), (int64_t)1, (int64_t)512, (int64_t)512, 0);
-    for (int64_t b_1 = (int64_t)0; b_1 < (int64_t)512; ++b_1) {
+    for (int64_t b_1 = (int64_t)0; b_1 < (int64_t)300; ++b_1) {
       float condval_1;
-      if ((b_1 < (int64_t)300)) {
+      if (true) {
+        condval_1 = X[((bx * (int64_t)300) + b_1)];
+      } else {
+        condval_1 = -INFINITY;
+      }
+      S[b_1] = expf((condval_1 - m[(int64_t)0]));
+    }
+    for (int64_t b_1 = (int64_t)300; b_1 < (int64_t)512; ++b_1) {
+      float condval_1;
+      if (false) {
         condval_1 = X[((bx * (int64_t)300) + b_1)];
       } else {
         condval_1 = -INFINITY;

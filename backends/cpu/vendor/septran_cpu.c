@@ -2,7 +2,7 @@
  *
  * Build: gcc -std=c11 -O3 -march=native -fopenmp-simd -fPIC -shared septran_cpu.c
  *        <site-packages>/scipy_openblas32/lib/libscipy_openblas.so
- * (-fopenmp-simd: the row reductions' `omp simd` pragmas; without it they are scalar loops.)
+ * (-fopenmp-simd: the `omp simd` pragmas of the copies; the row reductions use GCC's generic vectors.)
  * float16 uses _Float16 (gcc >= 12) and, with AVX-512, 16-wide F16C conversions.
  */
 #include "septran_cpu.h"
@@ -113,28 +113,55 @@ int32_t septran_cpu_store(void* dst, int32_t dst_dtype, void* src, int32_t src_d
   return 0;
 }
 
-/* ---- row reductions: `omp simd` lets gcc keep 16 partial results per vector ---------------- */
+/* ---- row reductions: 32 partial results in registers, so the adds are not one chain ----- */
 
-static float row_max(const float* x, int32_t n) {
-  float r = -INFINITY;
-#pragma omp simd reduction(max : r)
-  for (int32_t j = 0; j < n; j++) r = x[j] > r ? x[j] : r;
-  return r;
+/* One vector accumulator (what `omp simd reduction` gave) makes every add wait for the last one: 3 to 4 cycles
+ * a vector, and g++ 12 kept it in memory at znver1's 16-byte width. Four 8-float accumulators (GCC's generic
+ * vectors: AVX or two SSE/NEON registers each) let the adds overlap. The order of a row's sum changes: 32
+ * interleaved partial sums, then the lanes in order, then the tail. max/min keep `x > r ? x : r` (a NaN is
+ * skipped, as before). */
+typedef float septran_v8 __attribute__((vector_size(32)));
+typedef int32_t septran_v8i __attribute__((vector_size(32)));
+
+static inline septran_v8 v8_load(const float* x) {
+  septran_v8 v;
+  memcpy(&v, x, sizeof v);
+  return v;
 }
 
-static float row_min(const float* x, int32_t n) {
-  float r = INFINITY;
-#pragma omp simd reduction(min : r)
-  for (int32_t j = 0; j < n; j++) r = x[j] < r ? x[j] : r;
-  return r;
+static inline septran_v8 v8_pick(septran_v8i take_a, septran_v8 a, septran_v8 b) {
+  return (septran_v8)(((septran_v8i)a & take_a) | ((septran_v8i)b & ~take_a));
 }
 
-static float row_sum(const float* x, int32_t n) {
-  float r = 0.0f;
-#pragma omp simd reduction(+ : r)
-  for (int32_t j = 0; j < n; j++) r += x[j];
-  return r;
-}
+#define SEPTRAN_ROW_REDUCE(fn, init, vstep, sstep)                              \
+  static float fn(const float* x, int32_t n) {                                 \
+    septran_v8 a0, a1, a2, a3, v;                                              \
+    for (int k = 0; k < 8; k++) a0[k] = init;                                  \
+    a1 = a2 = a3 = a0;                                                         \
+    int32_t j = 0;                                                             \
+    for (; j + 32 <= n; j += 32) {                                             \
+      v = v8_load(x + j);      a0 = vstep(a0, v);                              \
+      v = v8_load(x + j + 8);  a1 = vstep(a1, v);                              \
+      v = v8_load(x + j + 16); a2 = vstep(a2, v);                              \
+      v = v8_load(x + j + 24); a3 = vstep(a3, v);                              \
+    }                                                                          \
+    a0 = vstep(vstep(a0, a1), vstep(a2, a3));                                  \
+    float r = init;                                                            \
+    for (int k = 0; k < 8; k++) r = sstep(r, a0[k]);                           \
+    for (; j < n; j++) r = sstep(r, x[j]);                                     \
+    return r;                                                                  \
+  }
+
+#define V_MAX(a, v) v8_pick((v) > (a), (v), (a))
+#define V_MIN(a, v) v8_pick((v) < (a), (v), (a))
+#define V_ADD(a, v) ((a) + (v))
+#define S_MAX(r, x) ((x) > (r) ? (x) : (r))
+#define S_MIN(r, x) ((x) < (r) ? (x) : (r))
+#define S_ADD(r, x) ((r) + (x))
+
+SEPTRAN_ROW_REDUCE(row_max, -INFINITY, V_MAX, S_MAX)
+SEPTRAN_ROW_REDUCE(row_min, INFINITY, V_MIN, S_MIN)
+SEPTRAN_ROW_REDUCE(row_sum, 0.0f, V_ADD, S_ADD)
 
 #define REDUCE(name, row_op, combine)                                                         \
   int32_t name(float* out, float* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear) { \

@@ -5,6 +5,12 @@ a block of rows and walks them in column tiles: it sums X into a tile-shaped
 accumulator and reduces it once (the mean), does the same with (X - mean)^2
 (the variance, two passes as Triton's tutorial does, for accuracy), then
 writes the output tile by tile. ``eps`` is a scalar argument: kernel(x, w, b, eps=1e-6).
+
+A second algorithm, ``layernorm_sums_logic``, which the CPU mapping names by its entry task
+(``layernorm(...)`` carries it as ``.alternatives``, built with the same arguments): the same two passes,
+but each column tile is written into a float32 tile (x, then (x - mean)^2) and reduced by the row
+primitives straight away, into a per-row running sum; no tile-shaped accumulator to clear and to read
+back on every element (a GPU's accumulator lives in registers; a CPU's is memory).
 """
 from septran import task
 
@@ -13,7 +19,11 @@ def layernorm(axis: int = -1, rank: int = 2):
     """The entry task over ``axis`` of a tensor of ``rank`` dimensions (W and B have that axis's length)."""
     if rank not in (2, 3, 4) or not -rank <= axis < rank:
         raise ValueError(f"layernorm over axis {axis} of rank {rank}: rank is 2, 3 or 4 and axis one of its dimensions")
-    return layernorm_logic if (axis % rank, rank) == (1, 2) else _layernorm_any(axis % rank, rank)
+    if (axis % rank, rank) == (1, 2):
+        return layernorm_logic  # carries its alternative (set below, once)
+    logic = _layernorm_any(axis % rank, rank)
+    logic.alternatives = {"layernorm_sums_logic": _layernorm_sums(axis % rank, rank)}
+    return logic
 
 
 @task.define(leaf=True)
@@ -159,3 +169,102 @@ def _layernorm_any(axis: int, rank: int):
             task.launch(layernorm_rows, Yp[where], Xp[where], W, B, eps)
 
     return layernorm_logic
+
+
+def _write_any(axis: int, rank: int, drop):
+    """ln_write over any axis (``drop``: the statistics' indices from X's)."""
+    @task.define(leaf=True)
+    def ln_write(Y, X, W, B, mean, rstd):
+        task.compute(Y, each(rank, lambda *ix: (X[ix] - mean[drop(ix)]) * rstd[drop(ix)] * W[ix[axis]] + B[ix[axis]]))
+
+    return ln_write
+
+
+def _layernorm_sums(axis: int, rank: int):
+    """The per-tile-sums algorithm (see the module's docstring) over any axis: a program owns BM elements along
+    the last kept dimension (one along the others) and walks the normalised axis in tiles of BN, three times."""
+    kept = [d for d in range(rank) if d != axis]
+    inner = kept[-1]
+    rows = (axis, rank) == (1, 2)  # a matrix's rows: the row primitives (the vendor's vector code on a CPU)
+
+    def drop(ix):  # the statistics' indices: X's less the normalised one
+        return tuple(i for d, i in enumerate(ix) if d != axis)
+
+    def inside(X, ix):  # the element lies in the tensor (the last tile may overhang the axis)
+        return task.global_index(X, axis, ix[axis]) < task.global_size(X, axis)
+
+    stat = lambda fn: each(rank - 1, fn)  # noqa: E731
+    elem = lambda fn: each(rank, fn)  # noqa: E731
+
+    def add_sum(s, total, S):  # total += the sum of S over the axis (s: scratch)
+        if rows:
+            task.call_primitive("row_sum", s, S)  # clears s
+        else:
+            task.compute(s, stat(lambda *ix: 0.0))
+            task.call_primitive("reduce_sum", s, S, axis=axis, rank=rank)
+        task.compute(total, stat(lambda *ix: total[ix] + s[ix]))
+
+    @task.define(leaf=True)
+    def ln_sums_start(mean, rstd):
+        task.compute(mean, stat(lambda *ix: 0.0))
+        task.compute(rstd, stat(lambda *ix: 0.0))
+
+    @task.define(leaf=True)
+    def ln_sums_add(s, mean, S, X):  # S = x (0 past the end), its sum into mean
+        task.compute(S, elem(lambda *ix: X[ix]))
+        add_sum(s, mean, S)
+
+    @task.define(leaf=True)
+    def ln_sums_mean(mean, X):  # X: only its length along the axis is used
+        task.compute(mean, stat(lambda *ix: mean[ix] / task.global_size(X, axis)))
+
+    @task.define(leaf=True)
+    def ln_sums_add_square_dev(s, var, S, X, mean):  # past the end the deviation is 0 (the mean stands in for x)
+        dev = lambda ix: task.where(inside(X, ix), X[ix], mean[drop(ix)]) - mean[drop(ix)]  # noqa: E731
+        task.compute(S, elem(lambda *ix: dev(ix) * dev(ix)))
+        add_sum(s, var, S)
+
+    @task.define(leaf=True)
+    def ln_sums_rstd(rstd, X, eps=1e-5):  # rstd held the sum of squared deviations
+        task.compute(rstd, stat(lambda *ix: task.rsqrt(rstd[ix] / task.global_size(X, axis) + eps)))
+
+    write = ln_write if rows else _write_any(axis, rank, drop)  # a matrix's rows: the first algorithm's own leaf
+
+    @task.define
+    def layernorm_sums_rows(Y, X, W, B, eps=1e-5):
+        walk = tuple("BN" if d == axis else None for d in range(rank))
+        Xp = task.partition(X, by="blocks", tile=walk)
+        Yp = task.partition(Y, by="blocks", tile=walk)
+        Wp = task.partition(W, by="blocks", tile=("BN",))
+        Bp = task.partition(B, by="blocks", tile=("BN",))
+        stats = [X.shape[d] for d in kept]
+        mean = task.temp(*stats)
+        rstd = task.temp(*stats)  # the sum of squared deviations, then 1 / sqrt(variance + eps)
+        s = task.temp(*stats)  # one tile's sum
+        S = task.temp(*(X.shape[d] if d != axis else "BN" for d in range(rank)))
+        at = lambda k: tuple(k if d == axis else 0 for d in range(rank))  # noqa: E731
+        task.launch(ln_sums_start, mean, rstd)
+        for k in task.range(Xp.shape[axis]):
+            task.launch(ln_sums_add, s, mean, S, Xp[at(k)])
+        task.launch(ln_sums_mean, mean, X)
+        for k in task.range(Xp.shape[axis]):
+            task.launch(ln_sums_add_square_dev, s, rstd, S, Xp[at(k)], mean)
+        task.launch(ln_sums_rstd, rstd, X, eps)
+        for k in task.range(Xp.shape[axis]):
+            task.launch(write, Yp[at(k)], Xp[at(k)], Wp[k], Bp[k], mean, rstd)
+
+    @task.define
+    def layernorm_sums_logic(Y, X, W, B, eps=1e-5):
+        tile = tuple("BM" if d == inner else None if d == axis else 1 for d in range(rank))
+        Yp = task.partition(Y, by="blocks", tile=tile)
+        Xp = task.partition(X, by="blocks", tile=tile)
+        for ix in task.parallel_range(tuple(Yp.shape[d] for d in kept)):  # parallel: may become the grid
+            at = dict(zip(kept, ix if isinstance(ix, tuple) else (ix,)))
+            where = tuple(at.get(d, 0) for d in range(rank))
+            task.launch(layernorm_sums_rows, Yp[where], Xp[where], W, B, eps)
+
+    return layernorm_sums_logic
+
+
+layernorm_logic.alternatives = {"layernorm_sums_logic": _layernorm_sums(1, 2)}
+layernorm_sums_logic = layernorm_logic.alternatives["layernorm_sums_logic"]  # the CPU mapping's algorithm

@@ -1,0 +1,40 @@
+"""The c builder's loop split (septran/build/c_split.py): a loop over an overhanging tile becomes two, where the
+tensor ends, with the same body and the index test replaced by what it evaluates to in each."""
+from __future__ import annotations
+
+from septran.build.c_split import split_overhang_loops
+
+MASKED = """\
+int32_t k(float* X, float* S) {
+  #pragma omp parallel for collapse(1) schedule(static) private(S)
+  for (int64_t bx = (int64_t)0; bx < (int64_t)8; ++bx) {
+    for (int64_t b = (int64_t)0; b < (int64_t)512; ++b) {
+      float condval;
+      if ((b < (int64_t)300)) {
+        condval = X[((bx * (int64_t)300) + b)];
+      } else {
+        condval = -INFINITY;
+      }
+      S[b] = condval;
+    }
+  }
+  return 0;
+}"""
+
+
+def test_a_masked_loop_is_split_where_the_tensor_ends():
+    out = split_overhang_loops(MASKED)
+    assert "for (int64_t b = (int64_t)0; b < (int64_t)300; ++b) {" in out
+    assert "for (int64_t b = (int64_t)300; b < (int64_t)512; ++b) {" in out
+    first, second = out.split("b < (int64_t)300; ++b)")[1], out.split("b < (int64_t)512; ++b)")[1]
+    assert first.index("if (true)") < first.index("for (") and "if (false)" in second
+    assert "(b < (int64_t)300)" not in out  # every test replaced by its value
+    assert out.count("#pragma omp parallel for") == 1 and "bx < (int64_t)8; ++bx" in out  # the grid loop untouched
+
+
+def test_loops_of_other_forms_are_left_as_they_are():
+    dynamic = MASKED.replace("b < (int64_t)512; ++b", "b < n; ++b")  # a dynamic extent
+    two_bounds = MASKED.replace("S[b] = condval;", "S[b] = condval + (float)(b < (int64_t)200);")
+    past = MASKED.replace("(b < (int64_t)300)", "(b < (int64_t)600)")  # the test never fails inside the loop
+    for src in (dynamic, two_bounds, past):
+        assert split_overhang_loops(src) == src
