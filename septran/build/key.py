@@ -10,8 +10,10 @@ No absolute path goes in: a cache folder moved elsewhere still hits.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from pathlib import Path
 
 from septran.build import toolchain, vendor
 from septran.target import Target
@@ -29,6 +31,7 @@ def build_key(source: str, builder: str, target: Target, compiler: bool) -> str:
         "pass_configs": {k: str(v) for k, v in dict(target.pass_configs).items()},
         "flags": list(target.compile_flags),
         "vendor": vendor.digest(target),
+        "rewrites": _rewrites_digest(builder),
     }
     if compiler:
         c = toolchain.compiler_facts()
@@ -36,3 +39,17 @@ def build_key(source: str, builder: str, target: Target, compiler: bool) -> str:
         facts["native"] = toolchain.native_flags(target.compile_flags)
     text = json.dumps(facts, sort_keys=True, default=str)
     return hashlib.sha256(f"{text}\0{source}".encode()).hexdigest()
+
+
+# The modules that make each builder's stages from TileLang's output (the C builder's OpenMP pragma and loop
+# split): an edit to one changes what a cached stage would hold, so their text is in the key, not only the version.
+_REWRITERS = {"c": ("c_builder.py", "c_parallel.py", "c_split.py"), "tilelang": ("tilelang_builder.py",)}
+
+
+@functools.lru_cache(maxsize=None)
+def _rewrites_digest(builder: str) -> str:
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for name in _REWRITERS.get(builder, ()):
+        h.update(name.encode() + b"\0" + (here / name).read_bytes())
+    return h.hexdigest()[:16]
