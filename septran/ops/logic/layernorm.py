@@ -17,13 +17,18 @@ from septran import task
 
 def layernorm(axis: int = -1, rank: int = 2):
     """The entry task over ``axis`` of a tensor of ``rank`` dimensions (W and B have that axis's length)."""
-    if rank not in (2, 3, 4) or not -rank <= axis < rank:
-        raise ValueError(f"layernorm over axis {axis} of rank {rank}: rank is 2, 3 or 4 and axis one of its dimensions")
+    _check(axis, rank)
     if (axis % rank, rank) == (1, 2):
         return layernorm_logic  # carries its alternative (set below, once)
     logic = _layernorm_any(axis % rank, rank)
     logic.alternatives = {"layernorm_sums_logic": _layernorm_sums(axis % rank, rank)}
     return logic
+
+
+def _check(axis: int, rank: int) -> None:
+    """Refuses a rank or axis the algorithms are not written for (before any loop runs over ``rank``)."""
+    if rank not in (2, 3, 4) or not -rank <= axis < rank:
+        raise ValueError(f"layernorm over axis {axis} of rank {rank}: rank is 2, 3 or 4 and axis one of its dimensions")
 
 
 @task.define(leaf=True)
@@ -183,6 +188,7 @@ def _write_any(axis: int, rank: int, drop):
 def _layernorm_sums(axis: int, rank: int):
     """The per-tile-sums algorithm (see the module's docstring) over any axis: a program owns BM elements along
     the last kept dimension (one along the others) and walks the normalised axis in tiles of BN, three times."""
+    _check(axis, rank)
     kept = [d for d in range(rank) if d != axis]
     inner = kept[-1]
     rows = (axis, rank) == (1, 2)  # a matrix's rows: the row primitives (the vendor's vector code on a CPU)

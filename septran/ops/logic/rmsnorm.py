@@ -16,13 +16,18 @@ from septran import task
 
 def rmsnorm(axis: int = -1, rank: int = 2):
     """The entry task over ``axis`` of a tensor of ``rank`` dimensions (W has that axis's length)."""
-    if rank not in (2, 3, 4) or not -rank <= axis < rank:
-        raise ValueError(f"rmsnorm over axis {axis} of rank {rank}: rank is 2, 3 or 4 and axis one of its dimensions")
+    _check(axis, rank)
     if (axis % rank, rank) == (1, 2):
         return rmsnorm_logic  # carries its alternative (set below, once)
     logic = _rmsnorm_any(axis % rank, rank)
     logic.alternatives = {"rmsnorm_sums_logic": _rmsnorm_sums(axis % rank, rank)}
     return logic
+
+
+def _check(axis: int, rank: int) -> None:
+    """Refuses a rank or axis the algorithms are not written for (before any loop runs over ``rank``)."""
+    if rank not in (2, 3, 4) or not -rank <= axis < rank:
+        raise ValueError(f"rmsnorm over axis {axis} of rank {rank}: rank is 2, 3 or 4 and axis one of its dimensions")
 
 
 @task.define(leaf=True)
@@ -143,6 +148,7 @@ def _write_any(axis: int, rank: int, drop):
 def _rmsnorm_sums(axis: int, rank: int):
     """The per-tile-sums algorithm (see the module's docstring) over any axis: a program owns BM elements along
     the last kept dimension (one along the others) and walks the normalised axis in tiles of BN, twice."""
+    _check(axis, rank)
     kept = [d for d in range(rank) if d != axis]
     inner = kept[-1]
     rows = (axis, rank) == (1, 2)  # a matrix's rows: the row primitives (the vendor's vector code on a CPU)
