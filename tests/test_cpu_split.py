@@ -27,7 +27,7 @@ def test_a_masked_loop_is_split_where_the_tensor_ends():
     assert "for (int64_t b = (int64_t)0; b < (int64_t)300; ++b) {" in out
     assert "for (int64_t b = (int64_t)300; b < (int64_t)512; ++b) {" in out
     first, second = out.split("b < (int64_t)300; ++b)")[1], out.split("b < (int64_t)512; ++b)")[1]
-    assert first.index("if (true)") < first.index("for (") and "if (false)" in second
+    assert first.index("if ((true))") < first.index("for (") and "if ((false))" in second
     assert "(b < (int64_t)300)" not in out  # every test replaced by its value
     assert out.count("#pragma omp parallel for") == 1 and "bx < (int64_t)8; ++bx" in out  # the grid loop untouched
 
@@ -38,3 +38,10 @@ def test_loops_of_other_forms_are_left_as_they_are():
     past = MASKED.replace("(b < (int64_t)300)", "(b < (int64_t)600)")  # the test never fails inside the loop
     for src in (dynamic, two_bounds, past):
         assert split_overhang_loops(src) == src
+
+
+def test_a_test_that_is_an_ifs_whole_condition_stays_a_condition():
+    """TileLang prints ``if (j < N) {`` as well as ``if ((j < N)) {``: the value replaces the test in parentheses,
+    so the split C still compiles (a bare ``if true {`` did not: test_split_reduce found it)."""
+    out = split_overhang_loops(MASKED.replace("if ((b < (int64_t)300)) {", "if (b < (int64_t)300) {"))
+    assert "if (true) {" in out and "if (false) {" in out and "if true" not in out and "if false" not in out

@@ -17,7 +17,7 @@ g++ vectorises that with masked loads and a 64-bit index comparison per vector
 bound and the loop's extent are literals (static shapes), the loop becomes two
 with the same body, over [0, 4097) and [4097, 4104), and in each the test is the
 literal it always evaluates to there: every occurrence of ``(j < (int64_t)4097)``
-is ``true`` in the first and ``false`` in the second. The order of the
+is ``(true)`` in the first and ``(false)`` in the second. The order of the
 iterations is unchanged and nothing else in the body is touched, so the
 program means what it meant. Loops with another form are left as they are.
 """
@@ -51,8 +51,8 @@ def split_overhang_loops(source: str) -> str:
             at += 1
             continue
         bound = next(iter(bounds))
-        first = test.sub("true", body)
-        second = test.sub("false", body)
+        first = test.sub("(true)", body)  # parenthesised: the test may be an if's whole condition
+        second = test.sub("(false)", body)
         head = lambda lo, hi: (f"{indent}for ({itype} {var} = {cast}{lo}; {var} < {cast}{hi}; ++{var}) {{")  # noqa: E731
         lines[at:end + 1] = [head(0, bound), *first.split("\n"), indent + "}",
                              head(bound, extent), *second.split("\n"), indent + "}"]

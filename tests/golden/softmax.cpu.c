@@ -35,7 +35,7 @@ int32_t softmax_cached_kernel(float* X, float* Y) {
     septran_cpu_fill_zero_f32((&(l[0])), (int64_t)1, (int64_t)1, (int64_t)1);
     for (int64_t b = (int64_t)0; b < (int64_t)300; ++b) {
       float condval;
-      if (true) {
+      if ((true)) {
         condval = X[((bx * (int64_t)300) + b)];
       } else {
         condval = -INFINITY;
@@ -44,7 +44,7 @@ int32_t softmax_cached_kernel(float* X, float* Y) {
     }
     for (int64_t b = (int64_t)300; b < (int64_t)512; ++b) {
       float condval;
-      if (false) {
+      if ((false)) {
         condval = X[((bx * (int64_t)300) + b)];
       } else {
         condval = -INFINITY;
@@ -54,7 +54,7 @@ int32_t softmax_cached_kernel(float* X, float* Y) {
     septran_cpu_reduce_max_f32((&(m[0])), (&(S[0])), (int64_t)1, (int64_t)512, (int64_t)512, 0);
     for (int64_t b_1 = (int64_t)0; b_1 < (int64_t)300; ++b_1) {
       float condval_1;
-      if (true) {
+      if ((true)) {
         condval_1 = X[((bx * (int64_t)300) + b_1)];
       } else {
         condval_1 = -INFINITY;
@@ -63,7 +63,7 @@ int32_t softmax_cached_kernel(float* X, float* Y) {
     }
     for (int64_t b_1 = (int64_t)300; b_1 < (int64_t)512; ++b_1) {
       float condval_1;
-      if (false) {
+      if ((false)) {
         condval_1 = X[((bx * (int64_t)300) + b_1)];
       } else {
         condval_1 = -INFINITY;
