@@ -1,11 +1,10 @@
 """The SepTran nodes of a compiled graph as direct steps: each calls its kernel's prepared plan, not the custom op.
 
-The rewrite puts ``torch.ops.septran.*`` calls in the graph (they trace, export and run under
-``fullgraph=True``); at run time each goes through torch's dispatcher (about 23 us a call on this machine)
-and then the op's Python, which looks its kernel up and binds the call again (about 21 us). A step is made
-once per node: it keeps its kernel, and per shape signature the kernel's plan (``Kernel.prepared``), so a
-call is the op's view arithmetic and ``plan.run``. A step whose output the memory plan places is handed
-``out`` (a view of the graph's arena) and writes it there.
+The rewrite puts ``torch.ops.septran.*`` calls in the graph (they trace, export and run under ``fullgraph=True``);
+at run time each goes through torch's dispatcher (about 23 us a call on this machine) and then the op's Python,
+which looks its kernel up and binds the call again (about 21 us). A step is made once per node: it keeps its
+kernel, and per shape signature the kernel's plan (``Kernel.prepared``), so a call is the op's view arithmetic
+and ``plan.run``. A step whose output the memory plan places is handed ``out`` (a view of the graph's arena).
 
 Anything unusual (an empty tensor, a non-contiguous input, another device than the plan's) runs the op's own
 Python (``CustomOpDef._init_fn``, the same code the custom op runs), so a step is never wrong where the op is
@@ -20,6 +19,8 @@ import threading
 from typing import Callable, Optional
 
 import torch
+
+from septran.model.written_attention_op import causal
 
 log = logging.getLogger(__name__)
 _NUMBERS = itertools.count()
@@ -371,9 +372,8 @@ class Attention(Step):
 
 
 class AttentionWritten(Step):
-    """``septran::attention_written``: the causal attention's step where the run-time check finds the mask causal,
-    the op's written-out torch operators elsewhere. Not a fast step (``FAST``): its check runs in Python at every
-    call, so a segment launcher never replays its kernel without it (the node ends a segment)."""
+    """``septran::attention_written``: the causal attention where the run-time check finds the mask causal, else the
+    written-out torch ops. Not in ``FAST``: its check runs in Python at every call, so a launcher never replays it."""
 
     def __init__(self, op):
         super().__init__(op)
@@ -382,8 +382,6 @@ class AttentionWritten(Step):
 
     def __call__(self, out, q, k, v, keep, scale):
         self.calls += 1
-        from septran.model.written_attention_op import causal
-
         if not causal(q, k, keep):
             return self._slow(q, k, v, keep, scale)
         self.checked_calls += 1
