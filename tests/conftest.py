@@ -25,6 +25,14 @@ def pytest_xdist_make_scheduler(config, log):
     return LongestFileFirst(config, log)
 
 
+def pytest_configure(config):
+    """TileLang's C of the cpu kernels from the records where SepTran's source is unchanged (each process,
+    each xdist worker): support/lowering_records.py."""
+    from support import lowering_records
+
+    lowering_records.install()
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", help="rewrite golden files from the current output")
 

@@ -1,0 +1,112 @@
+"""TileLang's C for the cpu kernels the suite builds, recorded: a fresh clone's run parses and lowers each through
+TileLang only where SepTran's source changed.
+
+Parsing a kernel's TileLang source and lowering it to C took about 2 s of CPU per kernel here, on the order of
+700 kernels per run: the largest part of the suite's time. TileLang's answer depends only on the exact source,
+the kernel's name, TileLang's target and pass configs and TileLang's version, so a record keyed by their hash
+stands in for it (``c_builder.tilelang_c``, the one seam); a kernel whose source changed misses and is lowered
+for real. Everything after TileLang's print still runs on every kernel: SepTran's OpenMP and loop-split
+rewrites, g++, the calling convention, the numerics. ``test_lowering_records`` lowers one recorded kernel again
+and compares, so a TileLang that stopped answering the same is seen.
+
+``SEPTRAN_TEST_LOWERING`` (as with ``SEPTRAN_TEST_NVCC`` for nvcc, support/cuda_tools.py):
+- unset: read the records; a miss lowers through TileLang.
+- ``fresh``: ignore the records (the suite as it ran before them).
+- ``record``: lower what misses and stage every kernel the run used (hit or miss) under
+  ``tests/golden/.lowered_c.staging/``; then ``python tests/support/lowering_records.py pack`` writes the
+  staged set (only: records no kernel used go) to ``tests/golden/lowered_c.json.xz``. Record with a whole run,
+  ``SEPTRAN_TEST_LOWERING=record make test``, and commit the file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import os
+import sys
+import threading
+from pathlib import Path
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+RECORDS = GOLDEN / "lowered_c.json.xz"
+STAGING = GOLDEN / ".lowered_c.staging"
+_lock = threading.Lock()
+_records: dict | None = None
+stats = {"hits": 0, "misses": 0}
+
+
+def key(job) -> str:
+    """The hash of everything TileLang's C of ``job`` depends on."""
+    from septran.version import tilelang_version
+
+    t = job.target
+    facts = {"tilelang": tilelang_version(), "name": job.program.name,
+             "target": t.tilelang_target if isinstance(t.tilelang_target, str) else dict(t.tilelang_target),
+             "pass_configs": {k: str(v) for k, v in dict(t.pass_configs).items()}}
+    text = json.dumps(facts, sort_keys=True, default=str) + "\0" + job.text("tilelang")
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def records() -> dict:
+    global _records
+    with _lock:
+        if _records is None:
+            try:
+                _records = json.loads(lzma.decompress(RECORDS.read_bytes()))["records"]
+            except (OSError, ValueError, KeyError, lzma.LZMAError):
+                _records = {}
+        return _records
+
+
+def install() -> None:
+    """Stands the records in for TileLang at ``c_builder.tilelang_c`` in this process (the mode permitting)."""
+    mode = os.environ.get("SEPTRAN_TEST_LOWERING", "")
+    if mode == "fresh":
+        return
+    from septran.build import c_builder
+
+    lower = c_builder.tilelang_c
+
+    def recorded(job) -> str:
+        k = key(job)
+        c = records().get(k)
+        if c is None:
+            stats["misses"] += 1
+            c = lower(job)
+        else:
+            stats["hits"] += 1
+        if mode == "record":
+            _stage(k, c)
+        return c
+
+    recorded.lower = lower  # TileLang's own, for the test that compares
+    c_builder.tilelang_c = recorded
+
+
+def _stage(k: str, c: str) -> None:
+    STAGING.mkdir(exist_ok=True)
+    path = STAGING / f"{k}.c"
+    if not path.exists():
+        tmp = STAGING / f".{k}.{os.getpid()}.tmp"
+        tmp.write_text(c)
+        os.replace(tmp, path)
+
+
+def pack() -> int:
+    """Writes the staged records (only those) to ``RECORDS``; returns how many."""
+    from septran.version import tilelang_version
+
+    staged = {p.stem: p.read_text() for p in sorted(STAGING.glob("*.c"))}
+    data = json.dumps({"what": "TileLang's C per kernel, by key (tests/support/lowering_records.py)",
+                       "tilelang": tilelang_version(), "records": staged}, sort_keys=True)
+    RECORDS.write_bytes(lzma.compress(data.encode(), preset=9 | lzma.PRESET_EXTREME))
+    for p in STAGING.iterdir():
+        p.unlink()
+    STAGING.rmdir()
+    return len(staged)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["pack"]:
+        sys.exit("usage: python tests/support/lowering_records.py pack")
+    print(f"{pack()} records written to {RECORDS}")
