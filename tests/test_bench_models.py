@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from conftest import REPO
+from support import lowering_records
 
 pytestmark = pytest.mark.build  # bench/models.py in a child process builds the blocks' kernels
 
@@ -24,7 +25,7 @@ def test_models_bench_quick_run_writes_every_field(tmp_path):
                          capture_output=True, text=True, timeout=600, cwd=REPO,
                          # torch's threads at 1 from the start: Dynamo guards on the count, so a process that
                          # starts at 2 compiles the first model's graphs twice (once before --threads 1 is set)
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+                         env=lowering_records.child_env(dict(os.environ, OMP_NUM_THREADS="1")))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads(out.read_text())
     assert {"torch", "cpu_model", "cores"} <= set(report["machine"])

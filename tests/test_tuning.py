@@ -12,6 +12,7 @@ import septran
 from conftest import GEMM_LOGIC, REPO, edited_mapping, needs_nvcc
 from septran.errors import MappingError
 from septran.records.db import TuningDB
+from support import lowering_records
 from septran.tuning import measure
 from septran.tuning.search import search
 
@@ -137,7 +138,7 @@ def test_septran_tune_json_and_a_second_process_measures_nothing(tmp_path, db):
 
     _, path = _space(tmp_path)
     cache = tmp_path / "cache"  # its own: the suite's other tests build into the shared one meanwhile
-    env = dict(os.environ, SEPTRAN_TUNING_DB=str(db.path), SEPTRAN_CACHE_DIR=str(cache))
+    env = lowering_records.child_env(dict(os.environ, SEPTRAN_TUNING_DB=str(db.path), SEPTRAN_CACHE_DIR=str(cache)))
     args = ("tune", str(GEMM_LOGIC), str(path), "--input", "A=64x48:float32", "--input", "B=48x40:float32", "--json",
             "--jobs", "1")
     first = _cli(*args, env=env)

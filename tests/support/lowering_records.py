@@ -6,7 +6,9 @@ Parsing a kernel's TileLang source and lowering it to C took about 2 s of CPU pe
 the kernel's name, TileLang's target and pass configs and TileLang's version, so a record keyed by their hash
 stands in for it (``c_builder.tilelang_c``, the one seam); a kernel whose source changed misses and is lowered
 for real. Everything after TileLang's print still runs on every kernel: SepTran's OpenMP and loop-split
-rewrites, g++, the calling convention, the numerics. ``test_lowering_records`` lowers one recorded kernel again
+rewrites, g++, the calling convention, the numerics. A child process a test starts gets the records where the
+test passes ``child_env`` (the models bench's smoke run, the tuning command); the cache tests' children build
+for real. ``test_lowering_records`` lowers one recorded kernel again
 and compares, so a TileLang that stopped answering the same is seen.
 
 ``SEPTRAN_TEST_LOWERING`` (as with ``SEPTRAN_TEST_NVCC`` for nvcc, support/cuda_tools.py):
@@ -81,6 +83,12 @@ def install() -> None:
 
     recorded.lower = lower  # TileLang's own, for the test that compares
     c_builder.tilelang_c = recorded
+
+
+def child_env(env: dict) -> dict:
+    """``env`` for a child process a test starts, with the records stood in there too (child_site/)."""
+    site = str(Path(__file__).resolve().parent / "child_site")
+    return dict(env, PYTHONPATH=os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p))
 
 
 def _stage(k: str, c: str) -> None:
