@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import septran
-from septran.build import c_builder
+from septran.build import tilelang_api
 from support import lowering_records
 
 from conftest import REPO
@@ -30,10 +30,10 @@ def test_a_recorded_kernel_is_what_tilelang_prints(variant):
     if recorded is None:
         if RECORDING or os.environ.get("SEPTRAN_TEST_LOWERING") == "fresh":
             pytest.skip("the records are being made, or not read")
-        pytest.fail("tests/golden/lowered_c.json.xz lacks this kernel: SepTran's emitted source changed since the "
+        pytest.fail("tests/golden/lowered.json.xz lacks this kernel: SepTran's emitted source changed since the "
                     "records were made, and every changed cpu kernel is lowered again (slow, still right). Refresh "
                     "them: SEPTRAN_TEST_LOWERING=record make test; python tests/support/lowering_records.py pack")
-    lower = getattr(c_builder.tilelang_c, "lower", c_builder.tilelang_c)  # TileLang's own, past the records
+    lower = getattr(tilelang_api.device_source_of, "lower", tilelang_api.device_source_of)  # TileLang's own
     assert lower(job) == recorded
 
 

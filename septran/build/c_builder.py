@@ -82,17 +82,10 @@ class CKernel:
 def _c(job, tilelang_source: str) -> str:
     """TileLang's C, with the grid's loops run by OpenMP where the lowering proved it safe, and loops over an
     overhanging tile split where the tensor ends (``c_split``)."""
-    c = tilelang_c(job)
+    c = tilelang_api.device_source_of(job)
     if job.program.parallel is not None:
         c = c_parallel.parallel_grid(c, function_name(job.program), job.program.parallel)
     return c_split.split_overhang_loops(c)
-
-
-def tilelang_c(job) -> str:
-    """TileLang's C of the job's TileLang source, as TileLang prints it: parsed and lowered (this imports
-    TileLang). One seam, looked up at each call: the test suite stands its records of TileLang's answers in here
-    (tests/support/lowering_records.py)."""
-    return tilelang_api.lower_device_source(job.prim_func(), job.target, str(job.path("tilelang")))
 
 
 def _library(job, _) -> CKernel:

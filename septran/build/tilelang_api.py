@@ -92,6 +92,13 @@ def compile_kernel(prim_func, target: Target, path_hint: str):
         raise _rejected(err, "build", path_hint, target) from err
 
 
+def device_source_of(job) -> str:
+    """The device source (CUDA, HIP, C) TileLang prints for a build job's TileLang source: parsed and lowered
+    here. Both builders' device stage; one seam, looked up at each call, where the test suite stands in its
+    records of TileLang's answers (tests/support/lowering_records.py)."""
+    return lower_device_source(job.prim_func(), job.target, str(job.path("tilelang")))
+
+
 def lower_device_source(prim_func, target: Target, path_hint: str) -> str:
     """The device source (CUDA, HIP or C) without building it: works with no GPU or vendor compiler."""
     import tilelang

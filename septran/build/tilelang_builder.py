@@ -13,7 +13,7 @@ from septran.build.stages import Builder, Stage
 
 
 def _device(job, tilelang_source: str) -> str:
-    return tilelang_api.lower_device_source(job.prim_func(), job.target, str(job.path("tilelang")))
+    return tilelang_api.device_source_of(job)
 
 
 def _binary(job, _):

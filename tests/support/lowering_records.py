@@ -1,22 +1,24 @@
-"""TileLang's C for the cpu kernels the suite builds, recorded: a fresh clone's run parses and lowers each through
-TileLang only where SepTran's source changed.
+"""TileLang's device source (the C of cpu kernels, the CUDA and HIP of GPU ones, a DSA's C) for the kernels the
+suite builds, recorded: a fresh clone's run parses and lowers each through TileLang only where SepTran's source
+changed.
 
-Parsing a kernel's TileLang source and lowering it to C took about 2 s of CPU per kernel here, on the order of
-700 kernels per run: the largest part of the suite's time. TileLang's answer depends only on the exact source,
-the kernel's name, TileLang's target and pass configs and TileLang's version, so a record keyed by their hash
-stands in for it (``c_builder.tilelang_c``, the one seam); a kernel whose source changed misses and is lowered
-for real. Everything after TileLang's print still runs on every kernel: SepTran's OpenMP and loop-split
-rewrites, g++, the calling convention, the numerics. A child process a test starts gets the records where the
-test passes ``child_env`` (the models bench's smoke run, the tuning command); the cache tests' children build
-for real. ``test_lowering_records`` lowers one recorded kernel again
-and compares, so a TileLang that stopped answering the same is seen.
+Parsing a kernel's TileLang source and lowering it took about 1 to 2 s of CPU per cpu kernel here (more for GPU
+ones), for about 900 kernels per run: the largest part of the suite's time. TileLang's answer depends only on
+the exact source, the kernel's name, TileLang's target and pass configs and TileLang's version, so a record keyed
+by their hash stands in for it (``tilelang_api.device_source_of``, the one seam both builders' device stage
+calls); a kernel whose source changed misses and is lowered for real. Everything after TileLang's print still
+runs on every kernel: SepTran's OpenMP and loop-split rewrites, g++ (or nvcc, where a test asks), the calling
+convention, the numerics; a DSA's or GPU's binary still goes through ``tilelang.compile``. A child process a test
+starts gets the records where the test passes ``child_env`` (the models bench's smoke run, the tuning command);
+the cache tests' children build for real. ``test_lowering_records`` lowers one recorded kernel again and
+compares, so a TileLang that stopped answering the same is seen.
 
 ``SEPTRAN_TEST_LOWERING`` (as with ``SEPTRAN_TEST_NVCC`` for nvcc, support/cuda_tools.py):
 - unset: read the records; a miss lowers through TileLang.
 - ``fresh``: ignore the records (the suite as it ran before them).
 - ``record``: lower what misses and stage every kernel the run used (hit or miss) under
-  ``tests/golden/.lowered_c.staging/``; then ``python tests/support/lowering_records.py pack`` writes the
-  staged set (only: records no kernel used go) to ``tests/golden/lowered_c.json.xz``. Record with a whole run,
+  ``tests/golden/.lowered.staging/``; then ``python tests/support/lowering_records.py pack`` writes the
+  staged set (only: records no kernel used go) to ``tests/golden/lowered.json.xz``. Record with a whole run,
   ``SEPTRAN_TEST_LOWERING=record make test``, and commit the file.
 """
 from __future__ import annotations
@@ -30,8 +32,8 @@ import threading
 from pathlib import Path
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-RECORDS = GOLDEN / "lowered_c.json.xz"
-STAGING = GOLDEN / ".lowered_c.staging"
+RECORDS = GOLDEN / "lowered.json.xz"
+STAGING = GOLDEN / ".lowered.staging"
 _lock = threading.Lock()
 _records: dict | None = None
 stats = {"hits": 0, "misses": 0}
@@ -61,13 +63,13 @@ def records() -> dict:
 
 
 def install() -> None:
-    """Stands the records in for TileLang at ``c_builder.tilelang_c`` in this process (the mode permitting)."""
+    """Stands the records in for TileLang at ``tilelang_api.device_source_of`` in this process (the mode permitting)."""
     mode = os.environ.get("SEPTRAN_TEST_LOWERING", "")
     if mode == "fresh":
         return
-    from septran.build import c_builder
+    from septran.build import tilelang_api
 
-    lower = c_builder.tilelang_c
+    lower = tilelang_api.device_source_of
 
     def recorded(job) -> str:
         k = key(job)
@@ -82,7 +84,7 @@ def install() -> None:
         return c
 
     recorded.lower = lower  # TileLang's own, for the test that compares
-    c_builder.tilelang_c = recorded
+    tilelang_api.device_source_of = recorded
 
 
 def child_env(env: dict) -> dict:
@@ -105,7 +107,7 @@ def pack() -> int:
     from septran.version import tilelang_version
 
     staged = {p.stem: p.read_text() for p in sorted(STAGING.glob("*.c"))}
-    data = json.dumps({"what": "TileLang's C per kernel, by key (tests/support/lowering_records.py)",
+    data = json.dumps({"what": "TileLang's device source per kernel, by key (tests/support/lowering_records.py)",
                        "tilelang": tilelang_version(), "records": staged}, sort_keys=True)
     RECORDS.write_bytes(lzma.compress(data.encode(), preset=9 | lzma.PRESET_EXTREME))
     for p in STAGING.iterdir():

@@ -1,7 +1,7 @@
 """The suite's lowering records (support/lowering_records.py) in a child process a test starts: a test puts this
 folder first on the child's PYTHONPATH (``lowering_records.child_env``), and Python imports this module at start-up.
 
-Nothing is imported now: when the child first imports ``septran.build.c_builder``, the records are stood in at
+Nothing is imported now: when the child first imports ``septran.build.tilelang_api``, the records are stood in at
 its seam, as conftest does in the test processes."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 _RECORDS = Path(__file__).resolve().parents[1] / "lowering_records.py"
-_SEAM = "septran.build.c_builder"
+_SEAM = "septran.build.tilelang_api"
 
 
 class _AfterSeamImport(importlib.abc.MetaPathFinder):
