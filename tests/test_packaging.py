@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from support import lowering_records
 
 pytestmark = pytest.mark.build  # builds a wheel (pip wheel)
 
@@ -94,6 +95,8 @@ def test_installed_wheel_runs_the_model_level(wheel, tmp_path):
     probe.write_text(_LLAMA_PROBE.format(examples=str(REPO / "examples"),
                                          script=str(REPO / "examples" / "llama_block" / "run_llama_block.py")))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SEPTRAN_MAPPING", "SEPTRAN_MAPPING_PATH")}
+    # The suite's lowering records (a folder with only a sitecustomize: the wheel's septran is the one imported)
+    env = lowering_records.child_env(env)
     run = subprocess.run([str(python), str(probe)], cwd=work, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-4000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
