@@ -41,4 +41,4 @@ def layernorm_sums(
             rstd[a] = T.rsqrt(rstd[a] / T.float32(X_dim1) + T.float32(1e-05))
         for k_3 in T.serial(T.ceildiv(X_dim1, BN)):
             for i, j in T.grid(BM, T.min(BN, X_dim1 - k_3 * BN)):
-                Y[bx * BM + i, k_3 * BN + j] = (T.if_then_else((k_3 * BN + j) < X_dim1, X[bx * BM + i, k_3 * BN + j], T.float32(0.0)) - mean[i]) * rstd[i] * T.if_then_else((k_3 * BN + j) < X_dim1, W[k_3 * BN + j], T.float32(0.0)) + T.if_then_else((k_3 * BN + j) < X_dim1, B[k_3 * BN + j], T.float32(0.0))
+                Y[bx * BM + i, k_3 * BN + j] = (X[bx * BM + i, k_3 * BN + j] - mean[i]) * rstd[i] * W[k_3 * BN + j] + B[k_3 * BN + j]
