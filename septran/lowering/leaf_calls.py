@@ -280,7 +280,8 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why, ha
         """The loop over an overhanging output's in-bounds part keeps this read inside its tensor along ``d``: the
         read's index there is a loop index that runs along an output dimension with the same in-bounds extent (the
         same tile of a tensor as long, e.g. softmax's Y written from X). No guard then: a guarded load in the loop
-        keeps g++ from vectorising it (a dynamic row length's kernel ran element by element)."""
+        keeps g++ from vectorising it (a dynamic row length's kernel ran element by element). Every target's
+        elementwise template loops over ``{out.shape}``, which is the in-bounds part of such an output."""
         read, out_region = regions[e.arg.name], regions[out_name]
         if len(e.idx) != len(read.offsets) or not isinstance(e.idx[d], str) or e.idx[d] not in names:
             return False
