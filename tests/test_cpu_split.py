@@ -45,3 +45,40 @@ def test_a_test_that_is_an_ifs_whole_condition_stays_a_condition():
     so the split C still compiles (a bare ``if true {`` did not: test_split_reduce found it)."""
     out = split_overhang_loops(MASKED.replace("if ((b < (int64_t)300)) {", "if (b < (int64_t)300) {"))
     assert "if (true) {" in out and "if (false) {" in out and "if true" not in out and "if false" not in out
+
+
+TILED = """\
+int32_t k(float* X, float* S, int64_t X_dim1) {
+  for (int64_t k_2 = (int64_t)0; k_2 < ((X_dim1 + (int64_t)1023) >> (int64_t)10); ++k_2) {
+    for (int64_t b = (int64_t)0; b < (int64_t)1024; ++b) {
+      float condval;
+      if ((((k_2 * (int64_t)1024) + b) < X_dim1)) {
+        condval = X[((k_2 * (int64_t)1024) + b)];
+      } else {
+        condval = 0.000000e+00f;
+      }
+      S[b] = condval;
+    }
+  }
+  return 0;
+}"""
+
+
+def test_a_tile_of_a_loop_over_tiles_is_split_where_the_tensor_ends():
+    """The test past the tile's start, against a dynamic end (or a literal one): the split point is that end less
+    the tile's start, clamped to the tile; every test replaced by its value in each part."""
+    out = split_overhang_loops(TILED)
+    left = "(X_dim1 - (k_2 * (int64_t)1024))"
+    split = f"(int64_t)({left} < 0 ? (int64_t)0 : {left} < (int64_t)1024 ? {left} : (int64_t)1024)"
+    assert f"for (int64_t b = (int64_t)0; b < {split}; ++b) {{" in out
+    assert f"for (int64_t b = {split}; b < (int64_t)1024; ++b) {{" in out
+    assert out.count("if ((true))") == 1 and out.count("if ((false))") == 1 and "< X_dim1)) {" not in out
+    static = split_overhang_loops(TILED.replace("< X_dim1)) {", "< (int64_t)4097)) {"))
+    assert "((int64_t)4097 - (k_2 * (int64_t)1024)) < 0 ? (int64_t)0" in static
+
+
+def test_a_tile_split_whose_point_the_body_moves_is_not_made():
+    moved = TILED.replace("S[b] = condval;", "S[b] = condval; X_dim1 = X_dim1 - 1;")
+    own = TILED.replace("((k_2 * (int64_t)1024) + b) < X_dim1", "((k_2 * (int64_t)1024) + b) < b")
+    for src in (moved, own):
+        assert split_overhang_loops(src) == src

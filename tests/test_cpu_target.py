@@ -180,3 +180,24 @@ def test_a_dynamic_grid_starts_no_thread_team_for_one_program():
     torch.testing.assert_close(k(a, w), a @ w, rtol=1e-4, atol=1e-4)
     pragma = next(line for line in k.latest.device_source.splitlines() if "#pragma omp parallel for" in line)
     assert " if(" in pragma and pragma.rstrip().endswith("> 1)"), pragma
+
+
+def test_a_small_call_starts_no_thread_team(tmp_path):
+    """Issue 20: a call whose tensors hold fewer than 32K elements in all runs on one thread. Rows dynamic (the
+    model level's norm): the size test reads the rows at the call and precedes the grid's; a static tiny kernel's
+    test is decided when the C is made (if(0)). Both right below and above the threshold."""
+    from septran.build.c_parallel import ONE_THREAD_ELEMENTS
+    from septran.ops import kernels, norms
+
+    k = norms._kernel("rmsnorm", torch.device("cpu"), (), lambda: kernels.logic("rmsnorm").rmsnorm(axis=1, rank=2))
+    w = torch.randn(64)
+    for rows in (3, ONE_THREAD_ELEMENTS // 64 + 5):
+        x = torch.randn(rows, 64)
+        torch.testing.assert_close(k(x, w, eps=1e-6), torch.nn.functional.rms_norm(x, (64,), w, 1e-6))
+    pragma = next(line for line in k.latest.device_source.splitlines() if "#pragma omp parallel for" in line)
+    assert f"64 * (int64_t)X_dim0 + 64 * (int64_t)X_dim0 + 64 >= {ONE_THREAD_ELEMENTS} && " in pragma, pragma
+    assert pragma.rstrip().endswith("> 1)"), pragma
+    kernel = septran.compile(_rows_logic(True), mapping_file=_mapping(tmp_path, ROWS_MAPPING))
+    x = torch.randn(37, 50)
+    torch.testing.assert_close(kernel(x), 2 * x)
+    assert " if(0)" in next(line for line in kernel.device_source.splitlines() if "#pragma omp" in line)

@@ -87,18 +87,33 @@ def test_a_tile_of_a_type_the_vendor_cannot_copy_is_copied_by_tilelang(tmp_path,
     torch.testing.assert_close(y, (x.to(torch.int64) * 2).to(dtype))
 
 
-def test_a_float16_accumulator_temp_reduced_by_the_vendor_is_refused_at_the_binding(tmp_path, monkeypatch):
-    """rmsnorm's squares in a float16 temp (the cpu mapping's algorithm, rmsnorm_sums): septran_cpu_reduce_sum_f16
-    does not exist (g++ failed at link time)."""
-    old = 'S = task.temp(*(X.shape[d] if d != axis else "BN" for d in range(rank)))'
+def test_a_float16_result_temp_of_the_vendors_reduction_is_refused_at_the_binding(tmp_path, monkeypatch):
+    """rmsnorm's per-tile sum in a float16 temp (the cpu mapping's algorithm, rmsnorm_sums): the vendor's row
+    reductions write float32 only (septran_cpu_reduce_sum_f32 / _f16 take float* out)."""
+    old = "s = task.temp(*stats)"
     text = (REPO / "septran" / "ops" / "logic" / "rmsnorm.py").read_text()
     assert old in text
     logic = tmp_path / "rmsnorm.py"
     logic.write_text(text.replace(old, old[:-1] + ', dtype="float16")'))
     kernel = septran.compile(logic_file=logic, mapping_file=mapping_path("cpu", "rmsnorm"))
     forbid_tilelang(monkeypatch, "refused before TileLang")
-    with pytest.raises(septran.LoweringError, match="row_sum for X of float32 only, but temp S .* is float16"):
+    with pytest.raises(septran.LoweringError, match="row_sum for out of float32 only, but temp s .* is float16"):
         kernel.specialize(X=((8, 40), "float32"), W=((40,), "float32"))
+
+
+@pytest.mark.build
+def test_a_float16_temp_reduced_by_the_vendor_builds(tmp_path):
+    """rmsnorm's squares in a float16 temp: septran_cpu_reduce_sum_f16 reduces it (it was refused here, and g++
+    failed at link time before that, while the vendor had float32 reductions only)."""
+    old = 'S = task.temp(*(X.shape[d] if d != axis else "BN" for d in range(rank)))'
+    text = (REPO / "septran" / "ops" / "logic" / "rmsnorm.py").read_text()
+    assert old in text
+    logic = tmp_path / "rmsnorm.py"
+    logic.write_text(text.replace(old, old[:-1] + ', dtype="float16")'))
+    kernel = septran.compile(logic_file=logic, mapping_file=mapping_path("cpu", "rmsnorm"))
+    x, w = torch.randn(8, 40), torch.randn(40)
+    expect = torch.nn.functional.rms_norm(x, (40,), w, 1e-6)
+    torch.testing.assert_close(kernel(x, w, eps=1e-6), expect, rtol=2e-3, atol=2e-3)  # squares rounded to float16
 
 
 # GPU targets and DSAs: the same tables (target.yaml: operand_dtypes), checked before TileLang runs.

@@ -35,6 +35,20 @@ def test_cpu_matches_torch(log, dtype, rows, cols):
 
 
 @pytest.mark.build
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_cpu_output_passed_full_of_nan_is_written_whole(log):
+    """Y is written with the exps, tile by tile, before the scaling pass reads it (lowering/writes.py: an earlier
+    loop over the same tiles wrote it): the runtime no longer zero-fills it at each call, and an output passed
+    full of NaN comes back right. 9000 columns: nine 1024-wide tiles, the last overhanging."""
+    fn = torch.log_softmax if log else torch.softmax
+    x = 3 * torch.randn(3, 9000, generator=torch.Generator().manual_seed(9))
+    y = torch.full_like(x, float("nan"))
+    kernel(log)(x, Y=y)
+    assert not kernel(log).latest.program.read_outputs
+    assert_flash_rule(y, fn(x.double(), dim=-1).float(), fn(x, dim=-1), "3x9000 into NaN")
+
+
+@pytest.mark.build
 def test_large_values_do_not_overflow():
     """The running maximum keeps exp() in range where a naive softmax overflows."""
     x = torch.randn(4, 600, generator=torch.Generator().manual_seed(1)) * 30 + 500

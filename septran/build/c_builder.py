@@ -84,7 +84,8 @@ def _c(job, tilelang_source: str) -> str:
     overhanging tile split where the tensor ends (``c_split``)."""
     c = tilelang_api.device_source_of(job)
     if job.program.parallel is not None:
-        c = c_parallel.parallel_grid(c, function_name(job.program), job.program.parallel)
+        c = c_parallel.parallel_grid(c, function_name(job.program), job.program.parallel,
+                                     c_parallel.tensor_elements(job.program))
     return c_split.split_overhang_loops(c)
 
 

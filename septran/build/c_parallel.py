@@ -12,13 +12,24 @@ The lowering proved which grid indices no two programs share an output element
 for (``lowering/writes.py``); those loops get ``#pragma omp parallel for
 collapse(n)``, and the buffers become private to each thread. C of any other
 shape is left as it is (one thread: slower, never wrong), with a warning.
+
+A call whose tensors hold few elements in all (a decode step's one-row norm or
+softmax) runs on one thread: the loop carries ``if(...)``, which OpenMP
+evaluates at the call, so no thread team starts (a team's start and its barrier
+cost more than such a kernel's work, milliseconds when a core is busy). The
+count is every tensor argument's elements, inputs included: a one-row GEMM
+reads a whole weight matrix and stays parallel. Dynamic sizes are the C
+function's arguments, so the test reads them at the call.
 """
 from __future__ import annotations
 
 import logging
 import re
 
-from septran.lowering.tile_ir import ParallelGrid
+from typing import Optional
+
+from septran.expr import Const, Var
+from septran.lowering.tile_ir import ParallelGrid, TileProgram
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +37,43 @@ _DECL = re.compile(r"^\s+[A-Za-z_][\w:]*\s+([A-Za-z_]\w*)(\[\d+\])?;$")
 
 _LITERAL = re.compile(r"^(\(int(32|64)_t\))?\d+$")  # a grid extent TileLang printed as a number
 
+# Below this many elements in all its tensors a call runs on one thread (128 KiB of float32: a few microseconds of
+# one core's work, about what starting two threads costs on an idle machine).
+ONE_THREAD_ELEMENTS = 32768
+
 
 def definition(function: str) -> re.Pattern:
     """The line that opens ``function``'s definition in TileLang's C; group 1 is its parameter list."""
     return re.compile(rf"^int32_t {re.escape(function)}\((.*)\) \{{$", re.M)
 
 
-def parallel_grid(source: str, function: str, par: ParallelGrid) -> str:
+def tensor_elements(program: TileProgram) -> Optional[str]:
+    """The number of elements in all of ``program``'s tensor arguments, as a C expression over its dynamic sizes
+    (the C function's arguments of the same names); None where a dimension is neither a number nor such a size."""
+    static = {c.sym: c.value for c in program.consts if c.value is not None}
+    dynamic = {c.sym for c in program.consts if c.value is None}
+    fixed, terms = 0, []
+    for p in program.params:
+        count, sizes = 1, []
+        for e in p.shape:
+            if isinstance(e, Const):
+                count *= e.value
+            elif isinstance(e, Var) and e.sym in static:
+                count *= static[e.sym]
+            elif isinstance(e, Var) and e.sym in dynamic:
+                sizes.append(f"(int64_t){e.sym.name}")
+            else:
+                return None
+        if sizes:
+            terms.append(" * ".join([str(count)] * (count != 1) + sizes))
+        else:
+            fixed += count
+    return " + ".join(terms + [str(fixed)] * (fixed > 0 or not terms))
+
+
+def parallel_grid(source: str, function: str, par: ParallelGrid, elements: Optional[str] = None) -> str:
+    """``source`` with ``function``'s grid loops under an OpenMP pragma (see the module's docstring); ``elements``:
+    ``tensor_elements``' count, or None for no test of the call's size."""
     lines = source.split("\n")
     head = definition(function)
     start = next((k for k, line in enumerate(lines) if head.match(line)), None)
@@ -51,10 +92,17 @@ def parallel_grid(source: str, function: str, par: ParallelGrid) -> str:
         extents.append(m.group(3))
     indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
     clauses = f"collapse({len(par.syms)}) schedule({par.schedule})" + (f" private({', '.join(private)})" if private else "")
+    tests = []
+    if elements is not None:  # a small call on one thread
+        tests.append(f"{elements} >= {ONE_THREAD_ELEMENTS}" if not elements.isdigit() else
+                     str(int(int(elements) >= ONE_THREAD_ELEMENTS)))
     if not all(_LITERAL.match(e) for e in extents):
         # A grid that grows with a dynamic size may be one program at this call (a decode step's one row): no team
         # then, whose idle thread would wait at the barrier (milliseconds on a loaded machine).
-        clauses += f" if({' * '.join(f'({e})' for e in extents)} > 1)"
+        tests.append(f"{' * '.join(f'({e})' for e in extents)} > 1")
+    tests = ["0"] if "0" in tests else [t for t in tests if t != "1"]  # a number: decided here already
+    if tests:
+        clauses += f" if({' && '.join(tests)})"
     lines.insert(at, f"{indent}#pragma omp parallel for {clauses}")
     return "\n".join(lines)
 

@@ -276,6 +276,19 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why, ha
             return []
         return [d for d, (v, e) in enumerate(zip(region.valid, region.extents)) if v != e]
 
+    def kept_in_by_the_loop(e: el.Load, d: int) -> bool:
+        """The loop over an overhanging output's in-bounds part keeps this read inside its tensor along ``d``: the
+        read's index there is a loop index that runs along an output dimension with the same in-bounds extent (the
+        same tile of a tensor as long, e.g. softmax's Y written from X). No guard then: a guarded load in the loop
+        keeps g++ from vectorising it (a dynamic row length's kernel ran element by element). Every target's
+        elementwise template loops over ``{out.shape}``, which is the in-bounds part of such an output."""
+        read, out_region = regions[e.arg.name], regions[out_name]
+        if len(e.idx) != len(read.offsets) or not isinstance(e.idx[d], str) or e.idx[d] not in names:
+            return False
+        dd = names.index(e.idx[d])
+        return (dd in overhangs(out_name) and len(out_region.valid) == len(names) and len(read.valid) > d
+                and read.valid[d] == out_region.valid[dd])
+
     def loads(e: el.Elem) -> el.Elem:
         if isinstance(e, el.Load):
             got, gathered = index_reads.element(by_param[e.arg.name], e.idx, integer, st.dtypes)
@@ -287,7 +300,8 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why, ha
             shape = st.shapes[got.of]
             halo = (halos or {}).get(e.arg.name) if st.target.memories[by_param[e.arg.name].space].is_global else None
             ends = set(overhangs(e.arg.name)) | ({d for d, (b, a) in enumerate(halo.pairs) if a} if halo else set())
-            for d in sorted(d for d in ends if isinstance(got.index[d], Expr)):  # gathers: guarded already
+            for d in sorted(d for d in ends if isinstance(got.index[d], Expr) and not kept_in_by_the_loop(e, d)):
+                # (gathers: guarded already)
                 value = index_reads.bounded(value, got.index[d], shape[d], st.consts.known, zero)
             for d in (d for d, (b, a) in enumerate(halo.pairs) if b) if halo else ():
                 # a halo read in place reaches before the tensor's start: 0 there, as a staged halo holds

@@ -9,8 +9,13 @@ BN]`` with BM x BN tiles). Grid indices that fail stay sequential, with every
 index inside them (C runs the grid as loops, the first index outermost).
 
 An output the program only writes (copies out, stores) needs no initial
-value; one it also reads (an accumulator in global memory, ``C += ...`` in
-place) starts from zeros, which the runtime provides.
+value; one it reads before writing (an accumulator in global memory, ``C +=
+...`` in place) starts from zeros, which the runtime provides. A read of a
+region the program wrote whole before it, in program order, reads no initial
+value: softmax's Y, written with the exps and then scaled in place, needs no
+zeros (a memset of the whole output at every call). "Before" is the same loop
+iteration, or an earlier loop over the same extent whose variable stands where
+the reading loop's does.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import dataclasses
 import logging
 import math
 
+from septran.expr import Var, substitute
 from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Context
@@ -30,13 +36,9 @@ def writes(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
     """``value``: an integer expression's value (the program's constants are numbers)."""
     outputs = {t.sym for t in program.params if t.role != "input"}
     grid = [sym for sym, _ in program.kernel.grid]
-    touched, read = [], set()
-    for stmt in _statements(program.kernel.body):
-        for role, region in _regions(stmt):
-            if region.of in outputs:
-                touched.append(region)
-                if role != "written":
-                    read.add(region.of)
+    touched = [region for stmt in _statements(program.kernel.body) for role, region in _regions(stmt)
+               if region.of in outputs]
+    read = _read_first(program.kernel.body, outputs, [], (), set())
     values = {c.sym: c.value for c in program.consts if c.value is not None}
     spans = _spans(program.kernel.body, value)
     parallel = 0
@@ -106,6 +108,55 @@ def _spans(stmts, value, out=None) -> dict:
                 pass
             _spans(s.body, value, out)
     return out
+
+
+def _read_first(stmts, outputs, written: list, loops: tuple, read: set) -> set:
+    """The outputs some statement reads where no earlier statement wrote that region whole (see the module's
+    docstring). ``written``: (region, loop variable, extent) of each whole write so far, the variable that of a
+    finished loop the region was written in (None: written in the current iteration); ``loops``: the enclosing
+    loops' (variable, extent)."""
+    for s in stmts:
+        if isinstance(s, ir.For):
+            inner: list = []
+            _read_first(s.body, outputs, written + inner, loops + ((s.var, s.extent),), read)
+            # What the loop wrote in every iteration it wrote for every value of its variable.
+            for stmt in _statements(s.body):
+                for role, r in _regions(stmt):
+                    if role == "written" and r.of in outputs and _whole_write(stmt):
+                        written.append((r, s.var, s.extent))
+            continue
+        for role, r in _regions(s):
+            if r.of not in outputs:
+                continue
+            if role == "written":
+                if _whole_write(s):
+                    written.append((r, None, None))
+            elif not any(_covers(w, var, extent, r, loops) for w, var, extent in written):
+                read.add(r.of)
+    return read
+
+
+def _whole_write(stmt) -> bool:
+    """A statement that writes every element of its target region (a guarded store writes part of it)."""
+    return not (isinstance(stmt, ir.LeafCall) and (stmt.guard or stmt.atomic))
+
+
+def _covers(w: ir.Region, var, extent, r: ir.Region, loops: tuple) -> bool:
+    """Whether write ``w`` (in a finished loop over ``var`` of ``extent``, or in this iteration: var None) wrote
+    every element that read ``r`` may read."""
+    def same(a: ir.Region) -> bool:
+        return (a.of, a.offsets, a.extents, a.valid) == (r.of, r.offsets, r.extents, r.valid)
+    if var is None:
+        return same(w)
+    for u, e in loops:  # the reading loop over the same range stands where the writing loop's variable did
+        if e == extent:
+            env = {Var(var): Var(u)}
+            moved = dataclasses.replace(w, offsets=tuple(substitute(o, env) for o in w.offsets),
+                                        extents=tuple(substitute(x, env) for x in w.extents),
+                                        valid=tuple(substitute(x, env) for x in w.valid))
+            if same(moved):
+                return True
+    return False  # (a loop may run no iteration: a region it wrote whatever its variable is counts only as above)
 
 
 def _statements(stmts):

@@ -32,4 +32,4 @@ def rmsnorm_sums(
             rstd[a] = T.rsqrt(rstd[a] / T.float32(X_dim1) + T.float32(1e-06))
         for k_2 in T.serial(T.ceildiv(X_dim1, BN)):
             for i, j in T.grid(BM, T.min(BN, X_dim1 - k_2 * BN)):
-                Y[bx * BM + i, k_2 * BN + j] = T.if_then_else((k_2 * BN + j) < X_dim1, X[bx * BM + i, k_2 * BN + j], T.float32(0.0)) * rstd[i] * T.if_then_else((k_2 * BN + j) < X_dim1, W[k_2 * BN + j], T.float32(0.0))
+                Y[bx * BM + i, k_2 * BN + j] = X[bx * BM + i, k_2 * BN + j] * rstd[i] * W[k_2 * BN + j]

@@ -27,57 +27,20 @@ extern "C"
 int32_t softmax_cached_kernel(float* X, float* Y) {
   float m[1];
   float l[1];
-  float S[512];
   float s[1];
-  #pragma omp parallel for collapse(1) schedule(static) private(m, l, S, s)
+  #pragma omp parallel for collapse(1) schedule(static) private(m, l, s) if(0)
   for (int64_t bx = (int64_t)0; bx < (int64_t)8; ++bx) {
     m[(int64_t)0] = -INFINITY;
     septran_cpu_fill_zero_f32((&(l[0])), (int64_t)1, (int64_t)1, (int64_t)1);
+    septran_cpu_reduce_max_f32((&(m[0])), (&(X[(bx * (int64_t)300)])), (int64_t)1, (int64_t)300, (int64_t)300, 0);
     for (int64_t b = (int64_t)0; b < (int64_t)300; ++b) {
-      float condval;
-      if ((true)) {
-        condval = X[((bx * (int64_t)300) + b)];
-      } else {
-        condval = -INFINITY;
-      }
-      S[b] = condval;
+      Y[((bx * (int64_t)300) + b)] = expf((X[((bx * (int64_t)300) + b)] - m[(int64_t)0]));
     }
-    for (int64_t b = (int64_t)300; b < (int64_t)512; ++b) {
-      float condval;
-      if ((false)) {
-        condval = X[((bx * (int64_t)300) + b)];
-      } else {
-        condval = -INFINITY;
-      }
-      S[b] = condval;
-    }
-    septran_cpu_reduce_max_f32((&(m[0])), (&(S[0])), (int64_t)1, (int64_t)512, (int64_t)512, 0);
-    for (int64_t b_1 = (int64_t)0; b_1 < (int64_t)300; ++b_1) {
-      float condval_1;
-      if ((true)) {
-        condval_1 = X[((bx * (int64_t)300) + b_1)];
-      } else {
-        condval_1 = -INFINITY;
-      }
-      S[b_1] = expf((condval_1 - m[(int64_t)0]));
-    }
-    for (int64_t b_1 = (int64_t)300; b_1 < (int64_t)512; ++b_1) {
-      float condval_1;
-      if ((false)) {
-        condval_1 = X[((bx * (int64_t)300) + b_1)];
-      } else {
-        condval_1 = -INFINITY;
-      }
-      S[b_1] = expf((condval_1 - m[(int64_t)0]));
-    }
-    septran_cpu_reduce_sum_f32((&(s[0])), (&(S[0])), (int64_t)1, (int64_t)512, (int64_t)512, 1);
+    septran_cpu_reduce_sum_f32((&(s[0])), (&(Y[(bx * (int64_t)300)])), (int64_t)1, (int64_t)300, (int64_t)300, 1);
     l[(int64_t)0] = (l[(int64_t)0] + s[(int64_t)0]);
-    for (int64_t b_2 = (int64_t)0; b_2 < (int64_t)300; ++b_2) {
-      Y[((bx * (int64_t)300) + b_2)] = S[b_2];
-    }
     l[(int64_t)0] = (1.000000e+00f / l[(int64_t)0]);
-    for (int64_t b_3 = (int64_t)0; b_3 < (int64_t)300; ++b_3) {
-      Y[((bx * (int64_t)300) + b_3)] = (Y[((bx * (int64_t)300) + b_3)] * l[(int64_t)0]);
+    for (int64_t b_1 = (int64_t)0; b_1 < (int64_t)300; ++b_1) {
+      Y[((bx * (int64_t)300) + b_1)] = (Y[((bx * (int64_t)300) + b_1)] * l[(int64_t)0]);
     }
   }
   return 0;

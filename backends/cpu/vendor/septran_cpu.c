@@ -10,7 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -38,6 +38,8 @@ static void half_to_float(float* restrict d, const _Float16* restrict s, int32_t
   int32_t j = 0;
 #if defined(__AVX512F__)
   for (; j + 16 <= n; j += 16) _mm512_storeu_ps(d + j, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(s + j))));
+#elif defined(__F16C__)
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(d + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(s + j))));
 #endif
   for (; j < n; j++) d[j] = (float)s[j];
 }
@@ -180,6 +182,31 @@ static float add2(float a, float b) { return a + b; }
 REDUCE(septran_cpu_reduce_max, row_max, max2)
 REDUCE(septran_cpu_reduce_min, row_min, min2)
 REDUCE(septran_cpu_reduce_sum, row_sum, add2)
+
+/* float16 rows (a kernel's tensor reduced in place, without a float32 copy): widened a chunk at a time into a
+ * stack buffer that stays in L1, reduced there, the chunks combined in order. */
+enum { HALF_CHUNK = 512 };
+
+#define REDUCE_HALF(name, row_op, combine, init)                                                        \
+  int32_t name(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear) {         \
+    if (rows < 0 || cols < 0 || ldx < 0) return SEPTRAN_CPU_E_ARGS;                                   \
+    float chunk[HALF_CHUNK];                                                                           \
+    for (int32_t i = 0; i < rows; i++) {                                                               \
+      const _Float16* row = (const _Float16*)x + (size_t)i * (size_t)ldx;                             \
+      float r = init;                                                                                  \
+      for (int32_t j = 0; j < cols; j += HALF_CHUNK) {                                                 \
+        int32_t n = cols - j < HALF_CHUNK ? cols - j : HALF_CHUNK;                                     \
+        half_to_float(chunk, row + j, n);                                                              \
+        r = combine(r, row_op(chunk, n));                                                              \
+      }                                                                                                \
+      out[i] = clear ? r : combine(out[i], r);                                                         \
+    }                                                                                                  \
+    return 0;                                                                                          \
+  }
+
+REDUCE_HALF(septran_cpu_reduce_max_half, row_max, max2, -INFINITY)
+REDUCE_HALF(septran_cpu_reduce_min_half, row_min, min2, INFINITY)
+REDUCE_HALF(septran_cpu_reduce_sum_half, row_sum, add2, 0.0f)
 
 /* ---- GEMM ------------------------------------------------------------------------------ */
 

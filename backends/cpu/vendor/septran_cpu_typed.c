@@ -58,3 +58,12 @@ GEMM(f16, SEPTRAN_CPU_F16)
 REDUCE(max)
 REDUCE(min)
 REDUCE(sum)
+
+#define REDUCE_F16(OP)                                                                           \
+  int32_t septran_cpu_reduce_##OP##_f16(f32* out, f16* x, i64 rows, i64 cols, i64 ldx, int32_t clear) { \
+    return septran_cpu_reduce_##OP##_half(out, x, rows, cols, ldx, clear);                       \
+  }
+
+REDUCE_F16(max)
+REDUCE_F16(min)
+REDUCE_F16(sum)

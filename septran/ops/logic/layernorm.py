@@ -217,8 +217,11 @@ def _layernorm_sums(axis: int, rank: int):
 
     @task.define(leaf=True)
     def ln_sums_add(s, mean, S, X):  # S = x (0 past the end), its sum into mean
-        task.compute(S, elem(lambda *ix: X[ix]))
-        add_sum(s, mean, S)
+        if rows:  # the row primitive sums the tile's part inside the tensor: no copy into S
+            add_sum(s, mean, X)
+        else:
+            task.compute(S, elem(lambda *ix: X[ix]))
+            add_sum(s, mean, S)
 
     @task.define(leaf=True)
     def ln_sums_mean(mean, X):  # X: only its length along the axis is used

@@ -179,10 +179,15 @@ def _softmax_cached(log: bool, axis: int, rank: int):
         task.compute(m, stat(lambda *ix: NEG_INF))
         task.compute(l, stat(lambda *ix: 0.0))
 
-    @task.define(leaf=True)
-    def softmax_cached_max(m, S, X):  # fold one tile into the maximum (columns past the end count as -inf)
-        task.compute(S, elem(lambda *ix: task.where(inside(X, ix), X[ix], NEG_INF)))
-        fold("max", m, S)
+    if rows:
+        @task.define(leaf=True)
+        def softmax_cached_max(m, X):  # the row primitive reduces the tile's part inside the tensor: no copy
+            fold("max", m, X)
+    else:
+        @task.define(leaf=True)
+        def softmax_cached_max(m, S, X):  # fold one tile into the maximum (columns past the end count as -inf)
+            task.compute(S, elem(lambda *ix: task.where(inside(X, ix), X[ix], NEG_INF)))
+            fold("max", m, S)
 
     def exp_tile(s, l, S, X, m):  # S = exp(x - m), 0 past the end (exp(-inf)); l += its sum
         # The select inside the exp, not around it: a conditional exp stays a branch in C, which g++ does not vectorise.
@@ -204,12 +209,20 @@ def _softmax_cached(log: bool, axis: int, rank: int):
         @task.define(leaf=True)
         def softmax_cached_write(Y, X, m, l):
             task.compute(Y, elem(lambda *ix: X[ix] - m[drop(ix)] - l[drop(ix)]))
+    elif rows:
+        @task.define(leaf=True)
+        def softmax_cached_exp(Y, s, l, X, m):  # the exps written to Y (its part inside the tensor), then summed
+            # from it: one pass less than through S and a copy (Y's row is still in L1 for the sum and the scaling).
+            task.compute(Y, elem(lambda *ix: task.exp(X[ix] - m[drop(ix)])))
+            fold("sum", s, Y)
+            task.compute(l, stat(lambda *ix: l[ix] + s[ix]))
     else:
         @task.define(leaf=True)
         def softmax_cached_exp(Y, s, l, S, X, m):  # the exps written as they are summed
             exp_tile(s, l, S, X, m)
             task.compute(Y, elem(lambda *ix: S[ix]))
 
+    if not log:
         @task.define(leaf=True)
         def softmax_cached_norm(l):  # one division per row; the elements are multiplied
             task.compute(l, stat(lambda *ix: 1.0 / l[ix]))
@@ -227,14 +240,18 @@ def _softmax_cached(log: bool, axis: int, rank: int):
         m = task.temp(*stats)  # the maximum
         l = task.temp(*stats)  # the sum of exp(x - m), then 1 / sum (log-softmax: log(sum))
         s = task.temp(*stats)  # one tile's sum
+        # A tile of exps (log-softmax's, or any axis's; a matrix's softmax writes them into Y and leaves S unused:
+        # the mappings name S for both).
         S = task.temp(*(X.shape[d] if d != axis else "BN" for d in range(rank)))
         at = lambda k: tuple(k if d == axis else 0 for d in range(rank))  # noqa: E731
         task.launch(softmax_cached_start, m, l)
         for k in task.range(Xp.shape[axis]):
-            task.launch(softmax_cached_max, m, S, Xp[at(k)])
+            task.launch(softmax_cached_max, m, Xp[at(k)]) if rows else task.launch(softmax_cached_max, m, S, Xp[at(k)])
         for k in task.range(Xp.shape[axis]):
             if log:
                 task.launch(softmax_cached_exp, s, l, S, Xp[at(k)], m)
+            elif rows:
+                task.launch(softmax_cached_exp, Yp[at(k)], s, l, Xp[at(k)], m)
             else:
                 task.launch(softmax_cached_exp, Yp[at(k)], s, l, S, Xp[at(k)], m)
         task.launch(softmax_cached_norm, l)
