@@ -17,9 +17,9 @@ compares, so a TileLang that stopped answering the same is seen.
 - unset: read the records; a miss lowers through TileLang.
 - ``fresh``: ignore the records (the suite as it ran before them).
 - ``record``: lower what misses and stage every kernel the run used (hit or miss) under
-  ``tests/golden/.lowered.staging/``; then ``python tests/support/lowering_records.py pack`` writes the
-  staged set (only: records no kernel used go) to ``tests/golden/lowered.json.xz``. Record with a whole run,
-  ``SEPTRAN_TEST_LOWERING=record make test``, and commit the file.
+  ``tests/golden/.lowered.staging/``; then ``python tests/support/lowering_records.py pack`` adds the staged
+  records to ``tests/golden/lowered.json.xz`` (commit it). After a whole run, ``SEPTRAN_TEST_LOWERING=record
+  make test``, ``pack --prune`` keeps only the records the run used.
 """
 from __future__ import annotations
 
@@ -102,21 +102,23 @@ def _stage(k: str, c: str) -> None:
         os.replace(tmp, path)
 
 
-def pack() -> int:
-    """Writes the staged records (only those) to ``RECORDS``; returns how many."""
+def pack(prune: bool) -> int:
+    """Writes the staged records to ``RECORDS``, with the ones already there unless ``prune`` (after a whole
+    run: then the records no kernel used go); returns how many it holds."""
     from septran.version import tilelang_version
 
-    staged = {p.stem: p.read_text() for p in sorted(STAGING.glob("*.c"))}
+    held = {} if prune else dict(records())
+    held.update({p.stem: p.read_text() for p in sorted(STAGING.glob("*.c"))})
     data = json.dumps({"what": "TileLang's device source per kernel, by key (tests/support/lowering_records.py)",
-                       "tilelang": tilelang_version(), "records": staged}, sort_keys=True)
+                       "tilelang": tilelang_version(), "records": held}, sort_keys=True)
     RECORDS.write_bytes(lzma.compress(data.encode(), preset=9 | lzma.PRESET_EXTREME))
     for p in STAGING.iterdir():
         p.unlink()
     STAGING.rmdir()
-    return len(staged)
+    return len(held)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["pack"]:
-        sys.exit("usage: python tests/support/lowering_records.py pack")
-    print(f"{pack()} records written to {RECORDS}")
+    if sys.argv[1:] not in (["pack"], ["pack", "--prune"]):
+        sys.exit("usage: python tests/support/lowering_records.py pack [--prune]")
+    print(f"{pack('--prune' in sys.argv)} records in {RECORDS}")
