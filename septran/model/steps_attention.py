@@ -12,7 +12,13 @@ class Attention(steps.Step):
     """The op on its plan: without a mask (causal, grouped or not: a prefill, a decode step over a KV cache), or
     with a bool mask (Hugging Face's static cache: the keys past the position hidden) on the kernel for that mask,
     called as the op calls it (``_mask4``). A float mask runs the op's own Python (its huge finite values are
-    checked there, per call)."""
+    checked there, per call).
+
+    A prefill's bool mask (more than ``DECODE_ROWS`` queries) is read first: where it is the static cache's
+    ``key <= position`` (``causal_mask.visible_prefix``), the causal kernel runs over the keys up to the last
+    position, about half the work of the masked kernel over the whole cache. That choice depends on the mask's
+    values, so such a call is counted in ``decided`` and a launcher never records it (its segment runs its steps).
+    A decode step's mask goes to the masked kernel as it is (its cost is the keys', not the mask's)."""
 
     without_optional = True
     relayouts = True  # a sequence-major result is a copy of the kernel's output (the launcher copies it too)
@@ -20,6 +26,7 @@ class Attention(steps.Step):
     def __init__(self, op):
         super().__init__(op)
         self._kernels: dict = {}
+        self.decided = 0  # calls that took the causal kernel after reading the mask's values
 
     def __call__(self, out, q, k, v, mask, causal, scale, seq_major, lower_right=False):
         self.calls += 1
@@ -32,6 +39,14 @@ class Attention(steps.Step):
         if (masked and (mask.dtype != torch.bool or mask.device != q.device)) or not q.numel() or not sk \
                 or not v.shape[3] or (causal and sq != sk and not lower_right):
             return self._slow(q, k, v, mask, causal, scale, seq_major, lower_right)
+        if masked and not causal and sq > ops_attention.DECODE_ROWS:
+            from septran.model.causal_mask import visible_prefix
+
+            p = visible_prefix(mask, sq, sk)
+            if p is not None:  # query i sees keys j <= i + p: causal, bottom-right, over the first p + sq keys
+                self.decided += 1
+                k, v, mask, masked, causal, lower_right, sk = k[:, :, :p + sq], v[:, :, :p + sq], None, False, \
+                    True, True, p + sq
         variant = (causal, k.shape[1] != hq, sq <= ops_attention.DECODE_ROWS, masked)
         kernel = self._kernels.get(variant)
         if kernel is None:

@@ -174,10 +174,13 @@ class Recorder(Views):
     # steps ------------------------------------------------------------------------------------------------------
     def _step(self, n: fx.Node, args, kwargs, env: dict):
         step = n.target
-        slow = step.slow_calls
+        slow, decided = step.slow_calls, getattr(step, "decided", 0)
         calls: list = []
         with steps.recording(calls):
             result = step(*args, **kwargs)
+        if getattr(step, "decided", 0) != decided:
+            self.failed = f"Unsupported: {n.name} chose its kernel from a tensor's values"
+            return result
         self._guard(lambda: self._calls(n, step, slow, calls, result, env))
         return result
 
