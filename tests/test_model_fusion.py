@@ -307,3 +307,41 @@ def test_written_out_gelu_is_the_gemm_epilogue(monkeypatch):
     assert [s.kind for s in ex.steps].count("gemm") == 2, gm.code
     assert any("gelu_tanh" in r.runs for r in reports[-1].rows), str(reports[-1])  # the first: an epilogue
     assert [s.kind for s in ex.steps].count("elementwise") == 1, gm.code  # the other constant: a chain
+
+
+class BiasedQKV(nn.Module):
+    """Qwen2's and BERT's projections: Q, K and V each with a bias, on one input; one more projection of the same
+    input without a bias (a group of its own)."""
+
+    def __init__(self, hidden=37):
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(hidden, n) for n in (29, 11, 11))
+        self.plain = nn.Linear(hidden, 13, bias=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        k = self.k(x).view(b, s, 1, 11)
+        return self.q(x).sum(-1, keepdim=True) * k.flatten(2) + self.v(x) + self.plain(x)[..., :1]
+
+
+def test_biased_projections_as_one_gemm(monkeypatch):
+    from septran.model.backend import septran_backend
+    from septran.model.patterns.fuse_gemms import ConcatWeights
+
+    made = _lowered(monkeypatch)
+    torch.manual_seed(6)
+    model = BiasedQKV().eval()
+    ref = BiasedQKV().double().eval()
+    ref.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
+    fn = torch.compile(model, backend=functools.partial(septran_backend), fullgraph=True)
+    with torch.no_grad():
+        x = torch.randn(2, 5, 37)
+        got, eager, want = fn(x), model(x), ref(x.double())
+        bound = model_runner.bound((eager.double() - want).abs().max().item(), want, torch.float32)
+        assert (got.double() - want).abs().max().item() <= bound
+        model.k.bias.add_(1)  # a bias written in place: concatenated again
+        ref.k.bias.add_(1)
+        torch.testing.assert_close(fn(x).double(), ref(x.double()), rtol=1e-4, atol=1e-4)
+    gm, ex = made[-1]
+    concat = [n.target for n in gm.graph.nodes if isinstance(n.target, ConcatWeights)]
+    assert len(concat) == 2 and [s.kind for s in ex.steps].count("gemm") == 2, gm.code
