@@ -222,10 +222,11 @@ class Recorder(Views):
         home = next((k for k in written if tensors[k].data_ptr() == result.data_ptr()), None)
         sizes, strides = tuple(expr(s) for s in meta.shape), tuple(expr(s) for s in meta.stride())
         if home is None:
-            self._relayout(n, step, result, tensors, [k for k in written if k in fresh], sizes, strides, params)
+            relaid = self._relayout(n, step, result, tensors, [k for k in written if k in fresh], sizes, strides,
+                                    params)
             self._zeros(n, lay, tensors, params)
             self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
-            src, d = params[self._relaid], self.descs[n]
+            src, d = params[relaid], self.descs[n]
             self.program.ops.append(Copy(self._ptr(d), self._ptr(src), sizes, d.strides, src.strides,
                                          result.element_size()))
             return
@@ -257,13 +258,14 @@ class Recorder(Views):
             item = tensors[k].element_size()
             self.program.ops.append(Zero(self._ptr(p), math.prod(p.sizes, start=sympy.Integer(1)) * item))
 
-    def _relayout(self, n, step, result, tensors, fresh: list, sizes, strides, params: dict) -> None:
+    def _relayout(self, n, step, result, tensors, fresh: list, sizes, strides, params: dict) -> int:
         """A step whose result is its kernel's fresh output copied into another layout (``step.relayouts``: the
         attention's sequence-major heads, ``septran.ops.heads.in_layout``): both become scratch buffers, the
-        kernel's contiguous, the result in the layout its metadata gives, and a copy follows the call."""
+        kernel's contiguous, the result in the layout its metadata gives, and a copy follows the call. Returns
+        the index of the kernel's output among its tensors."""
         if not getattr(step, "relayouts", False) or len(fresh) != 1:
             raise Unsupported(f"{n.name}: its result is not what its kernel wrote")
-        k = self._relaid = fresh[0]
+        k = fresh[0]
         out, item = tensors[k], result.element_size()
         dense = result.storage_offset() == 0 and result.untyped_storage().nbytes() == result.numel() * item
         if out.shape != result.shape or out.dtype != result.dtype or not out.is_contiguous() or not dense \
@@ -276,6 +278,7 @@ class Recorder(Views):
         d = Desc(self._tmp(nbytes, result.data_ptr()), sympy.Integer(0), sizes, strides, result.dtype)
         self._check(result, d, n.name)
         self.descs[n] = d
+        return k
 
     def _param(self, n, step, t: torch.Tensor, role: str, readable: list, env: dict) -> Desc:
         """The description of a tensor a step passed its kernel."""
