@@ -2,10 +2,10 @@
 
 After the rewrite, ``septran.gemm(x, Wq)``, ``septran.gemm(x, Wk)`` and ``septran.gemm(x, Wv)`` (same x, same
 layout and activation; all with a bias or none, as Qwen2's and BERT's projections have) read x three times and
-launch three kernels; one GEMM on ``cat(Wq, Wk, Wv)`` (and ``cat(bq, bk, bv)``) reads it once, and a decode step's one-row GEMMs pay one call instead of three. Each old output becomes a
-slice of the fused one along its last dimension; a slice whose readers are not all views that split only
-that dimension (what attention's ``view(b, s, heads, head_dim)`` does) is made contiguous, so that no reader
-meets strides it did not have.
+launch three kernels; one GEMM on ``cat(Wq, Wk, Wv)`` (and ``cat(bq, bk, bv)``) reads it once, and a decode
+step's one-row GEMMs pay one call instead of three. Each old output becomes a slice of the fused one along its
+last dimension; a slice whose readers are not all views that split only that dimension (what attention's
+``view(b, s, heads, head_dim)`` does) is made contiguous, so that no reader meets strides it did not have.
 
 The weights are graph inputs (a module's parameters), so they are concatenated at run time, once: the
 ``ConcatWeights`` step keeps the result and makes it again only when a weight changes (another tensor, or

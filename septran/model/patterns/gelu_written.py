@@ -103,7 +103,8 @@ def canonicalize(graph: fx.Graph) -> int:
             continue
         with graph.inserting_before(y):
             gelu = graph.call_function(aten.gelu.default, (x,), {"approximate": "tanh"})
-        gelu.meta.update({k: v for k, v in y.meta.items() if k in ("val", "tensor_meta", "stack_trace", "nn_module_stack")})
+        kept = ("val", "tensor_meta", "stack_trace", "nn_module_stack")
+        gelu.meta.update({k: v for k, v in y.meta.items() if k in kept})
         y.replace_all_uses_with(gelu)
         for n in chain:  # users before what they use
             graph.erase_node(n)
