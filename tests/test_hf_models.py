@@ -78,6 +78,15 @@ def _counting(monkeypatch) -> list:
     return calls
 
 
+def _lowered(monkeypatch) -> list:
+    """Every graph's direct runner (its steps and launcher segments) lowered from now on."""
+    from septran.model import executor
+
+    made, real = [], executor.lower
+    monkeypatch.setattr(executor, "lower", lambda gm, **kw: made.append(real(gm, **kw)) or made[-1])
+    return made
+
+
 def test_generate_through_torch_compile(eager, monkeypatch):
     name, want = eager
     model = _model(name)
@@ -96,8 +105,14 @@ def test_generate_through_hf_static_cache_compile_config(eager, monkeypatch):
     assert config.mode == "reduce-overhead"
     config._compile_all_devices = True  # HF compiles on accelerators only, unless told (its own test flag)
     calls = _counting(monkeypatch)
+    made = _lowered(monkeypatch)
     got, _ = _generate(model, cache_implementation="static", compile_config=config)
     assert got == want
     assert hasattr(model, "_compiled_call"), "generate did not take HF's compiled path"
     assert len(calls) >= NEW - 1  # the decode steps (HF runs the prefill uncompiled)
+    # every segment of a decode step (the cache written in place by index_copy_, the attention with its bool
+    # mask) runs as one launcher: one Python-to-C crossing per segment
+    segments = [s for ex in made for s in ex.segments]
+    assert segments and all(s.why_not is None for s in segments), [(s.__name__, s.why_not) for s in segments]
+    assert all(s.launches >= 1 for s in segments)
     torch._dynamo.reset()

@@ -390,12 +390,15 @@ def test_unused_log_sum_exp_goes_with_the_call_and_a_used_one_is_refused():
 
 
 def test_few_queries_run_the_decode_mapping():
-    """Up to 8 queries use mappings/<target>/attention_decode.yaml (blocks of a few rows), more the prefill one."""
+    """Up to 8 queries use mappings/<target>/attention_decode.yaml (blocks of a few rows), more the prefill one:
+    attention_full.yaml without the causal mask (larger query blocks), attention.yaml with it."""
     from septran.ops.attention import attention_kernel
 
     kernels.clear()
     q, k = _rand(1, 2, 8, 16, seed=1), _rand(1, 2, 30, 16, seed=2)
     _check(q, k, k)
     _check(_rand(1, 2, 9, 16, seed=3), k, k)
-    assert {key[0] for key in kernels._CACHE} == {"attention_decode", "attention"}
+    assert {key[0] for key in kernels._CACHE} == {"attention_decode", "attention_full"}
+    _check(_rand(1, 2, 30, 16, seed=4), k, k, causal=True)
+    assert {key[0] for key in kernels._CACHE} == {"attention_decode", "attention_full", "attention"}
     assert "BM = 1" in attention_kernel("cpu", False, False, "none", decode=True).tilelang_source

@@ -121,8 +121,11 @@ def rewrite(gm: fx.GraphModule, patterns: Optional[list] = None) -> Report:
         from septran.model.patterns import PATTERNS
 
         patterns = PATTERNS
+    from septran.model.patterns import gelu_written
+
     graph_id = next_graph_id()
     graph = gm.graph
+    gelu_written.canonicalize(graph)  # GPT-2's gelu_new as aten.gelu: the GEMM's epilogue takes it
     nodes = list(graph.nodes)
     rows = _rows(nodes, graph_id)
     order = {n: i for i, n in enumerate(nodes)}

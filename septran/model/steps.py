@@ -20,7 +20,6 @@ from typing import Callable, Optional
 
 import torch
 
-from septran.model.written_attention_op import causal
 
 log = logging.getLogger(__name__)
 _NUMBERS = itertools.count()
@@ -340,54 +339,8 @@ class Rope(Step):
         return in_layout(y.transpose(1, 2) if x_seq_major else y.view(b, h, s, d), seq_major)
 
 
-class Attention(Step):
-    """The op without a mask (causal, grouped or not: a prefill, a decode step over a KV cache) on its plan."""
-
-    without_optional = True
-
-    def __init__(self, op):
-        super().__init__(op)
-        self._kernels: dict = {}
-
-    def __call__(self, out, q, k, v, mask, causal, scale, seq_major, lower_right=False):
-        self.calls += 1
-        from septran.ops import attention as ops_attention
-        from septran.ops.heads import in_layout
-
-        b, hq, sq, _ = q.shape
-        sk = k.shape[2]
-        if mask is not None or not q.numel() or not sk or not v.shape[3] or (causal and sq != sk and not lower_right):
-            return self._slow(q, k, v, mask, causal, scale, seq_major, lower_right)
-        variant = (causal, k.shape[1] != hq, sq <= ops_attention.DECODE_ROWS)
-        kernel = self._kernels.get(variant)
-        if kernel is None:
-            kernel = self._kernels[variant] = ops_attention.attention_kernel(_target(q.device), causal, variant[1],
-                                                                             "none", decode=variant[2])
-        self.kernel = kernel
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        o = self._run((variant, q.shape, k.shape, v.shape), (q, k, v, float(scale)), {})
-        if o is None:
-            return self._slow(q, k, v, mask, causal, scale, seq_major, lower_right)
-        return in_layout(o, seq_major)
-
-
-class AttentionWritten(Step):
-    """``septran::attention_written``: the causal attention where the run-time check finds the mask causal, else the
-    written-out torch ops. Not in ``FAST``: its check runs in Python at every call, so a launcher never replays it."""
-
-    def __init__(self, op):
-        super().__init__(op)
-        self._attention = Attention(torch.ops.septran.attention.default)
-        self.checked_calls = 0  # calls that ran the causal attention (tests count them)
-
-    def __call__(self, out, q, k, v, keep, scale):
-        self.calls += 1
-        if not causal(q, k, keep):
-            return self._slow(q, k, v, keep, scale)
-        self.checked_calls += 1
-        o = self._attention(None, q, k, v, None, True, scale, False, True)
-        self.kernel = self._attention.kernel
-        return o
+# the attention steps subclass Step (defined above), so they are imported here
+from septran.model.steps_attention import Attention, AttentionWritten  # noqa: E402
 
 
 FAST = {"attention": Attention, "rope": Rope, "gemm": Gemm, "rms_norm": RMSNorm, "layer_norm": LayerNorm,

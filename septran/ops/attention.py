@@ -33,8 +33,10 @@ DECODE_ROWS = 8  # up to this many queries, a target's attention_decode mapping 
 
 def attention_kernel(target: str, causal: bool, gqa: bool, mask: str, decode: bool = False):
     """The compiled kernel for a variant: ``mask`` is "none", "add" (a float mask) or "bool"; ``decode``: for a
-    few queries (the target's ``attention_decode`` mapping, where it has one)."""
-    op = "attention_decode" if decode and kernels.has_mapping(target, "attention_decode") else "attention"
+    few queries (the target's ``attention_decode`` mapping, where it has one); else without the causal mask the
+    target's ``attention_full`` mapping, where it has one (larger query blocks: every block visits every key)."""
+    op = "attention_decode" if decode and kernels.has_mapping(target, "attention_decode") else \
+        "attention_full" if not causal and kernels.has_mapping(target, "attention_full") else "attention"
 
     return kernels.kernel((op, target, causal, gqa, mask), target, op, lambda: kernels.logic("attention").attention(
         causal=causal, gqa=gqa, mask="bool" if mask == "bool" else "add"), DYNAMIC)

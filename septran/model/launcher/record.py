@@ -174,10 +174,13 @@ class Recorder(Views):
     # steps ------------------------------------------------------------------------------------------------------
     def _step(self, n: fx.Node, args, kwargs, env: dict):
         step = n.target
-        slow = step.slow_calls
+        slow, decided = step.slow_calls, getattr(step, "decided", 0)
         calls: list = []
         with steps.recording(calls):
             result = step(*args, **kwargs)
+        if getattr(step, "decided", 0) != decided:
+            self.failed = f"Unsupported: {n.name} chose its kernel from a tensor's values"
+            return result
         self._guard(lambda: self._calls(n, step, slow, calls, result, env))
         return result
 
@@ -217,9 +220,16 @@ class Recorder(Views):
             raise Unsupported(f"{n.name} gives no tensor")
         written = [k for k in range(len(tensors)) if k >= taken or plan.layout.roles[k] != "input"]
         home = next((k for k in written if tensors[k].data_ptr() == result.data_ptr()), None)
-        if home is None:
-            raise Unsupported(f"{n.name}: its result is not what its kernel wrote")
         sizes, strides = tuple(expr(s) for s in meta.shape), tuple(expr(s) for s in meta.stride())
+        if home is None:
+            relaid = self._relayout(n, step, result, tensors, [k for k in written if k in fresh], sizes, strides,
+                                    params)
+            self._zeros(n, lay, tensors, params)
+            self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
+            src, d = params[relaid], self.descs[n]
+            self.program.ops.append(Copy(self._ptr(d), self._ptr(src), sizes, d.strides, src.strides,
+                                         result.element_size()))
+            return
         if home not in fresh:
             d = Desc(params[home].base, params[home].offset, sizes, strides, result.dtype)
         else:
@@ -236,6 +246,10 @@ class Recorder(Views):
             d = Desc(base, d.offset, d.sizes, d.strides, d.dtype)
             del self.ptrs[("pending",)]
         self.descs[n] = d
+        self._zeros(n, lay, tensors, params)
+        self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
+
+    def _zeros(self, n, lay, tensors, params: dict) -> None:
         for k in lay.zero:
             p = params[k]
             if not all(same(a, b) for a, b, e in zip(p.strides, contiguous_strides(p.sizes), p.sizes)
@@ -243,7 +257,28 @@ class Recorder(Views):
                 raise Unsupported(f"{n.name}: an accumulator that is not contiguous ({p.sizes}, {p.strides})")
             item = tensors[k].element_size()
             self.program.ops.append(Zero(self._ptr(p), math.prod(p.sizes, start=sympy.Integer(1)) * item))
-        self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
+
+    def _relayout(self, n, step, result, tensors, fresh: list, sizes, strides, params: dict) -> int:
+        """A step whose result is its kernel's fresh output copied into another layout (``step.relayouts``: the
+        attention's sequence-major heads, ``septran.ops.heads.in_layout``): both become scratch buffers, the
+        kernel's contiguous, the result in the layout its metadata gives, and a copy follows the call. Returns
+        the index of the kernel's output among its tensors."""
+        if not getattr(step, "relayouts", False) or len(fresh) != 1:
+            raise Unsupported(f"{n.name}: its result is not what its kernel wrote")
+        k = fresh[0]
+        out, item = tensors[k], result.element_size()
+        dense = result.storage_offset() == 0 and result.untyped_storage().nbytes() == result.numel() * item
+        if out.shape != result.shape or out.dtype != result.dtype or not out.is_contiguous() or not dense \
+                or out.data_ptr() == result.data_ptr() or not torch.equal(out, result):
+            raise Unsupported(f"{n.name}: its result is not its kernel's output, nor a copy of it in another layout")
+        nbytes = math.prod(sizes, start=sympy.Integer(1)) * item
+        params[k] = Desc(self._tmp(nbytes, out.data_ptr()), sympy.Integer(0), sizes, contiguous_strides(sizes),
+                         out.dtype)
+        self._check(out, params[k], f"{n.name} (its kernel's output)")
+        d = Desc(self._tmp(nbytes, result.data_ptr()), sympy.Integer(0), sizes, strides, result.dtype)
+        self._check(result, d, n.name)
+        self.descs[n] = d
+        return k
 
     def _param(self, n, step, t: torch.Tensor, role: str, readable: list, env: dict) -> Desc:
         """The description of a tensor a step passed its kernel."""

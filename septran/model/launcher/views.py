@@ -99,9 +99,11 @@ class Views:
                 start = self._int(args[1]) if len(args) > 1 and args[1] is not None else sympy.Integer(0)
                 end = self._int(args[2]) if len(args) > 2 and args[2] is not None else sizes[dim]
                 step = args[3] if len(args) > 3 else 1
-                if not isinstance(step, int) or step < 1 or (start.is_number and start < 0) or \
-                        (end.is_number and end < 0):
-                    raise Unsupported(f"{n.name}: a negative or dynamic bound or step")
+                if not isinstance(step, int) or step < 1:
+                    raise Unsupported(f"{n.name}: a negative or dynamic step")
+                # a literal negative bound counts from the end, clamped at 0, as Python's (``x[:, -1:]``)
+                start = sympy.Max(0, start + sizes[dim]) if start.is_number and start < 0 else start
+                end = sympy.Max(0, end + sizes[dim]) if end.is_number and end < 0 else end
                 end = sympy.Min(end, sizes[dim])
                 length = sympy.floor((end - start + step - 1) / step) if step > 1 else end - start
                 m = expr(meta.shape[dim]) if isinstance(meta, torch.Tensor) and meta.dim() == rank else None

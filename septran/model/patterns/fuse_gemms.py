@@ -1,11 +1,11 @@
 """Sibling GEMMs as one: projections of the same input (Q, K and V) run as one GEMM on their weights concatenated.
 
 After the rewrite, ``septran.gemm(x, Wq)``, ``septran.gemm(x, Wk)`` and ``septran.gemm(x, Wv)`` (same x, same
-layout and activation, no bias) read x three times and launch three kernels; one GEMM on ``cat(Wq, Wk, Wv)``
-reads it once, and a decode step's one-row GEMMs pay one call instead of three. Each old output becomes a
-slice of the fused one along its last dimension; a slice whose readers are not all views that split only
-that dimension (what attention's ``view(b, s, heads, head_dim)`` does) is made contiguous, so that no reader
-meets strides it did not have.
+layout and activation; all with a bias or none, as Qwen2's and BERT's projections have) read x three times and
+launch three kernels; one GEMM on ``cat(Wq, Wk, Wv)`` (and ``cat(bq, bk, bv)``) reads it once, and a decode
+step's one-row GEMMs pay one call instead of three. Each old output becomes a slice of the fused one along its
+last dimension; a slice whose readers are not all views that split only that dimension (what attention's
+``view(b, s, heads, head_dim)`` does) is made contiguous, so that no reader meets strides it did not have.
 
 The weights are graph inputs (a module's parameters), so they are concatenated at run time, once: the
 ``ConcatWeights`` step keeps the result and makes it again only when a weight changes (another tensor, or
@@ -90,11 +90,16 @@ def _key(node: fx.Node):
         return None
     x, w, bias, transposed, act = node.args
     v, wv = node.meta.get("val"), w.meta.get("val") if isinstance(w, fx.Node) else None
-    if bias is not None or not isinstance(v, torch.Tensor) or not isinstance(wv, torch.Tensor) or wv.dim() != 2:
+    if not isinstance(v, torch.Tensor) or not isinstance(wv, torch.Tensor) or wv.dim() != 2:
         return None
     if not all(isinstance(s, int) for s in wv.shape):  # the outputs' widths: numbers, to slice at
         return None
-    return (x, transposed, act, wv.dtype, wv.device, wv.shape[1 if transposed else 0])
+    if bias is not None:  # a bias of the output's width, of the weight's dtype (concatenated alongside)
+        bv = bias.meta.get("val") if isinstance(bias, fx.Node) else None
+        if not isinstance(bv, torch.Tensor) or bv.dim() != 1 or bv.dtype != wv.dtype or bv.device != wv.device \
+                or bv.shape[0] != wv.shape[0 if transposed else 1]:
+            return None
+    return (x, transposed, act, bias is not None, wv.dtype, wv.device, wv.shape[1 if transposed else 0])
 
 
 def fuse_sibling_gemms(graph: fx.Graph) -> int:
@@ -107,7 +112,7 @@ def fuse_sibling_gemms(graph: fx.Graph) -> int:
         if key is not None:
             groups[key].append(node)
     fused = 0
-    for (x, transposed, act, *_), nodes in groups.items():
+    for (x, transposed, act, biased, *_), nodes in groups.items():
         if len(nodes) < 2:
             continue
         ws = [n.args[1] for n in nodes]
@@ -115,9 +120,14 @@ def fuse_sibling_gemms(graph: fx.Graph) -> int:
         first = nodes[0]
         with graph.inserting_before(first):
             cat = graph.call_function(ConcatWeights(0 if transposed else 1, f"septran_concat_{first.name}"), tuple(ws))
-            call = graph.call_function(torch.ops.septran.gemm.default, (x, cat, None, transposed, act))
+            cat_b = graph.call_function(ConcatWeights(0, f"septran_concat_bias_{first.name}"),
+                                        tuple(n.args[2] for n in nodes)) if biased else None
+            call = graph.call_function(torch.ops.septran.gemm.default, (x, cat, cat_b, transposed, act))
         wvals = [w.meta["val"] for w in ws]
         cat.meta["val"] = _fake(wvals[0], lambda: torch.cat(wvals, 0 if transposed else 1))
+        if biased:
+            bvals = [n.args[2].meta["val"] for n in nodes]
+            cat_b.meta["val"] = _fake(bvals[0], lambda: torch.cat(bvals, 0))
         out = first.meta["val"]
         call.meta["val"] = _fake(out, lambda: out.new_empty(*out.shape[:-1], sum(widths)))
         lead = tuple(out.shape[:-1])
