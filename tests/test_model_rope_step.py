@@ -8,7 +8,7 @@ import torch
 
 from conftest import assert_flash_rule
 from septran import ops
-from septran.model import steps
+from septran.model import step_table, steps
 
 pytestmark = pytest.mark.build  # runs the rope kernel (one dynamic build, shared with the other rope tests)
 
@@ -28,7 +28,7 @@ def test_rope_step_takes_a_column_slice_of_a_fused_projection(out_seq_major):
     angles = torch.randn(s, d // 2, generator=gen, dtype=torch.float64)
     cos, sin = torch.cat((angles, angles), -1).cos(), torch.cat((angles, angles), -1).sin()
     ops.load()
-    step = steps.make(torch.ops.septran.rope.default)
+    step = step_table.make(torch.ops.septran.rope.default)
     out = step(None, q, cos.float(), sin.float(), out_seq_major)
     assert step.slow_calls == 0
     assert (out.transpose(1, 2) if out_seq_major else out).is_contiguous()

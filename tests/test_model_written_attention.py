@@ -192,7 +192,7 @@ def test_gpt2_block_with_its_mask_buffer_changed_gives_eagers_answer():
     """Compiled once; its causal buffer is then written to in place (a key hidden from some queries), and then
     replaced by a new tensor (no key hidden): each prefill, through the direct runner's step, gives eager's answer,
     never the causal kernel's."""
-    from septran.model import causal_mask, steps
+    from septran.model import causal_mask, steps_attention
 
     model_runner = load_module(REPO / "examples" / "model_runner.py")
     module = model_runner.load(REPO / "examples" / "gpt2_block" / "model.py", "septran_example_gpt2_block_model")
@@ -201,7 +201,7 @@ def test_gpt2_block_with_its_mask_buffer_changed_gives_eagers_answer():
     torch._dynamo.reset()
     fn = torch.compile(model, backend="septran", fullgraph=True)
     calls = []
-    real = steps.AttentionWritten.__call__
+    real = steps_attention.AttentionWritten.__call__
 
     def counted(self, *args):
         before = self.checked_calls
@@ -217,7 +217,7 @@ def test_gpt2_block_with_its_mask_buffer_changed_gives_eagers_answer():
             assert_flash_rule(got, ref, model(x, 0, *model.new_cache()))
 
     try:
-        steps.AttentionWritten.__call__ = counted
+        steps_attention.AttentionWritten.__call__ = counted
         compare()
         assert calls == [1]
         before = causal_mask.checks
@@ -228,5 +228,5 @@ def test_gpt2_block_with_its_mask_buffer_changed_gives_eagers_answer():
         compare()
         assert calls[-1] == 0
     finally:
-        steps.AttentionWritten.__call__ = real
+        steps_attention.AttentionWritten.__call__ = real
         torch._dynamo.reset()

@@ -32,7 +32,7 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-from septran.model import inplace, memory_plan, steps
+from septran.model import inplace, memory_plan, step_table, steps
 from septran.model.flops import is_view
 from septran.model.patterns import fuse_gemms
 
@@ -234,7 +234,7 @@ def lower(gm: fx.GraphModule, plan_memory: bool = True, fuse: bool = True, launc
     step_list = []
     for node in list(graph.nodes):
         if _is_septran(node):
-            step = steps.make(node.target)
+            step = step_table.make(node.target)
             node.target = step
             node.args = (None, *node.args)
             step_list.append(step)

@@ -337,17 +337,3 @@ class Rope(Step):
         if y is None:
             return self._slow(x, cos, sin, seq_major)
         return in_layout(y.transpose(1, 2) if x_seq_major else y.view(b, h, s, d), seq_major)
-
-
-# the attention steps subclass Step (defined above), so they are imported here
-from septran.model.steps_attention import Attention, AttentionWritten  # noqa: E402
-
-
-FAST = {"attention": Attention, "rope": Rope, "gemm": Gemm, "rms_norm": RMSNorm, "layer_norm": LayerNorm,
-        "softmax": Softmax, "bmm": Bmm, "swiglu": SwiGLU, "elementwise": Elementwise}
-
-
-def make(op: torch._ops.OpOverload) -> Step:
-    """The step for one node calling ``op`` (a ``torch.ops.septran.*`` overload)."""
-    name = op._overloadpacket.__name__
-    return AttentionWritten(op) if name == "attention_written" else FAST.get(name, Step)(op)

@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from septran.model import steps
+from septran.model import step_table, steps
 
 
 class GemmResidual(steps.Step):
@@ -48,6 +48,6 @@ class GemmResidual(steps.Step):
 
 
 def register() -> None:
-    """Makes ``steps.make`` give these ops their steps (idempotent)."""
+    """Makes ``step_table.make`` give these ops their steps (idempotent)."""
     steps._MODULES.setdefault("gemm_residual", "gemm_residual")
-    steps.FAST.setdefault("gemm_residual", GemmResidual)
+    step_table.FAST.setdefault("gemm_residual", GemmResidual)

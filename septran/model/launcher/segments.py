@@ -1,6 +1,6 @@
 """Cutting a lowered graph into segments: runs of steps and the glue between them that one launcher can run.
 
-A node joins a segment if it is a fast step (``septran.model.steps.FAST``), an ATen view (its output a tensor), or
+A node joins a segment if it is a fast step (``septran.model.step_table.FAST``), an ATen view (its output a tensor), or
 a ``copy_`` (a KV-cache write, ``septran.model.inplace``). Nodes that compute nothing a segment reads from and
 that read nothing a segment writes stay where they are without splitting it: integer arithmetic on sizes, the
 arena's views, the once-concatenated weights of fused GEMMs. Any other node (one that stays with torch) ends the
@@ -13,7 +13,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from septran.model import steps
+from septran.model import step_table, steps
 from septran.model.flops import VIEWS, op_name
 from septran.model.launcher.runner import Segment
 
@@ -26,7 +26,7 @@ def _joins(n: fx.Node) -> bool:
     if n.op != "call_function":
         return False
     if isinstance(n.target, steps.Step):
-        return type(n.target) in steps.FAST.values()
+        return type(n.target) in step_table.FAST.values()
     if n.target is operator.getitem:  # a piece of a split (cut() keeps it only after its split)
         return isinstance(n.args[0], fx.Node) and n.args[0].target in _SPLITS
     if n.target in _SPLITS:
