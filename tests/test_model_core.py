@@ -334,3 +334,18 @@ def test_a_failing_rewrite_runs_the_graph_with_torch(monkeypatch):
     rows = compiled.septran_report().rows
     assert rows and all(r.runs in ("input", "output") or r.runs.endswith("RuntimeError: a bug in the rewrite")
                         for r in rows)
+
+
+def test_a_graph_that_needs_gradients_runs_with_torch_and_says_so_once(monkeypatch, caplog):
+    """Called without torch.no_grad(), a model's graph has a backward: it runs with torch (right, at torch's
+    speed), and one warning says how to get SepTran's kernels; a second such graph adds no warning."""
+    from septran.model import backend
+
+    monkeypatch.setattr(backend, "_warned_gradients", False)
+    model, x = MLP(d=16, hidden=24, out=8), torch.randn(3, 16)
+    with caplog.at_level("WARNING", logger="septran.model.backend"):
+        out = torch.compile(model, backend="septran")(x)
+        torch.compile(MLP(d=8, hidden=8, out=8), backend="septran")(torch.randn(2, 8))
+    assert torch.allclose(out, model(x), atol=1e-6) and out.requires_grad
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "torch.no_grad()" in warned[0], warned

@@ -87,8 +87,20 @@ def _copy(gm):
     return fx.GraphModule(gm, graph)
 
 
+_warned_gradients = False
+
+
 def _training_compiler(gm, example_inputs):
-    log.info("septran: a graph that needs gradients runs with torch (SepTran's ops have no backward)")
+    # A warning, once per process: a model called for inference without torch.no_grad() lands here and runs at
+    # torch's speed with nothing else on the screen (its parameters require grad, so the graph has a backward).
+    global _warned_gradients
+    if not _warned_gradients:
+        _warned_gradients = True
+        log.warning("septran: a graph that needs gradients runs with torch, not SepTran's kernels (they have no "
+                    "backward); for inference, call the compiled model under torch.no_grad() or "
+                    "torch.inference_mode()")
+    else:
+        log.info("septran: a graph that needs gradients runs with torch (SepTran's ops have no backward)")
     return _boxed(gm)
 
 
