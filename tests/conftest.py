@@ -26,11 +26,42 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_configure(config):
-    """TileLang's C of the cpu kernels from the records where SepTran's source is unchanged (each process,
-    each xdist worker): support/lowering_records.py."""
+    """TileLang's device source from the records where SepTran's source is unchanged (each process, each xdist
+    worker): support/lowering_records.py."""
     from support import lowering_records
 
     lowering_records.install()
+
+
+# The records' hits and misses, summed over the workers and shown at the end: misses are kernels TileLang lowered
+# because SepTran's source changed since the records were made (time, not results: re-make them).
+_RECORD_COUNTS = {"hits": 0, "misses": 0}
+
+
+def pytest_sessionfinish(session):
+    from support import lowering_records
+
+    out = getattr(session.config, "workeroutput", None)  # an xdist worker: hand the counts to the controller
+    if out is not None:
+        out["lowering_records"] = dict(lowering_records.stats)
+    else:
+        for k, v in lowering_records.stats.items():
+            _RECORD_COUNTS[k] += v
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook, on the controller
+def pytest_testnodedown(node, error):
+    for k, v in getattr(node, "workeroutput", {}).get("lowering_records", {}).items():
+        _RECORD_COUNTS[k] += v
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    hits, misses = _RECORD_COUNTS["hits"], _RECORD_COUNTS["misses"]
+    if hits or misses:
+        terminalreporter.write_line(
+            f"lowering records: {hits} kernels read, {misses} lowered by TileLang"
+            + (" (their source changed since the records were made: SEPTRAN_TEST_LOWERING=record make test, then "
+               "python tests/support/lowering_records.py pack --prune)" if misses else ""))
 
 
 def pytest_addoption(parser):
