@@ -117,8 +117,8 @@ def _read_first(stmts, outputs, written: list, loops: tuple, read: set) -> set:
     loops' (variable, extent)."""
     for s in stmts:
         if isinstance(s, ir.For):
-            inner: list = []
-            _read_first(s.body, outputs, written + inner, loops + ((s.var, s.extent),), read)
+            # the body sees what was written before the loop; its own writes count only inside one iteration
+            _read_first(s.body, outputs, list(written), loops + ((s.var, s.extent),), read)
             # What the loop wrote in every iteration it wrote for every value of its variable.
             for stmt in _statements(s.body):
                 for role, r in _regions(stmt):

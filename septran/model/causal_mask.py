@@ -63,13 +63,24 @@ def _key(t: torch.Tensor):
 def _check(keep: torch.Tensor, sq: int, sk: int) -> bool:
     global checks
     checks += 1
+    shape = _shape(keep, sq, sk)
+    if shape is None or not keep.numel():
+        return False
+    return _is_tril(keep, shape, sk - sq)
+
+
+def _shape(keep: torch.Tensor, sq: int, sk: int):
+    """The shape ``keep`` broadcasts to with (Sq, Sk) when it ends in (Sq, Sk), else None."""
     try:
         shape = torch.broadcast_shapes(keep.shape, (sq, sk))
     except RuntimeError:
-        return False
-    if tuple(shape[-2:]) != (sq, sk) or not keep.numel():
-        return False
-    ref = torch.ones(sq, sk, dtype=torch.bool, device=keep.device).tril(sk - sq)
+        return None
+    return shape if tuple(shape[-2:]) == (sq, sk) else None
+
+
+def _is_tril(keep: torch.Tensor, shape, diagonal: int) -> bool:
+    """``keep``, broadcast to ``shape``, is ``ones(Sq, Sk).tril(diagonal)`` at every leading index."""
+    ref = torch.ones(*shape[-2:], dtype=torch.bool, device=keep.device).tril(diagonal)
     return bool(torch.equal(keep.expand(shape), ref.expand(shape)))
 
 
@@ -82,16 +93,12 @@ def visible_prefix(keep: torch.Tensor, sq: int, sk: int):
     global checks
     if keep.dtype != torch.bool or not keep.numel() or sq < 1:
         return None
-    try:
-        shape = torch.broadcast_shapes(keep.shape, (sq, sk))
-    except RuntimeError:
-        return None
-    if tuple(shape[-2:]) != (sq, sk):
+    shape = _shape(keep, sq, sk)
+    if shape is None:
         return None
     checks += 1
     first = keep.expand(shape)[(0,) * (len(shape) - 2) + (0,)]
     p = int(first.sum()) - 1
     if p < 0 or p + sq > sk:
         return None
-    ref = torch.ones(sq, sk, dtype=torch.bool, device=keep.device).tril(p)
-    return p if bool(torch.equal(keep.expand(shape), ref.expand(shape))) else None
+    return p if _is_tril(keep, shape, p) else None

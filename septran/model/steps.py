@@ -20,7 +20,6 @@ from typing import Callable, Optional
 
 import torch
 
-
 log = logging.getLogger(__name__)
 _NUMBERS = itertools.count()
 _RECORDING = threading.local()  # a list while a segment launcher records (septran.model.launcher.record)
