@@ -41,8 +41,8 @@ dtypes: [float16, float32]
 procs: {{HOST: {{memories: [GLOBAL], grid: true}}}}
 memories: {{GLOBAL: {{}}}}
 vendor:
-  sources: [{VENDOR / "septran_cpu.c"}]
-  cflags: [-O3, -march=native, -fopenmp-simd]
+  sources: [{VENDOR / "septran_cpu.c"}, {VENDOR / "septran_cpu_gemv.c"}]
+  cflags: [-O3, -march=native, -fopenmp]
   libraries: {libraries}
   include: [{VENDOR / "septran_cpu_math.h"}]
 {extra}""")
@@ -148,6 +148,21 @@ def test_gemm(lib, dtype, trans_a, trans_b, m, n, k):
        pads=st.tuples(*[st.sampled_from([0, 1, 16]) for _ in range(3)]))
 def test_gemm_any_shape(lib, dtype, m, n, k, trans_a, trans_b, pads):
     check_gemm(lib, dtype, m, n, k, trans_a, trans_b, pads)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("n,k", [(1031, 261), (67, 2053)])
+def test_one_row_split_over_threads(lib, threads, trans_a, trans_b, n, k):
+    """One row of C over a B of more than 2^17 elements: the vendor splits it over the OpenMP threads itself
+    (septran_cpu_gemv.c), eight rows of B at a time; odd sizes leave a tail of rows, of columns and of chunks."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # the OpenMP runtime the vendor library shares with torch
+    try:
+        for dtype in (torch.float32, torch.float16):
+            check_gemm(lib, dtype, 1, n, k, trans_a, trans_b, pads=(0, 3, 5), seed=n + k)
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("m,n,k", [(5, 7, 0), (0, 7, 3), (5, 0, 3)])

@@ -111,12 +111,11 @@ def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
         from septran.mapping import shape_points
 
         assert shape_points.bucket(m.shape_points, {"A": (16, 16), "B": (16, 16), "C": (16, 16), "bias": (16,)}) == 0
-        decode = 1 if name == "gemm" else 2  # gemm_epilogue has a one-row entry before its decode entry
-        if name == "gemm_epilogue":
-            assert shape_points.bucket(m.shape_points, {"A": (1, 4096), "B": (4096, 4096), "C": (1, 4096),
-                                                        "bias": (4096,)}) == 1
+        # one row (a GEMV: one program as wide as B), then a few rows
+        assert shape_points.bucket(m.shape_points, {"A": (1, 4096), "B": (4096, 11008), "C": (1, 11008),
+                                                    "bias": (11008,)}) == 1
         assert shape_points.bucket(m.shape_points, {"A": (4, 4096), "B": (4096, 4096), "C": (4, 4096),
-                                                    "bias": (4096,)}) == decode
+                                                    "bias": (4096,)}) == 2
         assert shape_points.bucket(m.shape_points, {"A": (512, 512), "B": (512, 512), "C": (512, 512), "bias": (512,)}) is None
         if k is not None:
             assert points.bucket(k, type("Spec", (), {"shapes": {"A": (1, 8), "B": (8, 8), "C": (1, 8)}})()) == 0

@@ -20,6 +20,11 @@ cost more than such a kernel's work, milliseconds when a core is busy). The
 count is every tensor argument's elements, inputs included: a one-row GEMM
 reads a whole weight matrix and stays parallel. Dynamic sizes are the C
 function's arguments, so the test reads them at the call.
+
+A grid of one program gets no pragma, and a dynamic grid none at a call where it
+is one program: its leaves run outside any parallel region, where the vendor's
+one-row GEMM splits the weight over the threads itself (the decode point of
+``mappings/cpu/gemm.yaml`` is one program as wide as the weight).
 """
 from __future__ import annotations
 
@@ -90,6 +95,8 @@ def parallel_grid(source: str, function: str, par: ParallelGrid, elements: Optio
         if m is None:
             return _unchanged(source, function, f"the loop over {sym.name} is not where the grid's loops are printed")
         extents.append(m.group(3))
+    if all(_LITERAL.match(e) for e in extents) and _product(extents) == 1:
+        return source  # one program: no team (a leaf it calls may split its own work over the threads)
     indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
     clauses = f"collapse({len(par.syms)}) schedule({par.schedule})" + (f" private({', '.join(private)})" if private else "")
     tests = []
@@ -105,6 +112,13 @@ def parallel_grid(source: str, function: str, par: ParallelGrid, elements: Optio
         clauses += f" if({' && '.join(tests)})"
     lines.insert(at, f"{indent}#pragma omp parallel for {clauses}")
     return "\n".join(lines)
+
+
+def _product(extents: list[str]) -> int:
+    out = 1
+    for e in extents:
+        out *= int(e.rsplit(")", 1)[-1])
+    return out
 
 
 def _unchanged(source: str, function: str, why: str) -> str:

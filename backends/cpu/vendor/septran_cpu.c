@@ -1,11 +1,13 @@
 /* septran_cpu.c -- the CPU target's vendor library; the contract is septran_cpu.h.
  *
- * Build: gcc -std=c11 -O3 -march=native -fopenmp-simd -fPIC -shared septran_cpu.c
+ * Build: gcc -std=c11 -O3 -march=native -fopenmp -fPIC -shared septran_cpu.c septran_cpu_gemv.c
  *        <site-packages>/scipy_openblas32/lib/libscipy_openblas.so
- * (-fopenmp-simd: the `omp simd` pragmas of the copies; the row reductions use GCC's generic vectors.)
+ * (-fopenmp: the `omp simd` pragmas of the copies, and the one-row GEMM's own threads; the row reductions use
+ * GCC's generic vectors.)
  * float16 uses _Float16 (gcc >= 12) and, with AVX-512, 16-wide F16C conversions.
  */
 #include "septran_cpu.h"
+#include "septran_cpu_gemv.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -277,9 +279,8 @@ int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, i
     widen(s + a_size, B, b_rows, b_cols, ldb);
     a = s, b = s + a_size, lda = a_cols, ldb = b_cols;
   }
-  if (m == 1) { /* a row of C (a decode step): op(B)^T a, read once */
-    scipy_cblas_sgemv(CBLAS_ROW_MAJOR, trans_b ? CBLAS_NO_TRANS : CBLAS_TRANS, b_rows, b_cols, 1.0f, b, ldb, a,
-                      trans_a ? lda : 1, 1.0f, C, 1);
+  if (m == 1) { /* a row of C (a decode step): op(B)^T a, B read once (septran_cpu_gemv.c) */
+    septran_cpu_row_gemm(C, a, trans_a ? lda : 1, b, k, n, ldb, trans_b);
   } else if (n == 1) { /* a column of C: op(A) b */
     scipy_cblas_sgemv(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, a_rows, a_cols, 1.0f, a, lda, b,
                       trans_b ? 1 : ldb, 1.0f, C, ldc);
