@@ -117,21 +117,44 @@ def cases(small: bool) -> list[dict]:
 AUTOTUNE: set = set()  # operators whose kernels tune each shape on its first call (--autotune)
 
 
-def compile_op(logic, mapping_dir: Path):
+def compile_op(logic, mapping_dir: Path, tune: bool | None = None):
+    """``tune``: True tunes each new shape; None (default: True for the --autotune operators) runs the database's
+    point for the shape, or the mapping's own."""
     import septran
 
     op, build = (logic, None) if isinstance(logic, str) else logic
     mapping = mapping_dir / f"{op}.yaml"
-    tune = True if op in AUTOTUNE else None  # None: the database's point for the shape, or the space's first point
+    tune = True if tune is None and op in AUTOTUNE else tune
     if build is None:
         return septran.compile(logic_file=REPO / "examples" / op / f"{op}.py", mapping_file=mapping, autotune=tune)
     return septran.compile(getattr(_example(op), op)(*build), mapping_file=mapping, autotune=tune)
+
+
+def shipped_point(case: dict, mapping_dir: Path, inputs: list, scalars: dict):
+    """The kernel as a fresh machine runs it: the mapping's own point for these shapes (its ``shape_points`` entry or
+    the space's first point), with no tuning database (an empty one named for its first call, which fixes the
+    point), so that the tuned kernel's gain is measured in the same rounds."""
+    import tempfile
+
+    kernel = compile_op(case["logic"], mapping_dir, tune=False)
+    before = os.environ.get("SEPTRAN_TUNING_DB")
+    with tempfile.TemporaryDirectory() as empty:
+        os.environ["SEPTRAN_TUNING_DB"] = str(Path(empty) / "tuning.jsonl")
+        try:
+            kernel(*inputs, **scalars)
+        finally:
+            if before is None:
+                del os.environ["SEPTRAN_TUNING_DB"]
+            else:
+                os.environ["SEPTRAN_TUNING_DB"] = before
+    return kernel
 
 
 def run_case(case: dict, threads: list[int], mapping_dir: Path, rounds: int, sample_s: float, idle_s: float) -> list[dict]:
     import torch
 
     inputs, scalars = case["inputs"](), case["scalars"]
+    shipped = shipped_point(case, mapping_dir, inputs, scalars) if case["op"] in AUTOTUNE else None
     kernel = compile_op(case["logic"], mapping_dir)
     start = time.perf_counter()
     kernel.specialize(**{a.name: t for a, t in zip(kernel.inputs, inputs)}, **scalars).build()
@@ -152,12 +175,18 @@ def run_case(case: dict, threads: list[int], mapping_dir: Path, rounds: int, sam
                             f"atol {case['atol']:g})")
             continue
         fns = {"septran": lambda: kernel(*inputs, **scalars)}
+        if shipped is not None:  # --autotune: the shipped point in the same rounds, for the tuned gain
+            fns["shipped_point"] = lambda: shipped(*inputs, **scalars)
+            row["shipped_tuning"] = shipped.tuning
         fns.update({name: (lambda f=f: f(*inputs)) for name, f in case["baselines"].items()})
         row["waited_s"] = wait_idle(idle_s)
         others = Others()
         samples, row["reps"] = interleaved(fns, rounds, sample_s)
         row["others_cores"], row["stall_share"] = others.cores(), others.stalls()
         row["septran"] = stats(samples.pop("septran"))
+        if "shipped_point" in samples:  # > 1: the tuned point is faster than the one a fresh machine runs
+            row["shipped_point"] = stats(samples.pop("shipped_point"))
+            row["tuned_gain"] = row["shipped_point"]["median"] / row["septran"]["median"]
         row["torch"] = {name: stats(s) for name, s in samples.items()}
         rate = lambda ms: case["work"] / (ms * 1e-3) / 1e9  # noqa: E731
         row["septran_rate"] = rate(row["septran"]["median"])
@@ -271,6 +300,13 @@ def print_rows(rows: list[dict]) -> None:
                 sep = fmt(r["septran"]) if i == 0 else f"{'(same)':>9}"
                 print(f"{r['label']:16} {r['shape']:15} {r['threads']:>3} {sep:>28} {name:>18} {fmt(t):>28} "
                       f"{r['septran_rate']:8.2f} {r['torch_rate'][name]:8.2f} {r['unit']:8} {r['ratio'][name]:6.3f} {busy(r)}")
+            if "tuned_gain" in r:
+                print(f"{'':36} tuned gain {r['tuned_gain']:.2f}x over the shipped point {fmt(r['shipped_point']).strip()} ms "
+                      f"({_point(r['shipped_tuning'])} -> {_point(r['tuning'])})")
+
+
+def _point(tuning: dict) -> str:
+    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in sorted((tuning or {}).get("point", {}).items())) or "-"
 
 
 def speedups(rows: list[dict]) -> list[dict]:
@@ -304,7 +340,8 @@ def main(argv=None) -> int:
     ap.add_argument("--wait-idle", type=float, default=0.0, metavar="S", help="before each block of rounds, wait up to S "
                     "seconds for other work to drop below 0.3 cores (a shared machine); each row records what other work used")
     ap.add_argument("--autotune", default="", metavar="OPS", help="comma-separated operators whose kernels are tuned for each "
-                    "shape before they are timed (septran's autotune; the tuning database keeps the result)")
+                    "shape before they are timed (septran's autotune; the tuning database keeps the result); their "
+                    "rows also time the shipped point in the same rounds and print the tuned gain")
     ap.add_argument("--inductor", default="", metavar="OPS", help="comma-separated operators also timed against "
                     "torch.compile (inductor) of the torch baseline, e.g. softmax,layernorm,rmsnorm,gemm_epilogue")
     ap.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "cpu.json")
