@@ -176,3 +176,80 @@ def test_gpu_graphs_get_launchers_only_when_asked_and_able(monkeypatch):
 
     # no device (or no nvcc): the graph runs its steps, as before
     assert launcher.runs_on({"cuda"}) == (has_cuda_gpu() and has_nvcc())
+
+
+@pytest.mark.build
+@needs_nvcc
+def test_a_llama_decode_segment_recorded_for_cuda_builds_with_nvcc(monkeypatch):
+    """The CUDA recorder and source on a real segment: the odd-sized Llama block's decode graph, compiled on cpu
+    (no GPU here), has its segments re-recorded by the CUDA recorder with each cpu kernel standing in for a GPU
+    one (same tensors, TileLang-like parameters); every segment records, its CUDA source names none of the
+    graph's nodes, holds one kernel call per step, and nvcc builds one of them."""
+    import functools
+    from types import SimpleNamespace
+
+    from conftest import REPO, load_module
+    from septran.build.c_builder import CKernel
+    from septran.model.backend import septran_backend
+    from septran.model import executor
+    from septran.model.launcher import cuda_build, cuda_record, cuda_runner, cuda_source
+    from septran.model.launcher.cexpr import Unsupported
+    from septran.model.launcher.runner import Segment
+
+    model_runner = load_module(REPO / "examples" / "model_runner.py")
+    if model_runner.unavailable("septran") is not None:
+        pytest.skip(str(model_runner.unavailable("septran")))
+    llama = model_runner.load(REPO / "examples" / "llama_block" / "model.py", "septran_example_llama_block_model")
+
+    class StandIn(cuda_record.CudaRecorder):
+        def _takes(self, fn):
+            return isinstance(fn, CKernel)
+
+        def _call(self, n, plan, fn, params):
+            shapes = [[object() if e.free_symbols else int(e) for e in d.sizes] for d in params]
+            like = SimpleNamespace(adapter=SimpleNamespace(params=[SimpleNamespace(shape=s) for s in shapes]))
+            super()._call(n, plan, like, params)
+
+    class Probe(cuda_runner.CudaSegment):
+        recorder = StandIn
+
+        def _load(self, rec, slot, index):
+            self.source = cuda_source.emit(cuda_runner._with_slots(rec.program, slot), index)
+            raise Unsupported("probe: no launcher built")
+
+    monkeypatch.setattr(cuda_record, "host_entry", lambda fn: SimpleNamespace(__chandle__=lambda: 0))
+    monkeypatch.setenv("SEPTRAN_DIRECT", "1")
+    monkeypatch.setenv("SEPTRAN_LAUNCHER", "1")
+    made, real = [], executor.lower
+    monkeypatch.setattr(executor, "lower", lambda gm, **kw: made.append(real(gm, **kw)) or made[-1])
+    seen, launch = {}, Segment._launch
+    monkeypatch.setattr(Segment, "_launch", lambda self, inputs: (seen.__setitem__(self, inputs),
+                                                                   launch(self, inputs))[1])
+    torch._dynamo.reset()
+    try:
+        model = llama.build(llama.LlamaConfig(hidden=48, heads=3, kv_heads=1, head_dim=16, intermediate=100,
+                                              max_len=48))
+        fn = torch.compile(model, backend=functools.partial(septran_backend), fullgraph=True)
+        caches, gen, pos = model.new_cache(), torch.Generator().manual_seed(0), 0
+        with torch.no_grad():
+            for i in range(3):  # the prefill, the decode step that records, one that launches
+                x = torch.randn(1, 7 if i == 0 else 1, 48, generator=gen)
+                fn(x, pos, *caches)
+                pos += x.shape[1]
+            decode = made[-1].segments
+            assert decode and all(s in seen for s in decode)
+            sources = []
+            for s in decode:  # its nodes run once more on the same inputs (the KV write writes the same values)
+                probe = Probe(s.sub, s.__name__, s.nsteps)
+                probe._record(seen[s])
+                assert probe.why_not == "Unsupported: probe: no launcher built", probe.why_not
+                sources.append(probe.source)
+    finally:
+        torch._dynamo.reset()
+    for s, text in zip(decode, sources):
+        assert text.count("if (call(F[") == s.nsteps
+        names = {n.name for n in s.sub.graph.nodes if len(n.name) >= 6}
+        assert not [name for name in names if name in text]
+    biggest = max(sources, key=len)
+    assert "st_copy(" in "".join(sources)  # the KV-cache write, as a copy on the stream
+    cuda_build.built(biggest, "sm_80")

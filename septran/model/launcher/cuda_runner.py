@@ -23,8 +23,9 @@ from typing import Optional
 import torch
 
 from septran import env
-from septran.errors import DeviceError
+from septran.errors import BuildError, DeviceError
 from septran.model.launcher import cuda_build, cuda_source, source
+from septran.model.launcher.cexpr import Unsupported
 from septran.model.launcher.cuda_record import CudaRecorder
 from septran.model.launcher.runner import Segment
 from septran.runtime.vendor import check_errors
@@ -63,10 +64,16 @@ class CudaSegment(Segment):
         self.replays = 0
 
     def _load(self, rec: CudaRecorder, slot: dict, index: dict) -> None:
-        device = next(v.device for v in rec.inputs if isinstance(v, torch.Tensor))
+        """As ``Segment._load``; a launcher nvcc cannot build leaves the segment on its steps (said in the log)."""
+        device = next((v.device for v in rec.inputs if isinstance(v, torch.Tensor)), None)
+        if device is None or device.type != "cuda":
+            raise Unsupported("the segment has no input on a CUDA device")
         self._device = device
         self.source = cuda_source.emit(_with_slots(rec.program, slot), index)
-        self._lib, self.fn_c, self._arena_bytes = cuda_build.load(self.source, arch_of(device))
+        try:
+            self._lib, self.fn_c, self._arena_bytes = cuda_build.load(self.source, arch_of(device))
+        except BuildError as err:
+            raise Unsupported(f"nvcc did not build its launcher: {str(err)[:500]}") from err
         handles = [h for h, _, _ in rec.kernels]
         self._F = (ctypes.c_void_p * (cuda_source.API + max(1, len(handles))))(*cuda_build.api(), *handles)
         self._kernels = [(entry, fn) for _, entry, fn in rec.kernels]  # kept alive: they own the handles in F
@@ -84,7 +91,9 @@ class CudaSegment(Segment):
         if b is None:
             b = self._buckets[(key, stream.cuda_stream)] = _Bucket()
             while len(self._buckets) > GRAPHS_KEPT:
-                self._buckets.pop(next(iter(self._buckets)))
+                old = self._buckets.pop(next(iter(self._buckets)))
+                if old.graph is not None:  # a replay of it may still run: its graph and buffers go after it
+                    torch.cuda.synchronize(self._device)
         if b.graph is not None and b.ptrs == ptrs:
             b.graph.replay()
             self.replays += 1
@@ -126,9 +135,11 @@ class CudaSegment(Segment):
         rc = self.fn(self._F, P, S, arena.data_ptr(), stream, self._device.index or 0)
         self.launches += 1
         if rc:
+            said = cuda_build.raised_error() if rc < 0 or rc % 1000 == 1 else None  # (taken: the slot is emptied)
             raise DeviceError(f"segment {self.__name__}: its GPU launcher returned {rc} (op {rc // 1000 - 1}, code "
                               f"{rc % 1000}: 1 a kernel's host entry refused or failed, 2 a CUDA call failed, 3 a copy "
-                              f"it cannot do)" if rc > 0 else f"segment {self.__name__}: setting the stream failed")
+                              f"it cannot do){': ' + said if said else ''}" if rc > 0 else
+                              f"segment {self.__name__}: setting the stream failed: {said}")
         for target in self._checks:
             check_errors(target, f"a kernel of segment {self.__name__}")
 
