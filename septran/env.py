@@ -103,3 +103,15 @@ def launcher() -> bool:
     """SEPTRAN_LAUNCHER=0: the direct runner calls each step from Python, not a generated C launcher per segment
     (``septran.model.launcher``). On by default."""
     return _switch("SEPTRAN_LAUNCHER") is not False
+
+
+def launcher_cuda() -> bool:
+    """SEPTRAN_LAUNCHER_CUDA=1: a graph on a CUDA device runs its segments as CUDA launchers too (built with nvcc,
+    captured as CUDA graphs; ``septran.model.launcher.cuda_runner``). Off by default: never run on a device yet."""
+    return _switch("SEPTRAN_LAUNCHER_CUDA") is True
+
+
+def cuda_graphs() -> bool:
+    """SEPTRAN_CUDA_GRAPHS=0: a CUDA launcher (``SEPTRAN_LAUNCHER_CUDA=1``) launches directly at every call, never
+    capturing a CUDA graph per shape bucket. On by default."""
+    return _switch("SEPTRAN_CUDA_GRAPHS") is not False

@@ -226,7 +226,7 @@ def _bind(graph: fx.Graph, symbols: set) -> Optional[tuple[list, list, list]]:
 def lower(gm: fx.GraphModule, plan_memory: bool = True, fuse: bool = True, launch: Optional[bool] = None) -> Executor:
     """Steps for the graph's SepTran nodes, and its memory plan (see the module's docstring). In place.
     ``launch``: run runs of steps and glue as one launcher each (``septran.model.launcher``; default
-    ``SEPTRAN_LAUNCHER``, on; cpu graphs only)."""
+    ``SEPTRAN_LAUNCHER``, on; cpu graphs, and CUDA graphs where ``SEPTRAN_LAUNCHER_CUDA=1``)."""
     graph = gm.graph
     inplace.reinplace_cache_writes(graph)
     if fuse:
@@ -258,7 +258,7 @@ def _launches(graph: fx.Graph, launch: Optional[bool]) -> bool:
     if not launch:
         return False
     devices = {v.device.type for n in graph.nodes for v in [n.meta.get("val")] if isinstance(v, torch.Tensor)}
-    return devices == {torch.zeros(()).cpu().device.type}  # the host's (the launcher calls host C functions)
+    return launcher.runs_on(devices)  # the host's; a CUDA device's where SEPTRAN_LAUNCHER_CUDA=1
 
 
 def _arena(graph: fx.Graph) -> Optional[Arena]:

@@ -7,7 +7,11 @@ Views, reshapes, transposes and slices become pointer offsets and strides; a KV-
 copy a kernel needs become copies inside the launcher; the dynamic sizes (a cache length) are arguments, so one
 launcher serves every size. What it cannot express keeps the segment on its steps (today's path): never a guess.
 
-``SEPTRAN_LAUNCHER=0`` turns it off (the direct runner's steps run as before). It is for cpu graphs only.
+``SEPTRAN_LAUNCHER=0`` turns it off (the direct runner's steps run as before). On a GPU target (a graph whose
+tensors are on one CUDA device) the same segments run as CUDA launchers built with nvcc (``cuda_source``,
+``cuda_build``, ``cuda_runner``: each kernel's TVM-FFI host entry called on the current stream, copies as
+``cudaMemcpyAsync`` or a strided-copy kernel, scratch in a device arena, a CUDA graph captured per shape bucket);
+never run on a device yet, so opt-in: ``SEPTRAN_LAUNCHER_CUDA=1`` (otherwise a GPU graph runs its steps).
 """
 from __future__ import annotations
 
@@ -24,14 +28,42 @@ def enabled() -> bool:
     return env.launcher()
 
 
+def runs_on(devices: set) -> bool:
+    """Whether a graph whose tensors are on ``devices`` (their types) gets launchers: the host's, or one CUDA device
+    where ``SEPTRAN_LAUNCHER_CUDA=1``, torch sees a GPU and nvcc is installed."""
+    import torch
+
+    if devices == {torch.zeros(()).cpu().device.type}:  # the host's (the launcher calls host C functions)
+        return True
+    if devices != {"cuda"} or not env.launcher_cuda() or not torch.cuda.is_available() or torch.version.hip:
+        return False
+    from septran.tuning.nvcc import nvcc_path
+
+    return nvcc_path() is not None
+
+
 def launch(gm: fx.GraphModule, arena_node=None) -> list:
     """Replaces each segment of ``gm``'s graph by one launcher node (in place); returns the ``Segment``s."""
     from septran.model.launcher import segments
 
     _fill_meta(gm.graph)
     found = segments.cut(gm.graph, arena_node)
-    out = [segments.replace(gm, nodes, f"septran_segment_{i}") for i, nodes in enumerate(found)]
+    make = _segment_class(gm.graph)
+    out = [segments.replace(gm, nodes, f"septran_segment_{i}", make) for i, nodes in enumerate(found)]
     return out
+
+
+def _segment_class(graph: fx.Graph):
+    import torch
+
+    from septran.model.launcher.runner import Segment
+
+    devices = {v.device for n in graph.nodes for v in [n.meta.get("val")] if isinstance(v, torch.Tensor)}
+    if len(devices) == 1 and next(iter(devices)).type == "cuda":
+        from septran.model.launcher.cuda_runner import CudaSegment
+
+        return CudaSegment
+    return Segment
 
 
 def _fill_meta(graph: fx.Graph) -> None:

@@ -189,13 +189,11 @@ class Recorder(Views):
             raise Unsupported(f"{n.name} ran the op's own Python")
         if len(calls) != 1:
             raise Unsupported(f"{n.name} made {len(calls)} kernel calls")
-        from septran.build.c_builder import CKernel
-
         plan, fn, tensors = calls[0]
         lay = plan.layout
         plain = lay.order is None and not lay.convert and not lay.reshape and not lay.write_back and \
             all(dtype is None for _, dtype in lay.results)  # (zero-filled outputs: a memset before the call)
-        if not isinstance(fn, CKernel) or not plain or plan.workspaces or len(tensors) != \
+        if not self._takes(fn) or not plain or plan.workspaces or len(tensors) != \
                 len(plan.layout.take) + len(plan.layout.allocate):
             raise Unsupported(f"{n.name}: its kernel's plan converts, zero-fills, reorders or takes workspaces "
                               f"(order {lay.order}, convert {lay.convert}, zero {lay.zero}, reshape {lay.reshape}, "
@@ -311,6 +309,12 @@ class Recorder(Views):
                                              t.element_size()))
                 return d
         raise Unsupported(f"{n.name} passes its kernel a tensor the launcher cannot place")
+
+    def _takes(self, fn) -> bool:
+        """Whether the launcher can call this kernel function (the cpu launcher: a kernel's C entry)."""
+        from septran.build.c_builder import CKernel
+
+        return isinstance(fn, CKernel)
 
     def _call(self, n, plan, fn, params: list) -> None:
         f = ctypes.cast(fn.function, ctypes.c_void_p).value

@@ -30,6 +30,8 @@ SIZES_KEPT = 64  # sets of dynamic sizes whose output layouts are kept
 class Segment:
     """The graph's node for one segment: ``segment(*inputs) -> tuple of the values read after it``."""
 
+    recorder = Recorder  # (``cuda_runner.CudaSegment``: its own recorder, source and build)
+
     def __init__(self, sub: fx.GraphModule, name: str, nsteps: int):
         self.sub = sub
         self.nsteps = nsteps
@@ -54,7 +56,7 @@ class Segment:
     # recording --------------------------------------------------------------------------------------------------
     def _record(self, inputs: tuple):
         self.tries += 1
-        rec = Recorder(self.sub.graph, inputs)
+        rec = self.recorder(self.sub.graph, inputs)
         result = rec.run()
         if rec.failed is None:
             try:
@@ -88,16 +90,12 @@ class Segment:
         for j, (t, _) in enumerate(self._allocs):
             slot[("tmp", t)] = n_in + len(self._pinned) + j
         # the escaping scratch buffers become P slots: the source is re-emitted with them as inputs
-        program = _with_slots(rec.program, slot)
-        self.source = source.emit(program, index)
-        self._lib, self.fn_c = build.load(self.source)
+        self._load(rec, slot, index)
         # P and S are made per call (a graph may run in two threads at once); the pinned tensors' addresses are
         # fixed (a step's own zero bias), written into each P
         self._P = ctypes.c_void_p * max(1, n_in + len(self._pinned) + len(self._allocs))
         self._pinned_ptrs = [(n_in + j, t.data_ptr()) for j, t in enumerate(self._pinned)]
         self._S = ctypes.c_int64 * max(1, len(symbols))
-        self._F = (ctypes.c_void_p * max(1, len(rec.kernels)))(*[f for f, _ in rec.kernels])
-        self._kernels = [k for _, k in rec.kernels]  # kept alive: their libraries hold the functions in F
         self._checks = list(rec.checks)
         self._outs = [(slot[d.base], d) for d in rec.out_descs]
         self._symbols = symbols
@@ -106,6 +104,13 @@ class Segment:
         self.fn = self.fn_c
         log.info("septran: segment %s: %d steps in one launcher (%d buffers, %d sizes)", self.__name__, self.nsteps,
                  len(self._P()), len(symbols))
+
+    def _load(self, rec: Recorder, slot: dict, index: dict) -> None:
+        """The launcher's source, its built function (``fn_c``) and the kernels' entry points (``_F``)."""
+        self.source = source.emit(_with_slots(rec.program, slot), index)
+        self._lib, self.fn_c = build.load(self.source)
+        self._F = (ctypes.c_void_p * max(1, len(rec.kernels)))(*[f for f, _ in rec.kernels])
+        self._kernels = [k for _, k in rec.kernels]  # kept alive: their libraries hold the functions in F
 
     # launching -------------------------------------------------------------------------------------------------
     def _layout(self, key: tuple):

@@ -73,8 +73,8 @@ def cut(graph: fx.Graph, arena=None) -> list[list[fx.Node]]:
     return out
 
 
-def replace(gm: fx.GraphModule, nodes: list[fx.Node], name: str) -> Segment:
-    """``nodes`` become one ``Segment`` node (and a getitem per value read after it)."""
+def replace(gm: fx.GraphModule, nodes: list[fx.Node], name: str, make=Segment) -> Segment:
+    """``nodes`` become one ``Segment`` node (``make``: its class; and a getitem per value read after it)."""
     members = set(nodes)
     inputs = []
     for n in nodes:
@@ -95,7 +95,7 @@ def replace(gm: fx.GraphModule, nodes: list[fx.Node], name: str) -> Segment:
         env[n] = sub.node_copy(n, lambda a: env[a])
     sub.output(tuple(env[n] for n in outputs))
     sub_gm = fx.GraphModule(torch.nn.Module(), sub)
-    segment = Segment(sub_gm, name, sum(isinstance(n.target, steps.Step) for n in nodes))
+    segment = make(sub_gm, name, sum(isinstance(n.target, steps.Step) for n in nodes))
     graph = gm.graph
     with graph.inserting_after(nodes[-1]):
         call = graph.call_function(segment, tuple(inputs))
