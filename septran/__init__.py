@@ -42,12 +42,17 @@ def __getattr__(name: str):
         from septran.model.profile import profile
 
         return profile
+    if name in ("precompile", "load_precompiled"):
+        from septran.model import precompile
+
+        return getattr(precompile, name)
     raise AttributeError(f"module 'septran' has no attribute {name!r}")
 
 __all__ = [
     "task", "compile", "jit", "tune", "TuneResult", "Kernel", "JITKernel", "Variant", "available_targets",
     "SepTranError", "FrontendError", "MappingError", "LoweringError", "BuildError", "CallError", "DeviceError",
     "InternalError", "SourceLoc", "__version__", "compile_model", "explain_model", "compile_onnx", "profile",
+    "precompile", "load_precompiled",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -123,7 +123,13 @@ def septran_backend(gm, example_inputs, reports: Optional[list] = None, dry: boo
         progress.enable(settings.progress)
     # keep_inference_input_mutations: a KV cache's write stays in the graph (a copy_ into the input), where the
     # direct runner turns it into one in-place copy (septran.model.inplace); else AOTAutograd copies it all back
-    backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=_inference_compiler(reports, dry, settings),
+    inference = _inference_compiler(reports, dry, settings)
+    if not dry:
+        from septran.model import precompiled
+
+        if precompiled.precompiling():  # torch's precompile: a result it can save (septran.model.precompiled)
+            inference = precompiled.serializable(inference, mode, options)
+    backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=inference,
                            keep_inference_input_mutations=True)
     return backend(gm, example_inputs)
 

@@ -1,0 +1,121 @@
+"""septran.precompile / septran.load_precompiled (septran/model/precompile.py): a Llama block at odd sizes compiled
+once for a prefill and a (dynamic) decode step, saved, and loaded in a fresh process that runs it with no Dynamo or
+AOTAutograd trace and without importing TileLang, right against float64 torch under the FlashAttention rule."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, load_module
+from support import lowering_records
+
+model_runner = load_module(REPO / "examples" / "model_runner.py")
+pytestmark = [pytest.mark.build, pytest.mark.skipif(model_runner.unavailable("septran") is not None,
+                                                   reason=str(model_runner.unavailable("septran")))]
+MODEL = REPO / "examples" / "llama_block" / "model.py"
+ODD = dict(hidden=48, heads=3, kv_heads=1, head_dim=16, intermediate=100, max_len=48)
+PROMPT = 13
+
+# The child: builds the same block, loads the file, runs a prefill and decode steps at new cache lengths, and
+# reports its errors against the block in float64 (and eager float32's, for the bound).
+CHILD = r"""
+import json, sys, time
+import torch
+sys.path.insert(0, sys.argv[3])
+import model_runner
+llama = model_runner.load(sys.argv[4], "septran_example_llama_block_model")
+import septran
+cfg = llama.LlamaConfig(**json.loads(sys.argv[2]))
+torch.manual_seed(0)
+model = llama.build(cfg)
+ref = __import__("copy").deepcopy(model).double()
+start = time.perf_counter()
+fn = septran.load_precompiled(model, sys.argv[1])
+gen = torch.Generator().manual_seed(1)
+kc, vc = model.new_cache()
+ke, ve = model.new_cache()
+kr, vr = ref.new_cache(dtype=torch.float64)
+errs, eager, scales = [], [], []
+with torch.no_grad():
+    for pos, s in [(0, int(sys.argv[5]))] + [(p, 1) for p in range(int(sys.argv[5]), int(sys.argv[5]) + 6)]:
+        x = torch.randn(1, s, cfg.hidden, generator=gen)
+        want = ref(x.double(), pos, kr, vr)
+        errs.append((fn(x, pos, kc, vc).double() - want).abs().max().item())
+        eager.append((model(x, pos, ke, ve).double() - want).abs().max().item())
+        scales.append(want.abs().max().item())
+print(json.dumps({"errs": errs, "eager": eager, "scales": scales, "tilelang": "tilelang" in sys.modules,
+                  "seconds": time.perf_counter() - start}))
+"""
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    import septran
+
+    llama = model_runner.load(MODEL, "septran_example_llama_block_model")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = llama.build(llama.LlamaConfig(**ODD))
+    gen = torch.Generator().manual_seed(2)
+    kc, vc = model.new_cache()
+    xp, xd = torch.randn(1, PROMPT, ODD["hidden"], generator=gen), torch.randn(1, 1, ODD["hidden"], generator=gen)
+    path = tmp_path_factory.mktemp("precompile") / "llama.pt2"
+    compiled = septran.precompile(model, [(xp, 0, kc, vc), (xd, PROMPT, kc, vc)], path, dynamic=[False, True])
+    yield path, model, compiled
+    torch._dynamo.reset()
+
+
+def test_a_fresh_process_runs_the_saved_block_without_tracing_or_tilelang(saved):
+    path = saved[0]
+    env = lowering_records.child_env(dict(os.environ))
+    run = subprocess.run([sys.executable, "-c", CHILD, str(path), json.dumps(ODD), str(REPO / "examples"), str(MODEL),
+                          str(PROMPT)], capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert not out["tilelang"]  # every kernel came from the build cache
+    bound = [2 * e + 2 * torch.finfo(torch.float32).eps * max(1.0, m) for e, m in zip(out["eager"], out["scales"])]
+    assert all(e <= b for e, b in zip(out["errs"], bound)), (out["errs"], bound)
+
+
+def test_the_compiled_model_is_right_in_the_saving_process(saved):
+    _, model, compiled = saved
+    ref = __import__("copy").deepcopy(model).double()
+    gen = torch.Generator().manual_seed(3)
+    kc, vc = model.new_cache()
+    kr, vr = ref.new_cache(dtype=torch.float64)
+    with torch.no_grad():
+        for pos, s in [(0, PROMPT), (PROMPT, 1), (PROMPT + 1, 1)]:
+            x = torch.randn(1, s, ODD["hidden"], generator=gen)
+            want = ref(x.double(), pos, kr, vr)
+            err = (compiled(x, pos, kc, vc).double() - want).abs().max().item()
+            assert err <= 1e-4 * max(1.0, want.abs().max().item())
+
+
+def test_a_call_no_saved_graph_accepts_is_refused(saved):
+    path, model, _ = saved
+    import septran
+
+    fn = septran.load_precompiled(model, path)
+    kc, vc = model.new_cache()
+    with torch.no_grad(), pytest.raises(RuntimeError, match="Guard"):
+        fn(torch.randn(1, PROMPT + 1, ODD["hidden"]), 0, kc, vc)  # a prefill of another length: never compiled
+
+
+def test_bad_arguments_name_the_fix(tmp_path):
+    import septran
+    from septran.errors import CallError
+
+    with pytest.raises(CallError, match="at least one example"):
+        septran.precompile(torch.nn.Linear(2, 2), [], tmp_path / "x.pt2")
+    with pytest.raises(CallError, match="dynamic flags"):
+        septran.precompile(torch.nn.Linear(2, 2), [(torch.randn(1, 2),)], tmp_path / "x.pt2", dynamic=[True, False])
+    with pytest.raises(CallError, match="torch.nn.Module"):
+        septran.precompile(lambda x: x, [(torch.randn(1, 2),)], tmp_path / "x.pt2")
+    (tmp_path / "junk.pt2").write_bytes(b"not a pickle")
+    with pytest.raises(CallError, match="not a file septran.precompile wrote"):
+        septran.load_precompiled(torch.nn.Linear(2, 2), tmp_path / "junk.pt2")
