@@ -105,10 +105,15 @@ def _training_compiler(gm, example_inputs):
 
 
 def _boxed(gm):
-    """AOTAutograd's calling convention: the arguments as one list, which the graph may free as it goes."""
-    from torch._functorch.aot_autograd import make_boxed_func
+    """AOTAutograd's calling convention: the arguments as one list, which the graph may free as it goes. (As
+    torch's ``make_boxed_func``, written here: importing ``torch._functorch.aot_autograd`` costs a loaded
+    precompiled model about a third of its start, networkx and sympy's combinatorics with it.)"""
 
-    return make_boxed_func(gm)
+    def call(args):
+        return gm(*args)
+
+    call._boxed_call = True
+    return call
 
 
 def septran_backend(gm, example_inputs, reports: Optional[list] = None, dry: bool = False, mode: Optional[str] = None,

@@ -75,8 +75,8 @@ def precompile(model: torch.nn.Module, examples: Sequence, path: Union[str, Path
 
 
 def load_precompiled(model: torch.nn.Module, path: Union[str, Path]):
-    """``model`` as ``precompile`` saved it to ``path``: a callable that runs the saved graphs (the first whose
-    guards accept the call). Call it under ``torch.no_grad()`` / ``inference_mode``, as the graphs were made."""
+    """``model`` as ``precompile`` saved it to ``path``: a callable (``fn(*args)``, as ``model(*args)``) that runs
+    the saved graphs (the first whose guards accept the call). Call it under ``torch.no_grad()`` / ``inference_mode``, as the graphs were made."""
     from torch._dynamo.aot_compile import AOTCompiledFunction, AOTCompiledModel
     from torch._dynamo.utils import get_metrics_context
     from torch._guards import CompileContext, compile_context
@@ -98,6 +98,6 @@ def load_precompiled(model: torch.nn.Module, path: Union[str, Path]):
 
             with compile_context(CompileContext(convert_frame.get_compile_id({}))), get_metrics_context():
                 loaded.append(AOTCompiledFunction.deserialize(data, f_globals))
-    compiled = torch.compile(model, backend="septran", fullgraph=True)
-    compiled.forward = AOTCompiledModel(model, loaded)
-    return compiled
+    # The saved graphs with the model, as torch.compile's module would hold them (not made here: building one
+    # imports Dynamo's debugging backends, and AOTAutograd's partitioner with them, a third of a load's time)
+    return AOTCompiledModel(model, loaded)
