@@ -24,13 +24,14 @@ import torch.fx as fx
 
 from septran.model import steps
 from septran.model.launcher.cexpr import Unsupported, expr, value
+from septran.model.launcher.glue import Glue
 from septran.model.launcher.source import Call, Copy, Program, Ptr, Zero
 from septran.model.launcher.views import Defer, Desc, Views, same, contiguous_strides
 
 aten = torch.ops.aten
 
 
-class Recorder(Views):
+class Recorder(Glue, Views):
     """One recording run of a segment's subgraph (``sub``: placeholders, nodes, one output tuple)."""
 
     def __init__(self, sub: fx.Graph, inputs: tuple):
@@ -130,6 +131,8 @@ class Recorder(Views):
             raise Unsupported(f"{what}: its address is not the recorded one")
 
     def _glue(self, n: fx.Node, env: dict) -> None:
+        if self._glue_op(n, env):  # an operation the launcher computes itself (glue.py)
+            return
         v, meta = env[n], n.meta.get("val")
         if n.target in (aten.split.Tensor, aten.split_with_sizes.default):
             self.descs[n] = self._split(n, v)

@@ -15,6 +15,7 @@ import torch.fx as fx
 
 from septran.model import step_table, steps
 from septran.model.flops import VIEWS, op_name
+from septran.model.launcher import glue
 from septran.model.launcher.runner import Segment
 
 aten = torch.ops.aten
@@ -29,7 +30,7 @@ def _joins(n: fx.Node) -> bool:
         return type(n.target) in step_table.FAST.values()
     if n.target is operator.getitem:  # a piece of a split (cut() keeps it only after its split)
         return isinstance(n.args[0], fx.Node) and n.args[0].target in _SPLITS
-    if n.target in _SPLITS:
+    if n.target in _SPLITS or glue.joins(n):
         return True
     if not isinstance(n.meta.get("val"), torch.Tensor) or not isinstance(n.target, torch._ops.OpOverload):
         return False
