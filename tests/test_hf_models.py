@@ -115,4 +115,7 @@ def test_generate_through_hf_static_cache_compile_config(eager, monkeypatch):
     segments = [s for ex in made for s in ex.segments]
     assert segments and all(s.why_not is None for s in segments), [(s.__name__, s.why_not) for s in segments]
     assert all(s.launches >= 1 for s in segments)
+    # the glue between the kernels (positions, mask, rotary tables, embedding, the cache writes) runs inside the
+    # launcher too (septran.model.launcher.glue): a decode step is one segment, one crossing
+    assert all(len(ex.segments) == 1 for ex in made), [len(ex.segments) for ex in made]
     torch._dynamo.reset()
