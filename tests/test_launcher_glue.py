@@ -12,6 +12,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from septran.errors import DeviceError
+from septran.model.launcher import glue
 from septran.model.launcher.runner import Segment
 from tests.support.model_graphs import assert_flash_rule
 
@@ -22,6 +23,8 @@ aten = torch.ops.aten
 
 def _segment(fn, *inputs, mode="fake"):
     gm = make_fx(fn, tracing_mode=mode)(*inputs)
+    ops = [n for n in gm.graph.nodes if n.target in glue._OPS]
+    assert ops and all(glue.joins(n) for n in ops), [n.name for n in ops if not glue.joins(n)]
     return Segment(gm, "glue_case", 0)
 
 
@@ -111,3 +114,15 @@ def test_index_copy_writes_the_cache_in_place_at_run_time_positions():
         assert torch.equal(c, want) and int(end) == at + 2
     with pytest.raises(DeviceError):  # past the cache's end
         seg(cache.clone(), torch.randn(1, 3, 2, 5), torch.tensor([22]))
+
+
+def test_what_the_metadata_shows_unsupported_does_not_join():
+    """A node the recorder would refuse stays out of the segment (it ends it, as before), so it never keeps a
+    whole segment on its steps: an alpha, an infinite scalar, a float arange, indices of two dimensions."""
+    def fn(x, ids):
+        return (aten.add.Tensor(x, x, alpha=2), aten.mul.Tensor(x, float("inf")),
+                aten.arange.start_step(0.5, 3.0, 0.5), aten.embedding.default(x, ids))
+
+    gm = make_fx(fn, tracing_mode="fake")(torch.randn(7, 3), torch.zeros(2, 2, dtype=torch.int64))
+    ops = [n for n in gm.graph.nodes if n.target in glue._OPS]
+    assert len(ops) == 4 and not any(glue.joins(n) for n in ops)

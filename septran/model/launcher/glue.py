@@ -63,8 +63,54 @@ def joins(n: fx.Node) -> bool:
     v = n.meta.get("val")
     if not isinstance(v, torch.Tensor) or v.device.type != "cpu" or _dtype(v.dtype) not in CTYPES:
         return False
-    return all(_dtype(a.meta["val"].dtype) in CTYPES for a in n.all_input_nodes
-               if isinstance(a.meta.get("val"), torch.Tensor))
+    if not all(_dtype(a.meta["val"].dtype) in CTYPES for a in n.all_input_nodes
+               if isinstance(a.meta.get("val"), torch.Tensor)):
+        return False
+    try:
+        return _static_ok(n, _OPS[n.target], v)
+    except (TypeError, ValueError, AttributeError, IndexError, KeyError, RuntimeError):
+        return False
+
+
+def _meta(a):
+    return a.meta.get("val") if isinstance(a, fx.Node) else a
+
+
+def _static_ok(n: fx.Node, kind: str, v: torch.Tensor) -> bool:
+    """What the metadata already shows the recorder would refuse (a node it refuses would keep its whole segment
+    on its steps; left out, it only ends the segment, as before the glue)."""
+    if kind != "index_copy" and v.numel() == 0:
+        return False
+    name = n.target._overloadpacket.__name__
+    if kind == "binary":
+        if len(n.args) != 2 or any(k != "alpha" or n.kwargs[k] != 1 for k in n.kwargs):
+            return False
+        a, b = (_meta(x) for x in n.args)
+        if any(isinstance(x, float) and not math.isfinite(x) for x in (a, b)):
+            return False
+        if not all(isinstance(x, (torch.Tensor, int, float, torch.SymInt)) for x in (a, b)):
+            return False
+        compute = _dtype(torch.result_type(*(x if not isinstance(x, torch.SymInt) else 1 for x in (a, b))))
+        return compute in CTYPES and (name != "div" or compute in _FLOATS)
+    if kind == "unary":
+        x = _meta(n.args[0])
+        return len(n.args) == 1 and not n.kwargs and isinstance(x, torch.Tensor) and x.dtype == v.dtype and \
+            (name == "neg" or _dtype(v.dtype) in _FLOATS)
+    if kind == "convert":
+        return set(n.kwargs) <= {"dtype", "layout", "device", "pin_memory", "non_blocking", "memory_format"}
+    if kind == "arange":
+        return _dtype(v.dtype) in ("int64", "int32") and all(isinstance(_meta(a), (int, torch.SymInt))
+                                                              for a in n.args)
+    if kind == "cat":
+        return all(isinstance(_meta(a), torch.Tensor) and (_meta(a).numel() == 0 or
+                   (_meta(a).dtype == v.dtype and _meta(a).dim() == v.dim())) for a in n.args[0])
+    if kind in ("embedding", "index_select", "index_copy"):
+        at = {"embedding": 1, "index_select": 2, "index_copy": 2}[kind]
+        ids = _meta(n.args[at])
+        if _dtype(ids.dtype) not in ("int64", "int32"):
+            return False
+        return sum(not (isinstance(s, int) and s == 1) for s in ids.shape) <= 1
+    return True
 
 
 class Glue:
