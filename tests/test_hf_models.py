@@ -115,4 +115,37 @@ def test_generate_through_hf_static_cache_compile_config(eager, monkeypatch):
     segments = [s for ex in made for s in ex.segments]
     assert segments and all(s.why_not is None for s in segments), [(s.__name__, s.why_not) for s in segments]
     assert all(s.launches >= 1 for s in segments)
+    # the glue between the kernels (positions, mask, rotary tables, embedding, the cache writes) runs inside the
+    # launcher too (septran.model.launcher.glue): a decode step is one segment, one crossing
+    assert all(len(ex.segments) == 1 for ex in made), [len(ex.segments) for ex in made]
+    torch._dynamo.reset()
+
+
+def test_static_cache_prefill_launches_around_its_masked_attention(monkeypatch):
+    """A prefill over HF's static cache: its attention reads the mask's values at every call, so it stays out of
+    the segments (``segments._reads_its_mask``) and the steps around it launch, rope's input copied into its
+    heads layout inside the launcher (``record._relaid_copy``); the replayed logits match eager's."""
+    from transformers import StaticCache
+
+    model = _model("llama")
+    ref = _model("llama").double()
+    made = _lowered(monkeypatch)
+    fn = torch.compile(model.forward, backend="septran", fullgraph=True)
+    caches = [StaticCache(config=m.config, max_cache_len=16) for m in (model, model, ref)]
+    ids = _prompt()
+    with torch.no_grad():
+        for _ in range(3):  # the first two calls compile (the cache made, then written) and record; the third launches
+            for c in caches:
+                for layer in c.layers:
+                    if getattr(layer, "cumulative_length", None) is not None:
+                        layer.cumulative_length.fill_(0)
+            got = fn(input_ids=ids, past_key_values=caches[0], use_cache=True).logits
+        want = model(input_ids=ids, past_key_values=caches[1], use_cache=True).logits
+        want64 = ref(input_ids=ids, past_key_values=caches[2], use_cache=True).logits
+    from tests.support.model_graphs import assert_flash_rule
+
+    assert_flash_rule(got, want64, want, eps=1e-4)
+    segments = made[-1].segments  # (the graph of a prefill into a cache already made: the one called again)
+    assert segments and all(s.why_not is None and s.launches >= 1 for s in segments), \
+        [(s.__name__, s.why_not) for s in segments]
     torch._dynamo.reset()

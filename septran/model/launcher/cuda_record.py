@@ -33,6 +33,18 @@ class CudaRecorder(Recorder):
     """``record.Recorder`` whose kernel calls become ``cuda_source.KernelCall``s (``kernels``: (handle, the
     TVM-FFI function object, the JITKernel) per distinct kernel; the objects keep the handle valid)."""
 
+    def _glue_op(self, n, env: dict) -> bool:
+        """The glue's loops are host C (glue.py): on a device the segment keeps its steps (``segments.cut`` already
+        ends a segment at a node on another device than the host, so this is a second fence)."""
+        from septran.model.launcher import glue
+
+        if n.target in glue._OPS:
+            raise Unsupported(f"{n.name}: the launcher's glue runs on the host, not on {self.device_name()}")
+        return False
+
+    def device_name(self) -> str:
+        return "a CUDA device"
+
     def _takes(self, fn) -> bool:
         adapter = getattr(fn, "adapter", None)
         return getattr(fn, "execution_backend", None) == "tvm_ffi" and adapter is not None and \

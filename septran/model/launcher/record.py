@@ -24,13 +24,14 @@ import torch.fx as fx
 
 from septran.model import steps
 from septran.model.launcher.cexpr import Unsupported, expr, value
+from septran.model.launcher.glue import Glue
 from septran.model.launcher.source import Call, Copy, Program, Ptr, Zero
 from septran.model.launcher.views import Defer, Desc, Views, same, contiguous_strides
 
 aten = torch.ops.aten
 
 
-class Recorder(Views):
+class Recorder(Glue, Views):
     """One recording run of a segment's subgraph (``sub``: placeholders, nodes, one output tuple)."""
 
     def __init__(self, sub: fx.Graph, inputs: tuple):
@@ -130,6 +131,8 @@ class Recorder(Views):
             raise Unsupported(f"{what}: its address is not the recorded one")
 
     def _glue(self, n: fx.Node, env: dict) -> None:
+        if self._glue_op(n, env):  # an operation the launcher computes itself (glue.py)
+            return
         v, meta = env[n], n.meta.get("val")
         if n.target in (aten.split.Tensor, aten.split_with_sizes.default):
             self.descs[n] = self._split(n, v)
@@ -308,6 +311,10 @@ class Recorder(Views):
                 self.program.ops.append(Copy(self._ptr(d), self._ptr(src), src.sizes, strides, src.strides,
                                              t.element_size()))
                 return d
+        for a in readable:
+            found = self._relaid_copy(n, t, role, env[a], a)
+            if found is not None:
+                return found
         raise Unsupported(f"{n.name} passes its kernel a tensor the launcher cannot place")
 
     def _takes(self, fn) -> bool:
@@ -315,6 +322,39 @@ class Recorder(Views):
         from septran.build.c_builder import CKernel
 
         return isinstance(fn, CKernel)
+
+    def _relaid_copy(self, n, t: torch.Tensor, role: str, v, a) -> Optional[Desc]:
+        """``t`` a view (a reshape, a transposition) of a contiguous copy of the value ``v``, in ``v``'s order or
+        with its dimensions 1 and 2 swapped (a heads layout: rope's ``x`` in a prefill, a column slice of a fused
+        QKV projection): the copy is done in the launcher, and ``t`` described as a view of it."""
+        if role != "input" or not isinstance(v, torch.Tensor) or v.is_contiguous() or v.dtype != t.dtype or \
+                v.numel() != t.numel() or not t.numel():
+            return None
+        item = t.element_size()
+        if t.untyped_storage().nbytes() != t.numel() * item or t.storage_offset():
+            return None
+        flat = t.as_strided((t.numel(),), (1,), 0)
+        src = self.descs[a]
+        swap = v.dim() >= 3 and v.shape[1] > 1 and v.shape[2] > 1  # (else both orders are one layout)
+        orders = [tuple(range(v.dim()))] + ([(0, 2, 1, *range(3, v.dim()))] if swap else [])
+        matching = [o for o in orders if torch.equal(flat, v.permute(o).reshape(-1))]
+        if len(matching) != 1:  # none, or values that cannot tell the layouts apart (never a guess)
+            return None
+        for order in matching:
+            sizes, strides = tuple(src.sizes[i] for i in order), tuple(src.strides[i] for i in order)
+            dense = contiguous_strides(sizes)
+            d = Desc(self._tmp(math.prod(sizes, start=sympy.Integer(1)) * item, t.data_ptr()), sympy.Integer(0),
+                     sizes, dense, t.dtype)
+            try:
+                found = self._match(t, d, f"{n.name} (a copy in another layout)")
+            except Defer:
+                raise
+            except Unsupported:
+                self.program.scratch.pop()
+                continue
+            self.program.ops.append(Copy(self._ptr(d), self._ptr(src), sizes, dense, strides, item))
+            return found
+        return None
 
     def _call(self, n, plan, fn, params: list) -> None:
         f = ctypes.cast(fn.function, ctypes.c_void_p).value

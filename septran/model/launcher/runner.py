@@ -201,6 +201,8 @@ def _with_slots(program: source.Program, slot: dict) -> source.Program:
             ops.append(source.Call(op.fn, tuple(ptr(a) for a in op.args), op.sizes))
         elif isinstance(op, source.Zero):
             ops.append(source.Zero(ptr(op.dst), op.nbytes))
+        elif hasattr(op, "moved"):  # the glue's operations (glue_source)
+            ops.append(op.moved(ptr))
         else:
             ops.append(source.Copy(ptr(op.dst), ptr(op.src), op.sizes, op.dst_strides, op.src_strides, op.item))
     return source.Program(ops, [program.scratch[i] for i in keep])

@@ -1,7 +1,9 @@
 """Cutting a lowered graph into segments: runs of steps and the glue between them that one launcher can run.
 
-A node joins a segment if it is a fast step (``septran.model.step_table.FAST``), an ATen view (its output a tensor), or
-a ``copy_`` (a KV-cache write, ``septran.model.inplace``). Nodes that compute nothing a segment reads from and
+A node joins a segment if it is a fast step (``septran.model.step_table.FAST``), an ATen view (its output a tensor),
+a ``copy_`` (a KV-cache write, ``septran.model.inplace``), or one of the small operations the launcher computes
+itself (``glue``: positions, masks, rotary tables, embeddings, ``index_copy_``), where its metadata shows the
+recorder can take it. Nodes that compute nothing a segment reads from and
 that read nothing a segment writes stay where they are without splitting it: integer arithmetic on sizes, the
 arena's views, the once-concatenated weights of fused GEMMs. Any other node (one that stays with torch) ends the
 segment; so does the graph's output. A segment with no step is left as it is.
@@ -15,6 +17,7 @@ import torch.fx as fx
 
 from septran.model import step_table, steps
 from septran.model.flops import VIEWS, op_name
+from septran.model.launcher import glue
 from septran.model.launcher.runner import Segment
 
 aten = torch.ops.aten
@@ -26,10 +29,10 @@ def _joins(n: fx.Node) -> bool:
     if n.op != "call_function":
         return False
     if isinstance(n.target, steps.Step):
-        return type(n.target) in step_table.FAST.values()
+        return type(n.target) in step_table.FAST.values() and not _reads_its_mask(n)
     if n.target is operator.getitem:  # a piece of a split (cut() keeps it only after its split)
         return isinstance(n.args[0], fx.Node) and n.args[0].target in _SPLITS
-    if n.target in _SPLITS:
+    if n.target in _SPLITS or glue.joins(n):
         return True
     if not isinstance(n.meta.get("val"), torch.Tensor) or not isinstance(n.target, torch._ops.OpOverload):
         return False
@@ -37,6 +40,22 @@ def _joins(n: fx.Node) -> bool:
         return True
     name = op_name(n)
     return name in VIEWS and name not in _TUPLE_VIEWS
+
+
+def _reads_its_mask(n: fx.Node) -> bool:
+    """A prefill's attention with a bool mask (more than ``DECODE_ROWS`` queries, not causal): its step reads the
+    mask's values at every call (``steps_attention.Attention``), so no launcher can record it. It stays out,
+    with the Python of its step, and the steps around it still launch (inside, it kept its whole segment on its
+    steps)."""
+    from septran.model.steps_attention import Attention
+    from septran.ops.attention import DECODE_ROWS
+
+    if not isinstance(n.target, Attention) or len(n.args) < 6:
+        return False
+    q, mask, causal = n.args[1], n.args[4], n.args[5]
+    rows = q.meta.get("val").shape[2] if isinstance(q, fx.Node) and isinstance(q.meta.get("val"), torch.Tensor) \
+        else None
+    return isinstance(mask, fx.Node) and causal is False and isinstance(rows, int) and rows > DECODE_ROWS
 
 
 def _beside(n: fx.Node, arena) -> bool:

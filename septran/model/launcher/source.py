@@ -127,7 +127,10 @@ def _ptr(p: Ptr, symbols: dict) -> str:
 
 def emit(program: Program, symbols: dict) -> str:
     """The launcher's source."""
-    lines = [PRELUDE, 'extern "C" int32_t septran_segment(void* const* F, char* const* P, const int64_t* S) {',
+    from septran.model.launcher import glue_source
+
+    glue = any(hasattr(op, "emit") for op in program.ops)  # (the glue's helpers only where a glue op is)
+    lines = [PRELUDE + (glue_source.PRELUDE if glue else ""), 'extern "C" int32_t septran_segment(void* const* F, char* const* P, const int64_t* S) {',
              "  (void)F; (void)P; (void)S;", "  int32_t rc = 0;"]
     if program.scratch:
         lines.append(f"  static thread_local st_scratch kept[{len(program.scratch)}];")
@@ -142,6 +145,9 @@ def emit(program: Program, symbols: dict) -> str:
             values = [_ptr(a, symbols) for a in op.args] + [f"({ctype}){c_expr(e, symbols)}" for e, ctype in op.sizes]
             lines.append(f"  rc = ((int32_t (*)({', '.join(types)}))F[{op.fn}])({', '.join(values)});")
             lines.append(f"  if (rc) {{ rc = 1000 * {k + 1} + rc; goto done; }}")
+        elif hasattr(op, "emit"):  # the glue's operations (glue_source)
+            rc = f"1000 * {k + 1} + 1"
+            lines.extend(line.replace("ST_RC", rc) for line in op.emit(symbols, lambda p: _ptr(p, symbols)))
         elif isinstance(op, Zero):
             lines.append(f"  memset({_ptr(op.dst, symbols)}, 0, (size_t){c_expr(op.nbytes, symbols)});")
         else:
