@@ -94,13 +94,14 @@ def test_a_dynamic_kernel_keeps_one_variant_per_bucket():
     k = gemm_kernel("cpu", "none", False, True)
     w = torch.randn(32, 24)
     sources = []
-    for m in (1, 40, 3, 40):
+    for m in (1, 40, 1, 40, 3):
         a = torch.randn(m, 32)
         torch.testing.assert_close(k(a, w), a @ w, rtol=1e-4, atol=1e-4)
         sources.append(k.tuning["source"])
-    assert "shape_points entry 1" in sources[0] or "shape_points entry 2" in sources[0]
+    assert "shape_points entry 1" in sources[0]  # one row
     assert sources[1] == sources[3] and "first point" in sources[1]
-    assert sources[2] == sources[0] and len(k.variants) == 2
+    assert sources[2] == sources[0] and "shape_points entry 2" in sources[4]  # three rows: a small call
+    assert len(k.variants) == 3
 
 
 def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
@@ -110,10 +111,11 @@ def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
         m = parse_mapping((REPO / "mappings" / "cpu" / f"{name}.yaml").read_text(), f"{name}.yaml")
         from septran.mapping import shape_points
 
-        assert shape_points.bucket(m.shape_points, {"A": (16, 16), "B": (16, 16), "C": (16, 16), "bias": (16,)}) == 0
-        # one row (a GEMV: one program as wide as B), then a few rows
+        # one row, small or not (a GEMV: one program as wide as B), then a small call, then a few rows
         assert shape_points.bucket(m.shape_points, {"A": (1, 4096), "B": (4096, 11008), "C": (1, 11008),
-                                                    "bias": (11008,)}) == 1
+                                                    "bias": (11008,)}) == 0
+        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 256), "C": (1, 256), "bias": (256,)}) == 0
+        assert shape_points.bucket(m.shape_points, {"A": (16, 16), "B": (16, 16), "C": (16, 16), "bias": (16,)}) == 1
         assert shape_points.bucket(m.shape_points, {"A": (4, 4096), "B": (4096, 4096), "C": (4, 4096),
                                                     "bias": (4096,)}) == 2
         assert shape_points.bucket(m.shape_points, {"A": (512, 512), "B": (512, 512), "C": (512, 512), "bias": (512,)}) is None
@@ -123,7 +125,8 @@ def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
 
 def test_a_dynamic_kernel_keeps_tuning_records_per_bucket():
     """Rows are dynamic (-1 in the key): without the bucket, a decode step's record would serve a prefill and the
-    reverse. Two row counts of one bucket share a key; of two buckets, not."""
+    reverse. Two row counts of one bucket share a key; of two buckets (one row, a small call, the first point),
+    not."""
     from septran.ops.gemm import gemm_kernel
 
     k = gemm_kernel("cpu", "none", False, True)
@@ -132,5 +135,5 @@ def test_a_dynamic_kernel_keeps_tuning_records_per_bucket():
         described = {"A": ((rows, 32), "float32"), "B": ((32, 24), "float32")}
         return k.tuning_key(k.specialization(described, k.scalar_values({}))).digest()
 
-    assert key(1) == key(3) == key(16)
-    assert key(40) == key(300) != key(1)
+    assert key(3) == key(16) != key(1)  # a small call's bucket, and one row's
+    assert key(40) == key(300) != key(3)

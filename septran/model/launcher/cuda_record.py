@@ -39,11 +39,8 @@ class CudaRecorder(Recorder):
         from septran.model.launcher import glue
 
         if n.target in glue._OPS:
-            raise Unsupported(f"{n.name}: the launcher's glue runs on the host, not on {self.device_name()}")
+            raise Unsupported(f"{n.name}: the launcher's glue runs on the host, not on a CUDA device")
         return False
-
-    def device_name(self) -> str:
-        return "a CUDA device"
 
     def _takes(self, fn) -> bool:
         adapter = getattr(fn, "adapter", None)
