@@ -44,6 +44,9 @@ def test_the_shipped_record_is_read_on_its_cpu_and_the_source_names_it(setup):
     assert dict(variant.choice.point) == _point(kernel, 128)
     assert "the shipped tuning database" in kernel.tuning["source"]
     assert "tuned/cpu.jsonl" in kernel.tuning["source"]
+    from septran.model.profile import _point as profile_point  # septran.profile's "point" column
+
+    assert profile_point(variant.choice).startswith("shipped: ")
 
 
 def test_the_users_record_wins_over_the_shipped_one(setup):
@@ -87,7 +90,8 @@ def test_ship_rewrites_this_cpus_keys_and_keeps_other_cpus_and_drops_dead_versio
     records = TuningDB(shipped.path("cpu")).all()
     assert sorted((r.key.device == key.device, r.point[BM]) for r in records) == [(False, 32), (True, 64)]
     # shipped again after the mapping's own point won: the key's record goes, the other CPU's stays
-    user.append(_record(key, tune_model.mapping_point(kernel, kernel.specialization(SHAPES, {})), 1e-5))
+    own = tune_model.mapping_point(kernel, kernel.specialization(SHAPES, kernel.scalar_values({})))
+    user.append(_record(key, own, 1e-5))
     report = tune_model.ship([(kernel, described, {})], user, "")
     assert (report["written"], report["same"], report["records"]) == (0, 1, 1)
 
@@ -102,3 +106,15 @@ def test_the_repositorys_shipped_files_are_records_and_in_the_wheel():
         lines = [line for line in file.read_text().splitlines() if line.strip()]
         records = TuningDB(file).all()
         assert len(records) == len(lines) and all(r.key.target == file.stem and r.status == "ok" for r in records)
+
+
+def test_ship_leaves_out_a_point_that_beat_the_mappings_own_by_noise_only(setup):
+    kernel, key, user, _ = setup
+    own = tune_model.mapping_point(kernel, kernel.specialization(SHAPES, kernel.scalar_values({})))
+    final = dict(timing=Timing("wall", 1, 1, True), op="gemm")
+    for round_id, own_s in (("r1", 1.01e-3), ("r2", 1.2e-3)):  # the latest round decides: r2, a clear win
+        user.extend([TuningRecord(key, _point(kernel, 64), "ok", timings=(1e-3,), features={"final_round": round_id},
+                                  **final),
+                     TuningRecord(key, own, "ok", timings=(own_s,), features={"final_round": round_id}, **final)])
+        report = tune_model.ship([(kernel, dict(SHAPES), {})], user, "")
+        assert (report["written"], report["same"]) == ((0, 1) if round_id == "r1" else (1, 0))

@@ -40,8 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-len", type=at_least(2), help="the KV cache's positions (default: the model's; "
                                                               "bench/models.py uses --prompt + 8)")
     parser.add_argument("--ship", nargs="?", const="", metavar="PATH",
-                        help="then write each key's winner into the tuning database that ships with SepTran "
-                             "(default septran/tuned/<target>.jsonl), keeping other CPUs' and other models' records")
+                        help="then write each key's winner, where it beats the mapping's own point by 3 %%, into the tuning "
+                             "database that ships with SepTran (default septran/tuned/<target>.jsonl), keeping other "
+                             "CPUs' and other models' records")
     parser.add_argument("--json", action="store_true", help="end with one JSON object")
 
 
@@ -206,9 +207,24 @@ def against_mapping(kernel, described: dict, scalars: dict, db, result) -> Optio
     return {"tuned_s": tuned_s, "mapping_s": own_s, "gain": own_s / tuned_s, "spread": max(spread)}
 
 
+MARGIN = 1.03  # a shipped point beats the mapping's own by 3 % at least: less is the shared machine's noise
+
+
+def clear_win(db, key, best, own: dict) -> bool:
+    """Whether ``best`` beat the mapping's point ``own`` by ``MARGIN`` in the round that timed them side by side
+    (``against_mapping``'s); a best with no such round (another program's records) is taken as it is."""
+    from septran.records.record import point_id
+
+    round_id = best.features.get("final_round")
+    rivals = [r for r in db.records(key) if r.point_id == point_id(own) and r.status == "ok"
+              and round_id is not None and r.features.get("final_round") == round_id]
+    return not rivals or min(r.median_s for r in rivals) >= MARGIN * best.median_s
+
+
 def ship(calls: list[tuple], db, where: str) -> dict:
     """Each tuned key's winner (the database's best, from this device) into the shipped database; a key whose
-    winner is the mapping's own point gets no record (the mapping already runs it), and loses any older one."""
+    winner is the mapping's own point, or beat it by less than ``MARGIN``, gets no record (the mapping already
+    runs its point), and loses any older one."""
     from septran.records import shipped
     from septran.runtime.points import best_in_space
 
@@ -221,7 +237,8 @@ def ship(calls: list[tuple], db, where: str) -> dict:
         best = best_in_space(db, key, kernel.mapping.space)
         if best is None:
             continue
-        if dict(best.point) == mapping_point(kernel, spec):
+        own = mapping_point(kernel, spec)
+        if dict(best.point) == own or not clear_win(db, key, best, own):
             same += 1
             continue
         winners.append(best)
