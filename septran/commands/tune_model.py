@@ -140,7 +140,8 @@ def run(args) -> int:
                      "versus_mapping": versus})
         if not args.json:
             gain = f"{result.first_s / result.best_s:.2f}x" if result.best_s and result.first_s else "-"
-            vs = f", the mapping's point / best {versus['gain']:.2f}x (interleaved)" if versus else ""
+            vs = f", the mapping's point / best {versus['gain']:.2f}x (interleaved, spread {versus['spread']:.0%})" \
+                if versus else ""
             print(f"{shown(kernel.graph.entry)} ({shapes}): {result.measured} measured"
                   f"{' (from the database)' if result.cached else ''}, "
                   f"best {result.best_s * 1e3:.3f} ms, first point / best {gain}{vs}" if result.best_s is not None else
@@ -170,9 +171,10 @@ def mapping_point(kernel, spec) -> dict:
 
 
 def against_mapping(kernel, described: dict, scalars: dict, db, result) -> Optional[dict]:
-    """The tuned point and the mapping's own for these shapes, timed again side by side (interleaved rounds,
-    each sample the median of a few calls; the machine may be shared) and recorded as the key's latest final
-    round, so that the database's best is the faster of the two. None where they are the same point. The tuner's
+    """The tuned point and the mapping's own for these shapes, timed again side by side (interleaved rounds) and
+    recorded as the key's latest final round, so that the database's best is the faster of the two. A round's
+    sample is the fastest call of a 10 ms window: on a shared machine a kernel that splits over the threads
+    waits whole scheduler ticks (4 ms) for a busy core, and those waits say nothing about the point. None where they are the same point. The tuner's
     search may never have measured the mapping's point (its budget, its cost model's order)."""
     import statistics
     import uuid
@@ -196,8 +198,8 @@ def against_mapping(kernel, described: dict, scalars: dict, db, result) -> Optio
     samples: list[list[float]] = [[], []]
     for _ in range(VERSUS_ROUNDS):
         for i, fn in enumerate(fns):
-            samples[i].append(statistics.median(ms.time_call(fn, device, warmup=1, min_reps=3, min_seconds=0.01,
-                                                             max_reps=200).samples))
+            samples[i].append(min(ms.time_call(fn, device, warmup=1, min_reps=5, min_seconds=0.01,
+                                               max_reps=500).samples))
     key, round_id, op = kernel.tuning_key(spec), uuid.uuid4().hex[:12], kernel.graph.entry.removesuffix("_logic")
     db.extend(TuningRecord(key, point, "ok", timings=tuple(s), timing=Timing("wall", 1, len(s), True),
                            features={"final_round": round_id, "versus": "the mapping's point"}, op=op)
