@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=at_least(1), help="parallel builds (default: the cores)")
     parser.add_argument("--force", action="store_true", help="measure again where the database has an answer")
     parser.add_argument("--db", metavar="PATH", help="the tuning database (default: SEPTRAN_TUNING_DB)")
+    parser.add_argument("--threads", type=at_least(1), help="torch.set_num_threads (the cpu kernels' OpenMP threads) "
+                                                           "while tuning; on a busy machine 1 keeps the threads from "
+                                                           "waiting for each other (default: torch's)")
     parser.add_argument("--max-len", type=at_least(2), help="the KV cache's positions (default: the model's; "
                                                               "bench/models.py uses --prompt + 8)")
     parser.add_argument("--ship", nargs="?", const="", metavar="PATH",
@@ -125,6 +128,10 @@ def run(args) -> int:
     from septran.records.db import TuningDB, default_db
     from septran.records.shown import shown
 
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)  # a record's key has no thread count: its point serves every count
     model = load_model(Path(args.model), args.max_len)
     calls = calls_of(model, args.prompt)
     db = TuningDB(args.db) if args.db else default_db()
