@@ -63,6 +63,12 @@ def autotune() -> bool:
     return _switch("SEPTRAN_AUTOTUNE") is True
 
 
+def shipped_tuning() -> bool:
+    """SEPTRAN_SHIPPED_TUNING=0: never read the tuning database that ships with SepTran (septran/tuned/), only
+    SEPTRAN_TUNING_DB's; set by the test suite, so that its kernels do not depend on the CPU it runs on."""
+    return _switch("SEPTRAN_SHIPPED_TUNING") is not False
+
+
 def _switch(variable: str) -> Optional[bool]:
     """A yes/no variable: None when unset (the caller's default)."""
     value = os.environ.get(variable, "").strip().lower()

@@ -7,7 +7,7 @@
 While a profile is on, a graph compiled by the septran backend runs node by node (``fx.Interpreter``) with a
 clock around each node, instead of its usual path: each SepTran op is timed with its dispatch (``time``) and
 its kernel call alone (``kernel``: the plan and the C), and its row names the variant that ran and its point
-of the search space (``tuned``: from the tuning database; ``bucket``: the mapping's point for the shape's
+of the search space (``tuned``: from the tuning database; ``shipped``: from the one SepTran ships; ``bucket``: the mapping's point for the shape's
 bucket, ``shape_points:``; ``first``: the untuned first point; ``fixed``: a mapping without ``!tune``). FLOPs and bytes are the call's, at its real sizes (``call_cost``). Per node and
 call the interpreter adds a few microseconds, so a profiled step is slower than an unprofiled one; the shares
 are of the profiled step.
@@ -257,7 +257,8 @@ def _holds_tensor(value) -> bool:
 
 def _point(choice) -> str:
     source = choice.source
-    how = "tuned" if source.startswith("the tuning database") else "first" if "first point" in source else \
+    how = "tuned" if source.startswith("the tuning database") else "shipped" if source.startswith("the shipped") else \
+        "first" if "first point" in source else \
         "fixed" if "no !tune" in source else "bucket" if source.startswith("the mapping's point") else source.split(":")[0]
     point = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in sorted(choice.point.items()))
     return f"{how}: {point}" if point else how

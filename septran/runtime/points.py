@@ -2,7 +2,9 @@
 
 A mapping without ``!tune`` is its own point. For a search space: the best
 point the tuning database (``septran.records``) holds for exactly these
-shapes, dtypes, scalars, device and versions; else, when the kernel was
+shapes, dtypes, scalars, device and versions; else the shipped database's
+(``septran/tuned/<target>.jsonl``, made offline by ``septran tune-model
+--ship`` on the same CPU model; ``SEPTRAN_SHIPPED_TUNING=0`` skips it); else, when the kernel was
 handed a tuner (``septran.compile(..., autotune=True)`` or
 ``SEPTRAN_AUTOTUNE=1`` hands it ``septran.tuning``'s), a search now; else the
 mapping's point for the call's shape bucket (``shape_points:``); else the
@@ -23,7 +25,7 @@ from septran import env, progress
 from septran.mapping import shape_points
 from septran.mapping.schema import Mapping
 from septran.mapping.space import SearchSpace
-from septran.records import TuningDB, TuningKey, TuningRecord, best_of, default_db, device_identity
+from septran.records import TuningDB, TuningKey, TuningRecord, best_of, default_db, device_identity, shipped
 from septran.records.shown import shown
 from septran.runtime.dynamic_dims import masked
 
@@ -57,11 +59,17 @@ def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_poi
     if mapping.space is None:
         return Choice(mapping, {}, "the mapping has no !tune", checked=True)
     if _device_present(kernel.target):
-        db = default_db()
-        record = None if db.empty() else best_in_space(db, record_key(kernel, spec), mapping.space)
+        db, ship = default_db(), shipped.shipped_db(kernel.target.name)
+        key = None if db.empty() and ship is None else record_key(kernel, spec)
+        record = None if db.empty() else best_in_space(db, key, mapping.space)
         if record is not None:
             return _choice(mapping, dict(record.point), f"the tuning database ({shown(env.tuning_db())}): "
                                                         f"{record.median_s * 1e3:.4g} ms, recorded {shown(record.created)}")
+        record = None if ship is None else best_in_space(ship, key, mapping.space)
+        if record is not None:  # after the user's: a point tuned on this machine wins over the shipped one
+            return _choice(mapping, dict(record.point), f"the shipped tuning database ({shipped.shipped_name(ship)}): "
+                                                        f"{record.median_s * 1e3:.4g} ms on this CPU model, recorded "
+                                                        f"{shown(record.created)}")
         if tuner is not None:
             tuned = tuner(kernel, described, dict(spec.scalars))
             return _choice(mapping, dict(tuned.point), tuned.source)
