@@ -193,7 +193,7 @@ class _Block(nn.Module):
 def test_a_block_at_32_sequence_lengths_builds_each_kernel_once(monkeypatch):
     """Under torch.compile (automatic dynamic shapes after the second length), 32 sequence lengths run with
     one build per kernel and one variant each, per shape bucket of its mapping (``shape_points``: the cpu GEMM's
-    calls of at most 16 rows run their own point)."""
+    calls of one row, and of at most 16 rows, run points of their own)."""
     kernels.clear()
     built = _count_builds(monkeypatch)
     torch.manual_seed(0)
@@ -206,7 +206,7 @@ def test_a_block_at_32_sequence_lengths_builds_each_kernel_once(monkeypatch):
     assert {r.pattern for r in results if isinstance(r, Match)} == {"rms_norm", "gemm", "softmax", "layer_norm", "elementwise"}
     buckets = {name: {key[-1] for key in k._variants} for name, k in kernels._CACHE.items()}  # ("shape_points", k)
     assert len(built) <= sum(len(b) for b in buckets.values())
-    assert all(len(k._variants) == len(buckets[name]) <= 2 for name, k in kernels._CACHE.items())
+    assert all(len(k._variants) == len(buckets[name]) <= 3 for name, k in kernels._CACHE.items())
 
 
 @pytest.mark.parametrize("target", ["sm80", "sm90", "gfx942"])

@@ -136,3 +136,14 @@ def _run(cmd: list[str]) -> str:
 def native_flags(flags) -> Optional[str]:
     """The features behind ``-march=native`` where ``flags`` ask for it (a build for "this CPU"), else None."""
     return compiler_facts()["native"] if any(f in NATIVE for f in flags) else None
+
+
+def nvcc_path() -> Optional[str]:
+    """nvcc on PATH, else the default CUDA install; None where there is none."""
+    import shutil
+
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    default = Path("/usr/local/cuda/bin/nvcc")
+    return str(default) if default.exists() else None

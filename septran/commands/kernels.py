@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Optional
 
-from septran.commands.inputs import add_input_options, check_inputs, described, parse_inputs, parse_scalars
+from septran.inputs import add_input_options, check_inputs, described, parse_inputs, parse_scalars
 
 
 def add_kernel_arguments(parser: argparse.ArgumentParser, mapping_help: Optional[str] = None) -> None:

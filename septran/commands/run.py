@@ -10,7 +10,7 @@ import argparse
 import statistics
 import time
 
-from septran.commands.inputs import at_least, parse_scalars
+from septran.inputs import at_least, parse_scalars
 from septran.commands.kernels import add_kernel_arguments, head, print_json, variant_for
 from septran.errors import CallError
 

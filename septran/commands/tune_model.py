@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
-from septran.commands.inputs import at_least
+from septran.inputs import at_least
 from septran.errors import CallError
 
 

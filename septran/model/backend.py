@@ -60,6 +60,12 @@ def _autotuning(run):
     return call
 
 
+def compile_saved(gm, mode: Optional[str], options: Optional[dict]):
+    """A graph torch's precompile saved (AOTAutograd's inference graph, loaded back) through the inference
+    compiler, as ``septran_backend`` compiles one (``septran.model.precompiled``)."""
+    return _inference_compiler(None, False, modes.settings(mode, options))(_copy(gm), [])
+
+
 def _direct(gm):
     """The rewritten graph on the direct runner (``septran.model.executor``), or as rewritten if lowering fails or
     SEPTRAN_DIRECT=0."""
@@ -133,7 +139,7 @@ def septran_backend(gm, example_inputs, reports: Optional[list] = None, dry: boo
         from septran.model import precompiled
 
         if precompiled.precompiling():  # torch's precompile: a result it can save (septran.model.precompiled)
-            inference = precompiled.serializable(inference, mode, options)
+            inference = precompiled.serializable(inference, _copy, compile_saved, mode, options)
     backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=inference,
                            keep_inference_input_mutations=True)
     return backend(gm, example_inputs)

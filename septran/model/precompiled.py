@@ -41,6 +41,8 @@ class SeptranOutputCode(OutputCode):
     graph_module: Any = None  # AOTAutograd's graph before the rewrite (None once serialized)
     mode: Optional[str] = None
     options: Optional[dict] = None
+    # compiles the loaded graph: backend.compile_saved (pickled by name, so this module imports no backend)
+    compile: Optional[Callable] = None
     serialized: Optional[bytes] = None
     run: Optional[Callable] = dataclasses.field(default=None, repr=False)
 
@@ -74,29 +76,22 @@ class SeptranOutputCode(OutputCode):
         gm = GraphPickler.loads(self.serialized, fake_mode)
         gm.recompile()
         self.graph_module = gm
-        self.run = compile_saved(gm, self.mode, self.options)
+        self.run = self.compile(gm, self.mode, self.options)
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         pass
 
 
-def compile_saved(gm, mode: Optional[str], options: Optional[dict]) -> Callable:
-    """``gm`` (AOTAutograd's inference graph) through SepTran's inference compiler, as ``septran_backend`` runs it."""
-    from septran.model import backend, modes
-
-    compile_graph = backend._inference_compiler(None, False, modes.settings(mode, options))
-    return compile_graph(backend._copy(gm), [])
-
-
-def serializable(compile_graph: Callable, mode: Optional[str], options: Optional[dict]):
-    """``compile_graph`` (SepTran's inference compiler) as a compiler whose result torch can serialize."""
+def serializable(compile_graph: Callable, copy: Callable, compile_saved: Callable, mode: Optional[str],
+                 options: Optional[dict]):
+    """``compile_graph`` (SepTran's inference compiler) as a compiler whose result torch can serialize; ``copy``
+    copies a graph module, ``compile_saved(gm, mode, options)`` compiles a loaded one (``septran.model.backend``'s,
+    module-level functions: pickled by name)."""
     from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
 
     def compile_and_keep(gm, example_inputs):
-        from septran.model.backend import _copy
-
-        before = _copy(gm)  # the rewrite edits gm in place
+        before = copy(gm)  # the rewrite edits gm in place
         return SeptranOutputCode(graph_module=before, mode=mode, options=dict(options) if options else None,
-                                 run=compile_graph(gm, example_inputs))
+                                 compile=compile_saved, run=compile_graph(gm, example_inputs))
 
     return SerializableAOTDispatchCompiler(SeptranOutputCode, compile_and_keep)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 
-# The --input, --scalar and count options every command shares (septran.commands.inputs); re-exported here.
-from septran.commands.inputs import (  # noqa: F401
+# The --input, --scalar and count options every command shares (septran.inputs); re-exported here.
+from septran.inputs import (  # noqa: F401
     add_input_options, at_least as _at_least, check_inputs, parse_inputs, parse_scalars,
 )
 

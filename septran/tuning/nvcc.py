@@ -6,24 +6,15 @@ checks; the tests read it to prove that the shipped mappings do not spill.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Optional
+
+from septran.build.toolchain import nvcc_path  # noqa: F401  (found where the other compilers are)
 
 _USAGE = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 REGISTERS_PER_SM = 65536  # every NVIDIA architecture SepTran targets (sm_80, sm_90)
-
-
-def nvcc_path() -> Optional[str]:
-    """nvcc on PATH, else the default CUDA install; None where there is none."""
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    default = Path("/usr/local/cuda/bin/nvcc")
-    return str(default) if default.exists() else None
 
 
 def resource_usage(cuda_src: str, arch: str, timeout: float = 300) -> dict:

@@ -37,7 +37,7 @@ def runs_on(devices: set) -> bool:
         return True
     if devices != {"cuda"} or not env.launcher_cuda() or not torch.cuda.is_available() or torch.version.hip:
         return False
-    from septran.tuning.nvcc import nvcc_path
+    from septran.build.toolchain import nvcc_path
 
     return nvcc_path() is not None
 

@@ -30,7 +30,7 @@ _LOCK = threading.Lock()
 
 
 def nvcc() -> str:
-    from septran.tuning.nvcc import nvcc_path
+    from septran.build.toolchain import nvcc_path
 
     found = nvcc_path()
     if found is None:

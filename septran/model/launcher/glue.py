@@ -40,6 +40,7 @@ _OPS.update({aten._to_copy.default: "convert", aten.arange.default: "arange", at
              aten.arange.start_step: "arange", aten.cat.default: "cat", aten.embedding.default: "embedding",
              aten.index_select.default: "index_select", aten.index_copy_.default: "index_copy"})
 _FLOATS = ("float32", "float64")
+HOST = torch.empty(0).cpu().device  # the glue's loops run on the host, over host memory
 
 
 def _dtype(t) -> str:
@@ -61,7 +62,7 @@ def joins(n: fx.Node) -> bool:
     if n.target not in _OPS:
         return False
     v = n.meta.get("val")
-    if not isinstance(v, torch.Tensor) or v.device.type != "cpu" or _dtype(v.dtype) not in CTYPES:
+    if not isinstance(v, torch.Tensor) or v.device != HOST or _dtype(v.dtype) not in CTYPES:
         return False
     if not all(_dtype(a.meta["val"].dtype) in CTYPES for a in n.all_input_nodes
                if isinstance(a.meta.get("val"), torch.Tensor)):
@@ -230,7 +231,7 @@ class Glue:
         self._each(n, self._fresh(n, v), [n.args[0]], body)
 
     def _g_convert(self, n, v, env) -> None:
-        allowed = {"dtype": None, "layout": torch.strided, "device": torch.device("cpu"), "pin_memory": False,
+        allowed = {"dtype": None, "layout": torch.strided, "device": HOST, "pin_memory": False,
                    "non_blocking": False, "memory_format": torch.preserve_format}
         for k, x in n.kwargs.items():
             if k not in allowed or (k != "dtype" and x is not None and x != allowed[k]):
