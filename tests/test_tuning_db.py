@@ -149,6 +149,27 @@ def test_a_reader_sees_what_other_writers_append(db):
     assert [r.point[BM] for r in db.records(key)] == [64, 128]
 
 
+def test_the_default_reader_is_kept_while_its_file_is_unchanged(monkeypatch, tmp_path):
+    """A kernel's first call asks default_db(): the same parsed reader while the file is as it was; an append, or a
+    rewrite in place of the same size, gives a fresh one that sees it."""
+    import time
+
+    from septran.records.db import default_db
+
+    path = tmp_path / "tuning.jsonl"
+    monkeypatch.setenv("SEPTRAN_TUNING_DB", str(path))
+    key = make_key()
+    assert default_db().empty()  # no file yet
+    TuningDB(path).append(ok(key, 64, 1e-3))
+    first = default_db()
+    assert [r.point[BM] for r in first.records(key)] == [64] and default_db() is first
+    TuningDB(path).append(ok(key, 128, 2e-3))
+    assert [r.point[BM] for r in default_db().records(key)] == [64, 128]
+    time.sleep(0.01)  # a rewrite in place, same inode and size, other content: its modification time tells
+    path.write_bytes(path.read_bytes().replace(b'"ok"', b'"no"', 1))  # the first record's status: unknown
+    assert len(default_db().records(key)) == 1  # the damaged first line is skipped now
+
+
 def _append_many(path: str, worker: int) -> None:
     store = TuningDB(path)
     key = make_key()

@@ -229,9 +229,27 @@ def shown_path(path) -> str:
     return shown(str(path))
 
 
+# The last reader of each database file, with the file's identity when it was handed out: a kernel's point is
+# chosen at its first call, and parsing the whole file again for each kernel cost a model's warm compile a
+# second with a few dozen records (their validation).
+_READERS: dict[str, tuple[tuple, TuningDB]] = {}
+
+
 def default_db() -> TuningDB:
-    """The database ``SEPTRAN_TUNING_DB`` names (read at each call)."""
-    return TuningDB()
+    """The database ``SEPTRAN_TUNING_DB`` names (the variable is read at each call). While the file is unchanged
+    (device, inode, size, modification time), the same reader, which has parsed it already, is handed out;
+    any change to the file gives a fresh reader."""
+    db = TuningDB()
+    try:
+        st = os.stat(db.path)
+    except OSError:
+        return db
+    stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    held = _READERS.get(str(db.path))
+    if held is not None and held[0] == stamp:
+        return held[1]
+    _READERS[str(db.path)] = (stamp, db)
+    return db
 
 
 def _record_of(line: bytes) -> Optional[TuningRecord]:
