@@ -153,9 +153,11 @@ def test_gemm_any_shape(lib, dtype, m, n, k, trans_a, trans_b, pads):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 1)])
 @pytest.mark.parametrize("n,k", [(1031, 261), (67, 2053)])
-def test_one_row_split_over_threads(lib, threads, trans_a, trans_b, n, k):
-    """One row of C over a B of more than 2^17 elements: the vendor splits it over the OpenMP threads itself
-    (septran_cpu_gemv.c), eight rows of B at a time; odd sizes leave a tail of rows, of columns and of chunks."""
+def test_one_row_split_over_threads(lib, threads, trans_a, trans_b, n, k, monkeypatch):
+    """One row of C over a B the vendor splits over the OpenMP threads itself (septran_cpu_gemv.c: from 2^24
+    elements; SEPTRAN_CPU_GEMV_SPLIT lowers that here), eight rows of B at a time; odd sizes leave a tail of rows,
+    of columns and of chunks."""
+    monkeypatch.setenv("SEPTRAN_CPU_GEMV_SPLIT", "65536")
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # the OpenMP runtime the vendor library shares with torch
     try:

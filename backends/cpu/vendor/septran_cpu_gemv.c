@@ -5,9 +5,9 @@
  *   ahead in each, over the full width. OpenBLAS's sgemv reached 15.7 GB/s on one Zen 1 core for 1 x 11008 x 4096,
  *   torch (MKL) 17, this loop 17 to 18 (measured side by side, loaded machine, best of 21); 2048 to 4096-wide
  *   column panels of the same loop lost 10 to 25 % (each panel restarts the hardware prefetcher's streams).
- * - The cores: a call made outside a parallel region (a kernel whose grid is this one program) splits the
- *   columns (or B's rows, transposed) over the OpenMP threads itself; inside a parallel region it runs on the
- *   calling thread, as every other leaf does.
+ * - The cores: a call made outside a parallel region (a kernel whose grid is this one program) with a B of at
+ *   least 2^24 elements splits the columns (or B's rows, transposed) over the OpenMP threads itself; any other
+ *   runs on the calling thread, as every other leaf does (see SPLIT_ELEMENTS).
  * Built with -fopenmp; the OpenMP runtime is the one torch loaded (libgomp.so.1), so the thread count follows
  * torch.set_num_threads.
  */
@@ -15,6 +15,7 @@
 
 #include <omp.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 void scipy_cblas_sgemv(int order, int trans, int m, int n, float alpha, const float* a, int lda, const float* x,
                        int incx, float beta, float* y, int incy);
@@ -66,12 +67,23 @@ static void share(int32_t n, int t, int threads, int32_t* start, int32_t* end) {
   *end = (first + count) * CHUNK < n ? (first + count) * CHUNK : n;
 }
 
-/* Below this many elements of B a call stays on its thread: starting the team costs more than half the read
- * saves (512 KB, about 30 us of one core's streaming). */
-enum { SPLIT_ELEMENTS = 1 << 17 };
+/* Below this many elements of B (16 MB of float32, a 4096 x 4096 weight) a call stays on its thread. Waking
+ * the OpenMP team is cheap, but its threads then spin for a while after the call, and in a model's decode step
+ * they compete with torch's own OpenMP threads on the same cores: with every GEMM of at least 2^17 elements
+ * split, a Llama block's decode step at 2 threads went from 0.6 to 4.1 ms (whole 4 ms scheduler slices lost;
+ * OMP_WAIT_POLICY=passive gave 0.88), measured on an idle 2-core Zen 1. A weight this large takes milliseconds
+ * to stream, which the second core halves. */
+enum { SPLIT_ELEMENTS = 1 << 24 };
+
+/* SEPTRAN_CPU_GEMV_SPLIT (elements) overrides it: the tests split small matrices with it. */
+static int64_t split_elements(void) {
+  const char* v = getenv("SEPTRAN_CPU_GEMV_SPLIT");
+  long long x = v ? atoll(v) : 0;
+  return x > 0 ? (int64_t)x : SPLIT_ELEMENTS;
+}
 
 static int threads_for(int32_t n, int32_t k) {
-  if (omp_in_parallel() || (int64_t)n * k < SPLIT_ELEMENTS) return 1;
+  if (omp_in_parallel() || (int64_t)n * k < split_elements()) return 1;
   int t = omp_get_max_threads(), most = (n + CHUNK - 1) / CHUNK;
   return t < most ? t : most;
 }
