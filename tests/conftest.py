@@ -65,8 +65,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if hits or misses:
         terminalreporter.write_line(
             f"lowering records: {hits} kernels read, {misses} lowered by TileLang"
-            + (" (their source changed since the records were made: SEPTRAN_TEST_LOWERING=record make test, then "
-               "python tests/support/lowering_records.py pack --prune)" if misses else ""))
+            + (" (their source changed since the records were made: SEPTRAN_TEST_LOWERING=record make test with an "
+               "empty SEPTRAN_CACHE_DIR, then python tests/support/lowering_records.py pack --prune)" if misses else ""))
 
 
 def pytest_addoption(parser):
