@@ -29,8 +29,12 @@ def setup(tmp_path, monkeypatch):
     return kernel, key, TuningDB(tmp_path / "user.jsonl"), TuningDB(shipped.path("cpu"))
 
 
-def _record(key, point: dict, seconds: float) -> TuningRecord:
-    return TuningRecord(key=key, point=point, status="ok", timings=(seconds,), timing=Timing("wall", 1, 1), op="gemm")
+def _record(key, point: dict, seconds: float, threads=None) -> TuningRecord:
+    """A record timed at ``threads`` (default: the count the kernels run on now), as ``tune-model --ship`` writes."""
+    import torch
+
+    return TuningRecord(key=key, point=point, status="ok", timings=(seconds,), timing=Timing("wall", 1, 1), op="gemm",
+                        features={"threads": threads or torch.get_num_threads()})
 
 
 def _point(kernel, bm: int) -> dict:
@@ -47,6 +51,18 @@ def test_the_shipped_record_is_read_on_its_cpu_and_the_source_names_it(setup):
     from septran.model.profile import _point as profile_point  # septran.profile's "point" column
 
     assert profile_point(variant.choice).startswith("shipped: ")
+
+
+def test_a_shipped_record_timed_at_another_thread_count_is_not_used(setup):
+    """The key holds no thread count: a point tuned on one thread ran a Llama block's prefill 5 to 10 % slower on
+    two, so a shipped record serves only the count it was timed at."""
+    import torch
+
+    kernel, key, _, ship = setup
+    ship.append(_record(key, _point(kernel, 128), 1e-3, threads=torch.get_num_threads() + 1))
+    variant = kernel.specialize(**SHAPES)
+    assert dict(variant.choice.point) != _point(kernel, 128)
+    assert "shipped" not in kernel.tuning["source"]
 
 
 def test_the_users_record_wins_over_the_shipped_one(setup):

@@ -186,6 +186,8 @@ def against_mapping(kernel, described: dict, scalars: dict, db, result) -> Optio
     import statistics
     import uuid
 
+    import torch
+
     from septran.records.record import Timing, TuningRecord
     from septran.tuning import measure as ms
     from septran.tuning.measurer import Measurer
@@ -209,7 +211,8 @@ def against_mapping(kernel, described: dict, scalars: dict, db, result) -> Optio
                                                max_reps=500).samples))
     key, round_id, op = kernel.tuning_key(spec), uuid.uuid4().hex[:12], kernel.graph.entry.removesuffix("_logic")
     db.extend(TuningRecord(key, point, "ok", timings=tuple(s), timing=Timing("wall", 1, len(s), True),
-                           features={"final_round": round_id, "versus": "the mapping's point"}, op=op)
+                           features={"final_round": round_id, "versus": "the mapping's point",
+                                     "threads": torch.get_num_threads()}, op=op)
               for point, s in zip((dict(result.best), own), samples))
     tuned_s, own_s = statistics.median(samples[0]), statistics.median(samples[1])
     spread = [(max(s) - min(s)) / statistics.median(s) for s in samples]

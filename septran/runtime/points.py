@@ -65,7 +65,7 @@ def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_poi
         if record is not None:
             return _choice(mapping, dict(record.point), f"the tuning database ({shown(env.tuning_db())}): "
                                                         f"{record.median_s * 1e3:.4g} ms, recorded {shown(record.created)}")
-        record = None if ship is None else best_in_space(ship, key, mapping.space)
+        record = None if ship is None else best_in_space(ship, key, mapping.space, threads=_threads())
         if record is not None:  # after the user's: a point tuned on this machine wins over the shipped one
             return _choice(mapping, dict(record.point), f"the shipped tuning database ({shipped.shipped_name(ship)}): "
                                                         f"{record.median_s * 1e3:.4g} ms on this CPU model, recorded "
@@ -86,13 +86,17 @@ def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_poi
     return Choice(mapping, dict(mapping.space.first), "the space's first point (not tuned)", checked=True)
 
 
-def best_in_space(db: TuningDB, key: TuningKey, space: SearchSpace) -> Optional[TuningRecord]:
+def best_in_space(db: TuningDB, key: TuningKey, space: SearchSpace, threads: Optional[int] = None) -> Optional[TuningRecord]:
     """The best record of ``key`` whose point is a point of ``space``. A record whose point is not (a value the
     space does not list, ``"64"`` for 64, ``true`` for 1, a dimension missing or foreign: written by hand or by
     another program) is skipped with a warning naming the database's file and line, once per process; it must
-    not stop every call of the kernel, nor be blamed on the mapping."""
+    not stop every call of the kernel, nor be blamed on the mapping. ``threads``: only records timed at that
+    thread count (``features["threads"]``; the shipped database's: the key holds no thread count, and a point
+    tuned on one thread ran a Llama block's prefill 5 to 10 % slower on two)."""
     usable = []
     for record in db.records(key):
+        if threads is not None and record.features.get("threads") != threads:
+            continue
         why = space.refusal(record.point)
         if why is None:
             usable.append(record)
@@ -106,6 +110,13 @@ def best_in_space(db: TuningDB, key: TuningKey, space: SearchSpace) -> Optional[
 
 
 _WARNED: set[str] = set()  # records already warned about (file:line), once per process
+
+
+def _threads() -> int:
+    """The thread count the kernels run on now (torch's, which their OpenMP runtime follows)."""
+    import torch
+
+    return torch.get_num_threads()
 
 def bucket(kernel, spec) -> Optional[int]:
     """Which ``shape_points`` entry the call's shapes fall in (None: none, or no entries). A kernel with dynamic
