@@ -128,18 +128,20 @@ def septran_backend(gm, example_inputs, reports: Optional[list] = None, dry: boo
     ``dry``: rewrite only to report, run the graph with torch. ``mode`` and ``options``: torch.compile's (what
     SepTran does with each: ``septran.model.modes``; an unknown one is refused)."""
     from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch import config as functorch_config
 
     settings = modes.settings(mode, options)
     if settings.progress is not None:
         progress.enable(settings.progress)
-    # keep_inference_input_mutations: a KV cache's write stays in the graph (a copy_ into the input), where the
-    # direct runner turns it into one in-place copy (septran.model.inplace); else AOTAutograd copies it all back
     inference = _inference_compiler(reports, dry, settings)
-    if not dry:
+    # torch's precompile bundles AOTAutograd's result to save it: then a result it can serialize (imported only
+    # then: septran.model.precompiled imports torch._inductor's OutputCode)
+    if not dry and functorch_config.bundled_autograd_cache:
         from septran.model import precompiled
 
-        if precompiled.precompiling():  # torch's precompile: a result it can save (septran.model.precompiled)
-            inference = precompiled.serializable(inference, _copy, compile_saved, mode, options)
+        inference = precompiled.serializable(inference, _copy, compile_saved, mode, options)
+    # keep_inference_input_mutations: a KV cache's write stays in the graph (a copy_ into the input), where the
+    # direct runner turns it into one in-place copy (septran.model.inplace); else AOTAutograd copies it all back
     backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=inference,
                            keep_inference_input_mutations=True)
     return backend(gm, example_inputs)

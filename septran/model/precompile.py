@@ -92,10 +92,10 @@ def load_precompiled(model: torch.nn.Module, path: Union[str, Path]):
     # The graphs' bytecode reads the globals of the model's forward (its module's names, e.g. `torch`)
     f_globals = inspect.unwrap(type(model).forward).__globals__
     loaded = []
+    from torch._dynamo import convert_frame
+
     with torch._dynamo.config.patch(enable_aot_compile=True):
         for data in results:
-            from torch._dynamo import convert_frame
-
             with compile_context(CompileContext(convert_frame.get_compile_id({}))), get_metrics_context():
                 loaded.append(AOTCompiledFunction.deserialize(data, f_globals))
     # The saved graphs with the model, as torch.compile's module would hold them (not made here: building one

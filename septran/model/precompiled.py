@@ -27,13 +27,6 @@ from torch._inductor.output_code import OutputCode
 log = logging.getLogger(__name__)
 
 
-def precompiling() -> bool:
-    """Whether this compile is torch's precompile (it bundles AOTAutograd's result, to be serialized)."""
-    import torch
-
-    return bool(torch._functorch.config.bundled_autograd_cache)
-
-
 @dataclasses.dataclass
 class SeptranOutputCode(OutputCode):
     """AOTAutograd's inference graph, compiled by SepTran now and again after each load (boxed calls)."""

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import threading
+from pathlib import Path
 
 from septran.build import shared_lib, toolchain
 from septran.build.store import Entries
@@ -31,23 +32,32 @@ def key(source: str) -> str:
     return hashlib.sha256(f"launcher\0{text}\0{source}".encode()).hexdigest()
 
 
-def load(source: str):
-    """(library, its C function): ctypes, ``(F, P, S) -> int32``; built if no trusted entry holds it. Keep the
-    library while the function is used."""
-    entries = Entries("launcher", "segment", key(source))
+def built(name: str, digest: str, source: str, ext: str, command, what: str, builds: list = BUILDS) -> Path:
+    """The library ``command(src, out)`` compiles from ``source``, kept as the cache entry (launcher, ``name``,
+    ``digest``): built where no trusted entry holds it (``builds`` counts the compiles; the GPU launcher's
+    ``cuda_build`` keeps its own count)."""
+    entries = Entries("launcher", name, digest)
     with _LOCK:
-        if entries.check("so", "segment launcher") is None:
-            out, src = entries.temporary("so"), entries.temporary("cpp")
+        if entries.check("so", what) is None:
+            out, src = entries.temporary("so"), entries.temporary(ext)
             try:
                 src.write_text(source)
-                shared_lib.run_compiler([toolchain.cxx(), *FLAGS, str(src), "-o", str(out)], "a segment launcher")
+                shared_lib.run_compiler(command(src, out), f"a {what}")
                 entries.adopt("so", out)
-                BUILDS[0] += 1
-                log.info("septran: built a segment launcher %s", entries.path("so").name)
+                builds[0] += 1
+                log.info("septran: built a %s %s", what, entries.path("so").name)
             finally:
                 for path in (out, src):
                     path.unlink(missing_ok=True)
-        lib = ctypes.CDLL(str(entries.path("so")))
+    return entries.path("so")
+
+
+def load(source: str):
+    """(library, its C function): ctypes, ``(F, P, S) -> int32``; built if no trusted entry holds it. Keep the
+    library while the function is used."""
+    path = built("segment", key(source), source, "cpp",
+                 lambda src, out: [toolchain.cxx(), *FLAGS, str(src), "-o", str(out)], "segment launcher")
+    lib = ctypes.CDLL(str(path))
     fn = getattr(lib, FUNCTION)
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     fn.restype = ctypes.c_int32

@@ -14,11 +14,8 @@ import hashlib
 import json
 import logging
 import subprocess
-import threading
 from pathlib import Path
 
-from septran.build import shared_lib
-from septran.build.store import Entries
 from septran.errors import BuildError
 from septran.version import __version__
 
@@ -26,7 +23,6 @@ log = logging.getLogger(__name__)
 FLAGS = ("-std=c++17", "-O2", "-shared", "-Xcompiler", "-fPIC", "-cudart", "static")
 FUNCTION, ARENA = "septran_segment", "septran_segment_arena"
 BUILDS = [0]  # GPU launchers compiled in this process (tests count them)
-_LOCK = threading.Lock()
 
 
 def nvcc() -> str:
@@ -69,22 +65,12 @@ def key(source: str, arch: str) -> str:
 
 
 def built(source: str, arch: str) -> Path:
-    """The library's path, built if no trusted entry holds it."""
-    entries = Entries("launcher", f"segment_{arch}", key(source, arch))
-    with _LOCK:
-        if entries.check("so", "GPU segment launcher") is None:
-            out, src = entries.temporary("so"), entries.temporary("cu")
-            try:
-                src.write_text(source)
-                shared_lib.run_compiler([nvcc(), *flags(arch), f"-I{tvm_ffi_include()}", str(src), "-o", str(out)],
-                                        "a GPU segment launcher")
-                entries.adopt("so", out)
-                BUILDS[0] += 1
-                log.info("septran: built a GPU segment launcher %s", entries.path("so").name)
-            finally:
-                for path in (out, src):
-                    path.unlink(missing_ok=True)
-    return entries.path("so")
+    """The library's path, built if no trusted entry holds it (as the cpu launcher's, ``build.built``)."""
+    from septran.model.launcher import build
+
+    return build.built(f"segment_{arch}", key(source, arch), source, "cu",
+                       lambda src, out: [nvcc(), *flags(arch), f"-I{tvm_ffi_include()}", str(src), "-o", str(out)],
+                       "GPU segment launcher", BUILDS)
 
 
 def load(source: str, arch: str):

@@ -24,10 +24,10 @@ import torch
 
 from septran import env
 from septran.errors import BuildError, DeviceError
-from septran.model.launcher import cuda_build, cuda_source, source
+from septran.model.launcher import cuda_build, cuda_source
 from septran.model.launcher.cexpr import Unsupported
 from septran.model.launcher.cuda_record import CudaRecorder
-from septran.model.launcher.runner import Segment
+from septran.model.launcher.runner import Segment, _with_slots
 from septran.runtime.vendor import check_errors
 
 log = logging.getLogger(__name__)
@@ -80,11 +80,7 @@ class CudaSegment(Segment):
 
     # launching -------------------------------------------------------------------------------------------------
     def _launch(self, inputs: tuple):
-        key = tuple(inputs[i] if axis is None else inputs[i].shape[axis] for i, axis in self._sources)
-        found = self._layouts.get(key)
-        if found is None:
-            found = self._layout(key)
-        allocs, outs = found
+        key, allocs, outs = self._sized(inputs)
         stream = torch.cuda.current_stream(self._device)
         ptrs = tuple(inputs[i].data_ptr() for i in self._tensor_inputs)
         b = self._buckets.get((key, stream.cuda_stream))
@@ -105,7 +101,7 @@ class CudaSegment(Segment):
                 return self._results(inputs, held, outs, clone=True)
         if b.arena is None:
             b.arena = self._new_arena(key)
-        buffers = self._allocate(allocs)
+        buffers = self._allocate(allocs, self._device)
         self._call(inputs, key, buffers, b.arena, stream.cuda_stream)
         b.seen = ptrs
         return self._results(inputs, buffers, outs, clone=False)
@@ -113,16 +109,6 @@ class CudaSegment(Segment):
     def _new_arena(self, key: tuple) -> torch.Tensor:
         n = self._arena_bytes(self._S(*key))
         return torch.empty(max(n, 1), dtype=torch.uint8, device=self._device)
-
-    def _allocate(self, allocs: list) -> dict:
-        buffers = {}
-        base = self._n_in + len(self._pinned)
-        for j, (nbytes, whole) in enumerate(allocs):
-            if whole is not None:
-                buffers[base + j] = torch.empty_strided(whole[0], whole[1], dtype=whole[2], device=self._device)
-            else:
-                buffers[base + j] = torch.empty(nbytes, dtype=torch.uint8, device=self._device)
-        return buffers
 
     def _call(self, inputs: tuple, key: tuple, buffers: dict, arena: torch.Tensor, stream: int) -> None:
         P, S = self._P(), self._S(*key)
@@ -146,7 +132,7 @@ class CudaSegment(Segment):
     def _capture(self, b: _Bucket, inputs: tuple, key: tuple, allocs: list) -> Optional[dict]:
         """Captures this call into a graph (with its own arena and outputs) and replays it: the outputs' buffers,
         or None where capture failed (then the bucket stays on direct launches)."""
-        held = self._allocate(allocs)
+        held = self._allocate(allocs, self._device)
         arena = self._new_arena(key)
         graph = torch.cuda.CUDAGraph()
         try:
@@ -163,38 +149,3 @@ class CudaSegment(Segment):
         graph.replay()
         self.replays += 1
         return held
-
-    def _results(self, inputs: tuple, buffers: dict, outs: list, clone: bool) -> tuple:
-        results = []
-        for (slot, *_), view in outs:
-            if view is None:
-                results.append(buffers[slot].clone() if clone else buffers[slot])
-                continue
-            sizes, strides, offset, dtype = view
-            if slot in buffers:
-                t = buffers[slot].view(dtype).as_strided(sizes, strides, offset)
-                results.append(t.clone() if clone else t)
-            else:
-                t = inputs[slot]
-                results.append(t.as_strided(sizes, strides, t.storage_offset() + offset))
-        return tuple(results)
-
-
-def _with_slots(program: source.Program, slot: dict) -> source.Program:
-    """``runner._with_slots`` for a GPU program: each base in ``slot`` read from P, scratch buffers renumbered."""
-    keep = [i for i in range(len(program.scratch)) if ("tmp", i) not in slot]
-    renumber = {("tmp", i): ("tmp", j) for j, i in enumerate(keep)}
-
-    def ptr(p: source.Ptr) -> source.Ptr:
-        return p if isinstance(p.base, int) else source.Ptr(slot.get(p.base, renumber.get(p.base, p.base)), p.offset)
-
-    ops = []
-    for op in program.ops:
-        if isinstance(op, cuda_source.KernelCall):
-            args = tuple(cuda_source.Tensor(ptr(t.ptr), t.sizes, t.strides, t.dtype) for t in op.args)
-            ops.append(cuda_source.KernelCall(op.fn, args))
-        elif isinstance(op, source.Zero):
-            ops.append(source.Zero(ptr(op.dst), op.nbytes))
-        else:
-            ops.append(source.Copy(ptr(op.dst), ptr(op.src), op.sizes, op.dst_strides, op.src_strides, op.item))
-    return source.Program(ops, [program.scratch[i] for i in keep])

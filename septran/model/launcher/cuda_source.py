@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from septran.model.launcher.cexpr import c_expr
-from septran.model.launcher.source import Copy, Program, Ptr, Zero
+from septran.model.launcher.source import Copy, Program, Ptr, Zero, copy_box
 
 API = 2  # F[0] TVMFFIFunctionCall, F[1] TVMFFIEnvSetStream; kernel i is F[API + i]
 ALIGN = 256  # scratch buffers start at multiples of this many bytes in the arena (cudaMalloc's own alignment)
@@ -55,6 +55,10 @@ class Tensor:
 class KernelCall:
     fn: int  # index of the kernel's handle among F[API:]
     args: tuple  # Tensor per parameter, in the kernel's order
+
+    def moved(self, ptr) -> "KernelCall":
+        """The call with each argument's pointer mapped by ``ptr`` (``runner._with_slots``)."""
+        return KernelCall(self.fn, tuple(Tensor(ptr(t.ptr), t.sizes, t.strides, t.dtype) for t in self.args))
 
 
 PRELUDE = r"""#include <stdint.h>
@@ -190,10 +194,8 @@ def emit(program: Program, symbols: dict) -> str:
                          f"stream) != cudaSuccess) {{ rc = {1000 * (k + 1) + 2}; goto done; }}")
         elif isinstance(op, Copy):
             rank = len(op.sizes)
-            arrays = ", ".join(f"{{{', '.join(c_expr(e, symbols) for e in xs) or '0'}}}"
-                               for xs in (op.sizes, op.dst_strides, op.src_strides))
             lines.append("  {")
-            lines.append(f"    const int64_t box[3][{max(rank, 1)}] = {{{arrays}}};")
+            lines.append(copy_box(op, symbols))
             lines.append(f"    int e = st_copy({_ptr(op.dst, symbols)}, {_ptr(op.src, symbols)}, {rank}, "
                          f"box[0], box[1], box[2], {op.item}, stream);")
             lines.append(f"    if (e) {{ rc = {1000 * (k + 1)} + e; goto done; }}")

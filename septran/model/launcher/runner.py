@@ -146,25 +146,24 @@ class Segment:
             self._layouts.popitem(last=False)
         return found
 
-    def _launch(self, inputs: tuple):
+    def _sized(self, inputs: tuple) -> tuple:
+        """This call's dynamic sizes (``key``), and the buffers to allocate and the outputs' views for them."""
         key = tuple(inputs[i] if axis is None else inputs[i].shape[axis] for i, axis in self._sources)
         found = self._layouts.get(key)
         if found is None:
             found = self._layout(key)
-        allocs, outs = found
+        return key, *found
+
+    def _launch(self, inputs: tuple):
+        key, allocs, outs = self._sized(inputs)
         P, S = self._P(), self._S(*key)
         for j, ptr in self._pinned_ptrs:
             P[j] = ptr
         for i in self._tensor_inputs:
             P[i] = inputs[i].data_ptr()
-        buffers = {}
-        base = len(inputs) + len(self._pinned)
-        for j, (nbytes, whole) in enumerate(allocs):
-            if whole is not None:
-                buf = buffers[base + j] = torch.empty_strided(whole[0], whole[1], dtype=whole[2])
-            else:
-                buf = buffers[base + j] = torch.empty(nbytes, dtype=torch.uint8)
-            P[base + j] = buf.data_ptr()
+        buffers = self._allocate(allocs)
+        for slot, buf in buffers.items():
+            P[slot] = buf.data_ptr()
         rc = self.fn(self._F, P, S)
         self.launches += 1
         if rc:
@@ -172,14 +171,31 @@ class Segment:
                               f"{rc % 1000})" if rc > 0 else f"segment {self.__name__}: a scratch allocation failed")
         for target in self._checks:  # a vendor error of any of the segment's kernels (the channel keeps it)
             check_errors(target, f"a kernel of segment {self.__name__}")
+        return self._results(inputs, buffers, outs)
+
+    def _allocate(self, allocs: list, device=None) -> dict:
+        """The buffers Python allocates for a call, by P slot: a whole output as itself, else raw bytes."""
+        buffers = {}
+        base = self._n_in + len(self._pinned)
+        for j, (nbytes, whole) in enumerate(allocs):
+            if whole is not None:
+                buffers[base + j] = torch.empty_strided(whole[0], whole[1], dtype=whole[2], device=device)
+            else:
+                buffers[base + j] = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        return buffers
+
+    def _results(self, inputs: tuple, buffers: dict, outs: list, clone: bool = False) -> tuple:
+        """The values read after the segment: its buffers (``clone``: copies, where a later call overwrites them)
+        or views of them, and views of its inputs."""
         results = []
         for (slot, *_), view in outs:
             if view is None:  # the buffer is the output
-                results.append(buffers[slot])
+                results.append(buffers[slot].clone() if clone else buffers[slot])
                 continue
             sizes, strides, offset, dtype = view
             if slot in buffers:
-                results.append(buffers[slot].view(dtype).as_strided(sizes, strides, offset))
+                t = buffers[slot].view(dtype).as_strided(sizes, strides, offset)
+                results.append(t.clone() if clone else t)
             else:
                 t = inputs[slot]
                 results.append(t.as_strided(sizes, strides, t.storage_offset() + offset))
@@ -187,7 +203,8 @@ class Segment:
 
 
 def _with_slots(program: source.Program, slot: dict) -> source.Program:
-    """``program`` with each base in ``slot`` read from P, and the scratch buffers renumbered."""
+    """``program`` with each base in ``slot`` read from P, and the scratch buffers renumbered (an op with a
+    ``moved(ptr)``: the glue's, a GPU kernel call, moves itself)."""
     keep = [i for i in range(len(program.scratch)) if ("tmp", i) not in slot]
     renumber = {("tmp", i): ("tmp", j) for j, i in enumerate(keep)}
 
@@ -201,7 +218,7 @@ def _with_slots(program: source.Program, slot: dict) -> source.Program:
             ops.append(source.Call(op.fn, tuple(ptr(a) for a in op.args), op.sizes))
         elif isinstance(op, source.Zero):
             ops.append(source.Zero(ptr(op.dst), op.nbytes))
-        elif hasattr(op, "moved"):  # the glue's operations (glue_source)
+        elif hasattr(op, "moved"):  # the glue's operations (glue_source), a GPU launcher's kernel calls
             ops.append(op.moved(ptr))
         else:
             ops.append(source.Copy(ptr(op.dst), ptr(op.src), op.sizes, op.dst_strides, op.src_strides, op.item))

@@ -125,6 +125,14 @@ def _ptr(p: Ptr, symbols: dict) -> str:
     return f"({base} + {c_expr(p.offset, symbols)})"
 
 
+def copy_box(op: Copy, symbols: dict) -> str:
+    """A ``Copy``'s sizes and both strides as the C array ``box[3][rank]`` its copy call reads (the GPU launcher's
+    too)."""
+    arrays = ", ".join(f"{{{', '.join(c_expr(e, symbols) for e in xs) or '0'}}}"
+                       for xs in (op.sizes, op.dst_strides, op.src_strides))
+    return f"    const int64_t box[3][{max(len(op.sizes), 1)}] = {{{arrays}}};"
+
+
 def emit(program: Program, symbols: dict) -> str:
     """The launcher's source."""
     from septran.model.launcher import glue_source
@@ -152,10 +160,8 @@ def emit(program: Program, symbols: dict) -> str:
             lines.append(f"  memset({_ptr(op.dst, symbols)}, 0, (size_t){c_expr(op.nbytes, symbols)});")
         else:
             rank = len(op.sizes)
-            arrays = ", ".join(f"{{{', '.join(c_expr(e, symbols) for e in xs) or '0'}}}"
-                               for xs in (op.sizes, op.dst_strides, op.src_strides))
             lines.append("  {")
-            lines.append(f"    const int64_t box[3][{max(rank, 1)}] = {{{arrays}}};")
+            lines.append(copy_box(op, symbols))
             lines.append(f"    st_copy({_ptr(op.dst, symbols)}, {_ptr(op.src, symbols)}, {rank}, "
                          f"box[0], box[1], box[2], {op.item});")
             lines.append("  }")
