@@ -131,7 +131,7 @@ def run(args) -> int:
     if args.threads is not None:
         import torch
 
-        torch.set_num_threads(args.threads)  # a record's key has no thread count: its point serves every count
+        torch.set_num_threads(args.threads)  # records note it (features.threads): a shipped one serves only this count
     model = load_model(Path(args.model), args.max_len)
     calls = calls_of(model, args.prompt)
     db = TuningDB(args.db) if args.db else default_db()
@@ -181,8 +181,9 @@ def against_mapping(kernel, described: dict, scalars: dict, db, result) -> Optio
     """The tuned point and the mapping's own for these shapes, timed again side by side (interleaved rounds) and
     recorded as the key's latest final round, so that the database's best is the faster of the two. A round's
     sample is the fastest call of a 10 ms window: on a shared machine a kernel that splits over the threads
-    waits whole scheduler ticks (4 ms) for a busy core, and those waits say nothing about the point. None where they are the same point. The tuner's
-    search may never have measured the mapping's point (its budget, its cost model's order)."""
+    waits whole scheduler ticks (4 ms) for a busy core, and those waits say nothing about the point. None where
+    they are the same point. The tuner's search may never have measured the mapping's point (its budget, its cost
+    model's order). The records note the thread count they were timed at."""
     import statistics
     import uuid
 
