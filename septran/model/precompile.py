@@ -57,8 +57,8 @@ def precompile(model: torch.nn.Module, examples: Sequence, path: Union[str, Path
     inputs = []
     for (args, kwargs), dyn in zip(calls, flags):
         contexts = [torch.no_grad()]
-        if dyn:
-            contexts.append(torch._dynamo.config.patch(assume_static_by_default=False))
+        if dyn:  # sizes and integers symbolic; a float (an eps) stays a constant, as torch.compile keeps it
+            contexts.append(torch._dynamo.config.patch(assume_static_by_default=False, specialize_float=True))
         inputs.append(ModelInput(args, kwargs, contexts))
     compiled = torch.compile(model, backend="septran", fullgraph=True, mode=mode, options=options)
     with torch._dynamo.config.patch(enable_aot_compile=True):

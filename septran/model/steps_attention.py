@@ -79,11 +79,12 @@ class Attention(steps.Step):
         cache's length apart) and writing that head's queries' rows of the result; None where the tensors do not
         lie so. The copies of the slices this saves read and wrote the whole cache at every step (about a tenth
         of a GPT-2 block's decode step, Zen 1); the launcher makes the calls from C. Without a launcher each call
-        would cost Python time, so direct runs keep the one call on copies."""
+        would cost Python time, so direct runs keep the one call on copies; so does the GPU launcher (a copy there
+        runs at the device memory's speed, a launch per head does not)."""
         b, hq, sq, _ = q.shape
         hk, sk, dv = k.shape[1], k.shape[2], v.shape[3]
-        if k.is_contiguous() and v.is_contiguous() or hq % hk or not q.is_contiguous() or not all(
-                _blocks(t) for t in (k, v)):
+        if q.device.type != "cpu" or k.is_contiguous() and v.is_contiguous() or hq % hk or not q.is_contiguous() \
+                or not all(_blocks(t) for t in (k, v)):
             return None
         from septran.ops.heads import empty_heads
 

@@ -191,12 +191,13 @@ class Views:
             whole, stride = d.sizes[i], d.strides[i]
             if t.shape[i] == value(whole, sub):
                 continue
-            if whole.free_symbols or stride.free_symbols or t.shape[i] > value(whole, sub):
-                return None  # a part of a dimension that varies is no fixed block
-            at = delta // int(stride) if int(stride) else 0
+            if whole.free_symbols or t.shape[i] > value(whole, sub):
+                return None  # a part of a dimension that varies is no fixed block (its stride may vary)
+            step = value(stride, sub)
+            at = delta // step if step else 0
             if at + t.shape[i] > int(whole):
                 return None
-            delta -= at * int(stride)
+            delta -= at * step
             offset, sizes[i] = offset + at * stride, sympy.Integer(t.shape[i])
         if delta:
             return None
