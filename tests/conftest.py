@@ -35,6 +35,9 @@ def pytest_configure(config):
     worker): support/lowering_records.py."""
     from support import lowering_records
 
+    problem = None if hasattr(config, "workerinput") else lowering_records.warm_cache_problem()  # before any build
+    if problem:
+        raise pytest.UsageError(problem)
     lowering_records.install()
 
 

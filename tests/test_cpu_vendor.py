@@ -153,11 +153,11 @@ def test_gemm_any_shape(lib, dtype, m, n, k, trans_a, trans_b, pads):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 1)])
 @pytest.mark.parametrize("n,k", [(1031, 261), (67, 2053)])
-def test_one_row_split_over_threads(lib, threads, trans_a, trans_b, n, k, monkeypatch):
+def test_one_row_split_over_threads(lib, threads, trans_a, trans_b, n, k):
     """One row of C over a B the vendor splits over the OpenMP threads itself (septran_cpu_gemv.c: from 2^24
-    elements; SEPTRAN_CPU_GEMV_SPLIT lowers that here), eight rows of B at a time; odd sizes leave a tail of rows,
+    elements; septran_cpu_gemv_split lowers that here), eight rows of B at a time; odd sizes leave a tail of rows,
     of columns and of chunks."""
-    monkeypatch.setenv("SEPTRAN_CPU_GEMV_SPLIT", "65536")
+    lib.septran_cpu_gemv_split(ctypes.c_int64(65536))
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # the OpenMP runtime the vendor library shares with torch
     try:
@@ -165,6 +165,7 @@ def test_one_row_split_over_threads(lib, threads, trans_a, trans_b, n, k, monkey
             check_gemm(lib, dtype, 1, n, k, trans_a, trans_b, pads=(0, 3, 5), seed=n + k)
     finally:
         torch.set_num_threads(before)
+        lib.septran_cpu_gemv_split(ctypes.c_int64(0))  # SEPTRAN_CPU_GEMV_SPLIT or the default again
 
 
 @pytest.mark.parametrize("m,n,k", [(5, 7, 0), (0, 7, 3), (5, 0, 3)])

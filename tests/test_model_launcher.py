@@ -124,6 +124,10 @@ def test_gpt2_decode_launches_and_matches_eager(monkeypatch):
     assert decode.segments and all(s.launches == 3 for s in decode.segments), \
         [(s, s.why_not, s.launches) for s in decode.segments]
     assert sum(s.nsteps for s in decode.segments) == len(decode.steps)
+    # the attention reads each head's keys and values where they lie in the cache (one call per head): the only
+    # copies are the two KV-cache writes, none of the slices the attention reads
+    source = "".join(s.source for s in decode.segments)
+    assert source.count("st_copy(") - source.count("static void st_copy(") == 2, source
     for ours, eager in zip(caches, eager_caches):
         torch.testing.assert_close(ours, eager, rtol=1e-4, atol=1e-4)
 

@@ -100,7 +100,7 @@ def test_a_dynamic_kernel_keeps_one_variant_per_bucket():
         sources.append(k.tuning["source"])
     assert "shape_points entry 1" in sources[0]  # one row
     assert sources[1] == sources[3] and "first point" in sources[1]
-    assert sources[2] == sources[0] and "shape_points entry 2" in sources[4]  # three rows: a small call
+    assert sources[2] == sources[0] and "shape_points entry 5" in sources[4]  # three rows: a small call
     assert len(k.variants) == 3
 
 
@@ -111,13 +111,17 @@ def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
         m = parse_mapping((REPO / "mappings" / "cpu" / f"{name}.yaml").read_text(), f"{name}.yaml")
         from septran.mapping import shape_points
 
-        # one row, small or not (a GEMV: one program as wide as B), then a small call, then a few rows
+        # one row, small or not (a GEMV: tiles as wide as C, up to one program as wide as B), then a small call,
+        # then a few rows
         assert shape_points.bucket(m.shape_points, {"A": (1, 4096), "B": (4096, 11008), "C": (1, 11008),
-                                                    "bias": (11008,)}) == 0
+                                                    "bias": (11008,)}) == 3
         assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 256), "C": (1, 256), "bias": (256,)}) == 0
-        assert shape_points.bucket(m.shape_points, {"A": (16, 16), "B": (16, 16), "C": (16, 16), "bias": (16,)}) == 1
-        assert shape_points.bucket(m.shape_points, {"A": (4, 4096), "B": (4096, 4096), "C": (4, 4096),
+        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 768), "C": (1, 768), "bias": (768,)}) == 1
+        assert shape_points.bucket(m.shape_points, {"A": (1, 4096), "B": (4096, 4096), "C": (1, 4096),
                                                     "bias": (4096,)}) == 2
+        assert shape_points.bucket(m.shape_points, {"A": (16, 16), "B": (16, 16), "C": (16, 16), "bias": (16,)}) == 4
+        assert shape_points.bucket(m.shape_points, {"A": (4, 4096), "B": (4096, 4096), "C": (4, 4096),
+                                                    "bias": (4096,)}) == 5
         assert shape_points.bucket(m.shape_points, {"A": (512, 512), "B": (512, 512), "C": (512, 512), "bias": (512,)}) is None
         if k is not None:
             assert points.bucket(k, type("Spec", (), {"shapes": {"A": (1, 8), "B": (8, 8), "C": (1, 8)}})()) == 0
@@ -137,3 +141,16 @@ def test_a_dynamic_kernel_keeps_tuning_records_per_bucket():
 
     assert key(3) == key(16) != key(1)  # a small call's bucket, and one row's
     assert key(40) == key(300) != key(3)
+
+
+def test_a_bucket_names_its_tuning_records_by_its_bounds():
+    """A record of a bucketed call names the entry by its bounds, not its place in the list: an entry inserted
+    before it leaves the records where they were (never another bucket's point)."""
+    from septran.ops.gemm import gemm_kernel
+
+    k = gemm_kernel("cpu", "none", False, True)
+    entries = {e.bounds_text(): e.bucket_id() for e in k.mapping.shape_points}
+    for rows, bounds in ((1, "A<=[1]; C<=[*, 256]"), (3, "A<=[16, 256]; B<=[256, 256]")):
+        shapes = {"A": ((rows, 32), "float32"), "B": ((32, 24), "float32"), "C": ((rows, 24), "float32")}
+        scalars = dict(k.tuning_key(k.specialization(shapes, {})).scalars)
+        assert float.fromhex(scalars[points.BUCKET]) == entries[bounds]

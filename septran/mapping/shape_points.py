@@ -15,6 +15,7 @@ left out); the others keep their first values. A tuning record for the exact sha
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping as TMapping, Optional
@@ -32,6 +33,16 @@ class ShapePoint:
     when: TMapping[str, tuple[Optional[int], ...]]
     point: TMapping[str, object]
     loc: SourceLoc
+
+    def bounds_text(self) -> str:
+        """The bounds as one line: ``A<=[1]; C<=[*, 256]``."""
+        return "; ".join(f"{name}<=[{', '.join('*' if b is None else str(b) for b in bounds)}]"
+                         for name, bounds in sorted(self.when.items()))
+
+    def bucket_id(self) -> int:
+        """Names the bucket in tuning records (a key's scalars are numbers): 48 bits of the bounds' hash, not the
+        entry's place in the list, so that an entry inserted before it leaves its records where they were."""
+        return int(hashlib.sha256(self.bounds_text().encode()).hexdigest()[:12], 16)
 
     def holds(self, shapes: TMapping[str, tuple]) -> bool:
         """Whether every bounded dimension of ``shapes`` (parameter -> sizes) is within its bound."""

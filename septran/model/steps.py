@@ -36,6 +36,11 @@ def recording(calls: list):
         _RECORDING.calls = before
 
 
+def recording_now() -> bool:
+    """Whether a segment launcher is recording the step that asks (its kernel calls become C calls)."""
+    return getattr(_RECORDING, "calls", None) is not None
+
+
 def _raw(op: torch._ops.OpOverload) -> Callable:
     """The Python function behind a ``torch.library.custom_op`` (what its CPU and CUDA kernels call)."""
     from septran import ops

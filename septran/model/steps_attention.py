@@ -22,6 +22,7 @@ class Attention(steps.Step):
 
     without_optional = True
     relayouts = True  # a sequence-major result is a copy of the kernel's output (the launcher copies it too)
+    splits = True  # under a launcher, a decode step may call its kernel once per KV head (``_per_kv_head``)
 
     def __init__(self, op):
         super().__init__(op)
@@ -52,6 +53,10 @@ class Attention(steps.Step):
         if kernel is None:
             kernel = self._kernels[variant] = ops_attention.attention_kernel(
                 steps._target(q.device), causal, variant[1], "bool" if masked else "none", decode=variant[2])
+        if not masked and variant[2] and steps.recording_now():
+            o = self._per_kv_head(variant, q, k, v, scale, seq_major)
+            if o is not None:
+                return o
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         if masked:  # the kernel for the mask passed: the optional tensor's own trace (septran.runtime.optional)
             from septran.runtime import optional
@@ -66,6 +71,39 @@ class Attention(steps.Step):
         if o is None:
             return self._slow(q, k, v, mask, causal, scale, seq_major, lower_right)
         return in_layout(o, seq_major)
+
+
+    def _per_kv_head(self, variant, q, k, v, scale, seq_major):
+        """A decode step over a KV cache's slices, recorded by a launcher: one kernel call per batch and KV head,
+        each on that head's keys and values where they lie in the cache (one contiguous block each, the blocks a
+        cache's length apart) and writing that head's queries' rows of the result; None where the tensors do not
+        lie so. The copies of the slices this saves read and wrote the whole cache at every step (about a tenth
+        of a GPT-2 block's decode step, Zen 1); the launcher makes the calls from C. Without a launcher each call
+        would cost Python time, so direct runs keep the one call on copies."""
+        b, hq, sq, _ = q.shape
+        hk, sk, dv = k.shape[1], k.shape[2], v.shape[3]
+        if k.is_contiguous() and v.is_contiguous() or hq % hk or not q.is_contiguous() or not all(
+                _blocks(t) for t in (k, v)):
+            return None
+        from septran.ops.heads import empty_heads
+
+        out = empty_heads((b, hq, sq, dv), q.dtype, q.device, seq_major)
+        g = hq // hk
+        parts = [(i, h) for i in range(b) for h in range(hk)]
+        if not all(out[i:i + 1, h * g:(h + 1) * g].is_contiguous() for i, h in parts):
+            return None  # (a sequence-major result of several queries: each head's rows are apart)
+        self.kernel = self._kernels[variant]
+        for i, h in parts:
+            qs, ks, vs = q[i:i + 1, h * g:(h + 1) * g], k[i:i + 1, h:h + 1], v[i:i + 1, h:h + 1]
+            if self._run(("per_kv_head", variant, qs.shape, ks.shape, vs.shape), (qs, ks, vs, float(scale)),
+                         {"O": out[i:i + 1, h * g:(h + 1) * g]}) is None:
+                return None
+        return out
+
+
+def _blocks(t: torch.Tensor) -> bool:
+    """Each (batch, head) of a (B, H, S, D) tensor one contiguous block."""
+    return (t.stride(3) == 1 or t.shape[3] == 1) and (t.stride(2) == t.shape[3] or t.shape[2] == 1)
 
 
 class AttentionWritten(steps.Step):

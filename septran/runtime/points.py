@@ -130,12 +130,12 @@ BUCKET = "shape_points entry"  # a key's scalar, never a parameter's name (not a
 
 def record_key(kernel, spec) -> TuningKey:
     """Where a record holds; a dynamic dimension is -1 (any size) whether ``spec`` is a call's or a variant's, and
-    a dynamic kernel whose mapping lists ``shape_points`` keeps its records per bucket (the entry's index)."""
+    a dynamic kernel whose mapping lists ``shape_points`` keeps its records per bucket (named by the entry's bounds)."""
     shapes = masked(spec.shapes, kernel.dynamic)
     scalars = dict(spec.scalars)
     k = bucket(kernel, spec) if kernel.dynamic else None
     if k is not None:  # -1 spans the buckets: a decode step and a prefill each keep records of their own
-        scalars[BUCKET] = k
+        scalars[BUCKET] = kernel.mapping.shape_points[k].bucket_id()  # (not its index: entries get inserted)
     return TuningKey(logic_hash=logic_hash(kernel.graph), space_hash=kernel.mapping.space.digest(),
                      target=kernel.target.name, device=device_identity(kernel.target.torch_device),
                      dtypes=dict(spec.dtypes), shapes={k: tuple(v) for k, v in shapes.items()},

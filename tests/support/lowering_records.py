@@ -63,6 +63,22 @@ def records() -> dict:
         return _records
 
 
+def warm_cache_problem() -> str | None:
+    """``record`` mode stages only what the run lowers or reads from the records, and a kernel whose binary the
+    build cache holds is neither: on a warm cache ``pack --prune`` would drop its record without a word (a later
+    fresh clone then lowers it through TileLang, minutes of CI). So record mode needs an empty cache: what is
+    wrong, or None."""
+    if os.environ.get("SEPTRAN_TEST_LOWERING") != "record":
+        return None
+    from septran import env
+
+    cache = env.cache_dir()
+    if cache.is_dir() and any(cache.iterdir()):
+        return (f"SEPTRAN_TEST_LOWERING=record needs an empty build cache, and {cache} holds entries: run it with "
+                f"SEPTRAN_CACHE_DIR (and TILELANG_CACHE_DIR) set to new, empty folders")
+    return None
+
+
 def install() -> None:
     """Stands the records in for TileLang at ``tilelang_api.device_source_of`` in this process (the mode permitting)."""
     mode = os.environ.get("SEPTRAN_TEST_LOWERING", "")

@@ -75,11 +75,19 @@ static void share(int32_t n, int t, int threads, int32_t* start, int32_t* end) {
  * to stream, which the second core halves. */
 enum { SPLIT_ELEMENTS = 1 << 24 };
 
-/* SEPTRAN_CPU_GEMV_SPLIT (elements) overrides it: the tests split small matrices with it. */
+/* SEPTRAN_CPU_GEMV_SPLIT (elements) overrides it, read once (getenv walks the environment: a decode step's
+ * attention makes dozens of small calls); septran_cpu_gemv_split sets it from the tests. */
+static int64_t split_at; /* 0: not read yet (a race writes the same value twice) */
+
+void septran_cpu_gemv_split(int64_t elements) { split_at = elements; }
+
 static int64_t split_elements(void) {
-  const char* v = getenv("SEPTRAN_CPU_GEMV_SPLIT");
-  long long x = v ? atoll(v) : 0;
-  return x > 0 ? (int64_t)x : SPLIT_ELEMENTS;
+  if (split_at <= 0) {
+    const char* v = getenv("SEPTRAN_CPU_GEMV_SPLIT");
+    long long x = v ? atoll(v) : 0;
+    split_at = x > 0 ? (int64_t)x : SPLIT_ELEMENTS;
+  }
+  return split_at;
 }
 
 static int threads_for(int32_t n, int32_t k) {
@@ -91,8 +99,15 @@ static int threads_for(int32_t n, int32_t k) {
 void septran_cpu_row_gemm(float* c, const float* a, int32_t inc_a, const float* b, int32_t k, int32_t n,
                           int32_t ldb, int32_t trans_b) {
   int threads = threads_for(n, k);
+  if (threads == 1) { /* no OpenMP region at all: entering even a serialised one costs a decode step's small calls */
+    if (!trans_b)
+      rows_into(c, a, inc_a, b, k, n, ldb);
+    else
+      scipy_cblas_sgemv(ROW_MAJOR, NO_TRANS, n, k, 1.0f, b, ldb, a, inc_a, 1.0f, c, 1);
+    return;
+  }
   if (!trans_b) {
-#pragma omp parallel num_threads(threads) if (threads > 1)
+#pragma omp parallel num_threads(threads)
     {
       int32_t start, end;
       share(n, omp_get_thread_num(), omp_get_num_threads(), &start, &end);
@@ -101,7 +116,7 @@ void septran_cpu_row_gemm(float* c, const float* a, int32_t inc_a, const float* 
     return;
   }
   /* B is n rows of k: each of c's elements is a dot product over one of B's rows (OpenBLAS's sgemv, per share) */
-#pragma omp parallel num_threads(threads) if (threads > 1)
+#pragma omp parallel num_threads(threads)
   {
     int32_t start, end;
     share(n, omp_get_thread_num(), omp_get_num_threads(), &start, &end);

@@ -9,4 +9,8 @@
 void septran_cpu_row_gemm(float* c, const float* a, int32_t inc_a, const float* b, int32_t k, int32_t n,
                           int32_t ldb, int32_t trans_b);
 
+/* From this many elements of B a call outside a parallel region splits over the threads; 0: SEPTRAN_CPU_GEMV_SPLIT
+ * or the default again (for the tests). */
+void septran_cpu_gemv_split(int64_t elements);
+
 #endif

@@ -190,6 +190,8 @@ class Recorder(Glue, Views):
     def _calls(self, n, step, slow: int, calls: list, result, env: dict) -> None:
         if step.slow_calls != slow:
             raise Unsupported(f"{n.name} ran the op's own Python")
+        if len(calls) > 1 and getattr(step, "splits", False):
+            return self._split_calls(n, calls, result)
         if len(calls) != 1:
             raise Unsupported(f"{n.name} made {len(calls)} kernel calls")
         plan, fn, tensors = calls[0]
@@ -249,6 +251,34 @@ class Recorder(Glue, Views):
         self.descs[n] = d
         self._zeros(n, lay, tensors, params)
         self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
+
+    def _split_calls(self, n, calls: list, result) -> None:
+        """A step that called its kernel once per block (the decode attention per batch and KV head,
+        ``steps_attention.Attention._per_kv_head``): each call's inputs are blocks of the graph's values where they
+        lie, its output a block of the step's result, which the step allocated and the launcher places."""
+        meta = n.meta.get("val")
+        if not isinstance(result, torch.Tensor) or not isinstance(meta, torch.Tensor):
+            raise Unsupported(f"{n.name} gives no tensor")
+        sizes, strides = tuple(expr(s) for s in meta.shape), tuple(expr(s) for s in meta.stride())
+        nbytes = math.prod(sizes, start=sympy.Integer(1)) * result.element_size()
+        d = Desc(self._tmp(nbytes, result.data_ptr()), sympy.Integer(0), sizes, strides, result.dtype)
+        self._check(result, d, n.name)
+        readable = [self.descs[a] for a in n.all_input_nodes if a in self.descs]
+        for plan, fn, tensors in calls:
+            lay = plan.layout
+            plain = lay.order is None and not lay.convert and not lay.reshape and not lay.write_back and \
+                all(dtype is None for _, dtype in lay.results)
+            if not self._takes(fn) or not plain or plan.workspaces or lay.allocate or len(tensors) != len(lay.take):
+                raise Unsupported(f"{n.name}: a kernel call per block whose plan converts, allocates or reorders")
+            params = {}
+            for k, t in enumerate(tensors):
+                inside = readable if lay.roles[k] == "input" else [d]
+                params[k] = next((p for p in (self._block(t, src, n.name) for src in inside) if p is not None), None)
+                if params[k] is None:
+                    raise Unsupported(f"{n.name}: a kernel call per block on a tensor that is no block of its values")
+            self._zeros(n, lay, tensors, params)
+            self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
+        self.descs[n] = d
 
     def _zeros(self, n, lay, tensors, params: dict) -> None:
         for k in lay.zero:

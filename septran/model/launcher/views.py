@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import sympy
 import torch
@@ -174,6 +175,40 @@ class Views:
         out = Desc(d.base, d.offset, found[0], found[1], t.dtype)
         self._check(t, out, what)
         return out
+
+    def _block(self, t: torch.Tensor, d: Desc, what: str) -> Optional[Desc]:
+        """``t`` as a block of ``d``: the same dimensions in the same order, each whole or, where its size is fixed,
+        a part of it at a fixed index (a head of a KV cache); None where ``t`` is no such block."""
+        sub = self.sub_values
+        if t.dim() != len(d.sizes) or t.dtype != d.dtype or d.base not in self.ptrs:
+            return None
+        delta, rest = divmod(t.data_ptr() - self.ptrs[d.base] - value(d.offset, sub) * t.element_size(),
+                             t.element_size())
+        if rest or delta < 0:
+            return None
+        offset, sizes = d.offset, list(d.sizes)
+        for i in sorted(range(t.dim()), key=lambda i: -value(d.strides[i], sub)):
+            whole, stride = d.sizes[i], d.strides[i]
+            if t.shape[i] == value(whole, sub):
+                continue
+            if whole.free_symbols or stride.free_symbols or t.shape[i] > value(whole, sub):
+                return None  # a part of a dimension that varies is no fixed block
+            at = delta // int(stride) if int(stride) else 0
+            if at + t.shape[i] > int(whole):
+                return None
+            delta -= at * int(stride)
+            offset, sizes[i] = offset + at * stride, sympy.Integer(t.shape[i])
+        if delta:
+            return None
+        out = Desc(d.base, offset, tuple(sizes), d.strides, t.dtype)
+        try:
+            self._check(t, out, what)
+        except Defer:
+            raise
+        except Unsupported:
+            return None
+        return out
+
 
 def _permuted(t, dims, sub):
     used, sizes, strides = set(), [], []
