@@ -69,7 +69,7 @@ def cases(small: bool) -> list[dict]:
     out = []
 
     def add(op, label, shape, logic, shapes, baselines, work, unit, atol=1e-4, scalars=None, first=lambda x: x,
-            dtype=torch.float32, rtol=1e-4):
+            dtype=torch.float32, rtol=1e-4, mapping=None):
         def inputs():
             made = [torch.randn(*s, generator=gen) for s in shapes]
             return [t.to(dtype) for t in [first(made[0])] + made[1:]]
@@ -77,7 +77,7 @@ def cases(small: bool) -> list[dict]:
             name, fn = next(iter(baselines.items()))
             baselines = {**baselines, "inductor": torch.compile(fn, dynamic=False)}
         out.append(dict(op=op, label=label, shape=shape, logic=logic, inputs=inputs, baselines=baselines, work=work,
-                        unit=unit, atol=atol, rtol=rtol, scalars=scalars or {}))
+                        unit=unit, atol=atol, rtol=rtol, scalars=scalars or {}, mapping=mapping))
 
     for n in ((64, 100, 128) if small else (512, 1000, 1024)):
         add("gemm", "gemm", f"{n}^3", "gemm", [(n, n)] * 2, {"matmul": torch.matmul}, 2.0 * n ** 3, "GFLOP/s", atol=1e-3)
@@ -107,23 +107,27 @@ def cases(small: bool) -> list[dict]:
             {"rms_norm": lambda x, w: F.rms_norm(x, x.shape[-1:], w, 1e-6)}, (2.0 * r * c + c) * 4, "GB/s", scalars={"eps": 1e-6})
     bt, h, sq, d = (1, 2, 128, 64) if small else (1, 8, 512, 64)
     for causal in (False, True):  # Sq == Sk: SepTran's bottom-right causal mask is torch's is_causal
+        # the mapping torch.ops.septran.attention runs (septran/ops/attention.py): attention_full.yaml without the mask
         add("attention", "attention" + (" causal" if causal else ""), f"{bt}x{h}x{sq}x{sq}x{d}", ("attention", (causal,)),
             [(bt, h, sq, d)] * 3,
             {"sdpa": lambda q, k, v, causal=causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)},
-            4.0 * bt * h * sq * sq * d * (0.5 if causal else 1.0), "GFLOP/s")
+            4.0 * bt * h * sq * sq * d * (0.5 if causal else 1.0), "GFLOP/s",
+            mapping=None if causal else "attention_full")
     return out
 
 
 AUTOTUNE: set = set()  # operators whose kernels tune each shape on its first call (--autotune)
 
 
-def compile_op(logic, mapping_dir: Path, tune: bool | None = None):
+def compile_op(logic, mapping_dir: Path, tune: bool | None = None, mapping: str | None = None):
     """``tune``: True tunes each new shape; None (default: True for the --autotune operators) runs the database's
-    point for the shape, or the mapping's own."""
+    point for the shape, or the mapping's own. ``mapping``: the mapping file's name where the folder has it, else the
+    operator's."""
     import septran
 
     op, build = (logic, None) if isinstance(logic, str) else logic
-    mapping = mapping_dir / f"{op}.yaml"
+    mapping = mapping_dir / f"{mapping}.yaml" if mapping and (mapping_dir / f"{mapping}.yaml").exists() else \
+        mapping_dir / f"{op}.yaml"
     tune = True if tune is None and op in AUTOTUNE else tune
     if build is None:
         return septran.compile(logic_file=REPO / "examples" / op / f"{op}.py", mapping_file=mapping, autotune=tune)
@@ -136,7 +140,7 @@ def shipped_point(case: dict, mapping_dir: Path, inputs: list, scalars: dict):
     point), so that the tuned kernel's gain is measured in the same rounds."""
     import tempfile
 
-    kernel = compile_op(case["logic"], mapping_dir, tune=False)
+    kernel = compile_op(case["logic"], mapping_dir, tune=False, mapping=case["mapping"])
     before = os.environ.get("SEPTRAN_TUNING_DB")
     with tempfile.TemporaryDirectory() as empty:
         os.environ["SEPTRAN_TUNING_DB"] = str(Path(empty) / "tuning.jsonl")
@@ -155,7 +159,7 @@ def run_case(case: dict, threads: list[int], mapping_dir: Path, rounds: int, sam
 
     inputs, scalars = case["inputs"](), case["scalars"]
     shipped = shipped_point(case, mapping_dir, inputs, scalars) if case["op"] in AUTOTUNE else None
-    kernel = compile_op(case["logic"], mapping_dir)
+    kernel = compile_op(case["logic"], mapping_dir, mapping=case["mapping"])
     start = time.perf_counter()
     kernel.specialize(**{a.name: t for a, t in zip(kernel.inputs, inputs)}, **scalars).build()
     compile_s = time.perf_counter() - start

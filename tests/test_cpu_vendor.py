@@ -332,6 +332,10 @@ int main() {
   for (int i = 0; i < 64; i++) x[i] = e2[i % 8];
   v_exp2f(o, x, 64);
   for (int i = 0; i < 8; i++) printf("%a ", o[i]);
+  for (int i = 0; i < 64; i++) x[i] = -130.f + 4.0625f * i + 0.37f * (i % 3);  /* vectors in range, and across it */
+  for (int i = 40; i < 48; i++) x[i] = (i % 2) ? -INFINITY : -3.f - 0.1f * i;   /* a mask's -inf among ordinary lanes */
+  v_exp2f(o, x, 64);
+  for (int i = 0; i < 64; i++) printf("%a %a ", x[i], o[i]);
   return 0;
 }
 """
@@ -346,19 +350,29 @@ def test_math_header_vectorises_exp_and_keeps_special_values(tmp_path):
              "-lmvec"]
     subprocess.run(build, check=True, capture_output=True, text=True)
     calls = subprocess.run(["objdump", "-d", str(exe)], check=True, capture_output=True, text=True).stdout
-    # exp2 is the header's inline polynomial: no call of a scalar (or libmvec) exp2f is left. exp too, except on AVX2
-    # CPUs without AVX-512, where the loop calls glibc's 8-wide expf (the header says why)
+    # exp2 is the header's own: no call of a scalar (or libmvec) exp2f is left. On AVX2 CPUs without AVX-512 the loop
+    # calls the header's 8-wide function (its vector-ABI clone), elsewhere the polynomial is inlined. exp is inlined
+    # too, except on those AVX2 CPUs, where the loop calls glibc's 8-wide expf (the header says why)
     assert not re.search(r"call.*<(\w+_)?exp2f@plt>", calls), "exp2f was not inlined and vectorised"
     if _libmvec_expf():
         assert re.search(r"call.*<_ZGVdN8v_expf@plt>", calls), "expf is not libmvec's 8-wide variant"
+        assert re.search(r"call.*<_ZGVdN8v_septran_exp2f_v>", calls), "exp2f is not the header's 8-wide function"
     else:
         assert not re.search(r"call.*<(\w+_)?expf@plt>", calls), "expf was not inlined and vectorised"
     got = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
     values = [float.fromhex(v) if "nan" not in v else float("nan") for v in got]
     want = [0.0, float("inf"), float("nan"), 3.783505853e-44, 0.0, float("inf"), 1.0, 2.718281828] + \
            [0.0, float("inf"), float("nan"), 2.0 ** -149, 0.0, float("inf"), 1.0, 2.0]
-    torch.testing.assert_close(torch.tensor(values, dtype=torch.float64), torch.tensor(want, dtype=torch.float64),
+    torch.testing.assert_close(torch.tensor(values[:16], dtype=torch.float64), torch.tensor(want, dtype=torch.float64),
                                rtol=1e-6, atol=0, equal_nan=True)
+    # ordinary lanes, subnormal and overflowing results, -inf beside ordinary lanes: within 1 ulp of exp2 (float64)
+    x, got2 = torch.tensor(values[16::2], dtype=torch.float64), torch.tensor(values[17::2], dtype=torch.float64)
+    want2 = torch.exp2(x).to(torch.float32).to(torch.float64)
+    ulp = torch.where(want2 > 0, torch.abs(torch.nextafter(want2.float(), torch.tensor(float("inf"))).double() - want2),
+                      torch.tensor(2.0 ** -149, dtype=torch.float64)).clamp(min=2.0 ** -149)
+    assert (got2 == want2).sum() >= len(x) // 2, "fewer than half the results exact"
+    close = (got2 - torch.exp2(x)).abs() <= ulp * 1.0 + 1e-300
+    assert bool((close | (got2 == want2)).all()), f"off by more than 1 ulp at {x[~close].tolist()}"
     # Packed FMA in the vector width g++ prefers for this CPU: 128 bits where -march=native tunes for it
     # (znver1: -mprefer-vector-width=128), else 256 or 512.
     widths = "xyz" if _preferred_width() == "128" else "yz"

@@ -402,3 +402,20 @@ def test_few_queries_run_the_decode_mapping():
     _check(_rand(1, 2, 30, 16, seed=4), k, k, causal=True)
     assert {key[0] for key in kernels._CACHE} == {"attention_decode", "attention_full", "attention"}
     assert "BM = 1" in attention_kernel("cpu", False, False, "none", decode=True).tilelang_source
+
+
+def test_long_sequences_run_the_large_tiles():
+    """512 queries and keys or more without the causal mask run attention_full.yaml's 256 x 256 point (two OpenBLAS
+    calls per product where 64-key tiles made eight): odd lengths (the last tiles overhang), a padding mask that hides
+    the last keys, float16; a shorter call keeps the first point."""
+    from septran.ops.attention import attention_kernel
+
+    q, k, v = _rand(1, 2, 515, 40, seed=11), _rand(1, 2, 600, 40, seed=12), _rand(1, 2, 600, 40, seed=13)
+    pad = torch.ones(1, 1, 1, 600, dtype=torch.bool)
+    pad[..., 530:] = False
+    _check(q, k, v, pad)
+    assert "shape_points entry 3" in attention_kernel("cpu", False, False, "bool").tuning["source"]
+    _check(q.half(), k.half(), v.half())
+    assert "shape_points entry 3" in attention_kernel("cpu", False, False, "none").tuning["source"]
+    _check(q[:, :, :300], k, v)
+    assert "shape_points entry 1" in attention_kernel("cpu", False, False, "none").tuning["source"]

@@ -121,6 +121,69 @@ static inline float septran_exp2f(float x) {
 #else
 #define expf septran_expf
 #endif
+
+/* exp2 on the same CPUs (AVX2 and FMA, no AVX-512) is an 8-wide function of this header's own, which the vectorised
+ * loops call as they call libmvec's: exp2f is declared `omp declare simd` under the name septran_exp2f_v, and GCC's
+ * vector-function ABI names its 8-lane AVX2 variant _ZGVdN8v_septran_exp2f_v, defined below (hidden in each kernel;
+ * weak, so that two files with the header link into one library). Where every lane is in [-126, 126] (attention's
+ * scaled scores less their row maximum, nearly always) 2^x = 2^n p(x - n), n = round(x), p of degree 6, 2^n added
+ * to p's exponent bits: 15 instructions, 0.95 ns an element on an EPYC (Zen 1) against 1.7 for the inline
+ * polynomial above (its clamps and two half scales run on every element) and 0.92 for glibc's 8-wide exp2f. Any
+ * other vector (a mask's -inf among its lanes, a subnormal or overflowing result, NaN) takes the exact path: the
+ * polynomial scaled in two halves, with the lanes below -151 set to 0 without arithmetic on them (a subnormal
+ * intermediate costs a microcode assist on Zen): 1.3 ns an element with half the lanes -inf, where glibc's calls
+ * its scalar exp2f for each such vector (3.8 ns) and the inline polynomial takes 2.6. At most 0.95 ulp from exp2
+ * over one float in 31 of the 2^32, special values as IEEE says; a scalar call takes the same path, so a lane's
+ * result does not depend on its neighbours. Non-causal attention 1x8x512x512x64 on one thread: 1.04 to 1.06x
+ * torch's SDPA with it, 0.98x with the inline polynomial (both 256 x 256 tiles; CPU time, median of 7 rounds). */
+#if defined(__x86_64__) && !defined(__FAST_MATH__) && defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#include <immintrin.h>
+#pragma GCC target("prefer-vector-width=256")
+#ifdef __cplusplus
+extern "C" {
+#endif
+static inline __m256 septran_exp2_poly8(__m256 f) { /* 2^f on [-0.5, 0.5], minimax for relative error */
+  __m256 p = _mm256_set1_ps(1.534581243e-4f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339993091e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618489072e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550328642e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264625e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931471825e-1f));
+  return _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+}
+
+static __attribute__((noinline)) __m256 septran_exp2_exact8(__m256 x) {
+  __m256 zero = _mm256_cmp_ps(x, _mm256_set1_ps(-151.0f), _CMP_LT_OQ); /* 0 (also -inf) */
+  __m256 xc = _mm256_blendv_ps(x, _mm256_setzero_ps(), zero);
+  xc = _mm256_blendv_ps(xc, _mm256_set1_ps(128.0f), _mm256_cmp_ps(xc, _mm256_set1_ps(128.0f), _CMP_GT_OQ));
+  __m256 n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 p = septran_exp2_poly8(_mm256_sub_ps(xc, n)); /* NaN stays NaN */
+  __m256i ni = _mm256_cvtps_epi32(n), h = _mm256_srai_epi32(ni, 1), bias = _mm256_set1_epi32(127);
+  __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));
+  __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), bias), 23));
+  return _mm256_andnot_ps(zero, _mm256_mul_ps(_mm256_mul_ps(p, s1), s2)); /* 2^128 overflows to inf */
+}
+
+__attribute__((weak, visibility("hidden"))) __m256 _ZGVdN8v_septran_exp2f_v(__m256 x) {
+  __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 p = septran_exp2_poly8(_mm256_sub_ps(x, n));
+  __m256 r = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23)));
+  __m256 in_range = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), _mm256_set1_ps(126.0f), _CMP_LE_OQ);
+  return _mm256_movemask_ps(in_range) == 0xff ? r : septran_exp2_exact8(x);
+}
+
+/* The scalar function the vectorised loops' clone stands for (a loop g++ leaves scalar calls it). */
+__attribute__((weak, visibility("hidden"))) float septran_exp2f_v(float x) {
+  return _mm256_cvtss_f32(_ZGVdN8v_septran_exp2f_v(_mm256_set1_ps(x)));
+}
+#pragma omp declare simd notinbranch simdlen(8)
+__attribute__((const, nothrow)) float septran_exp2f_avx2(float) __asm__("septran_exp2f_v");
+#ifdef __cplusplus
+}
+#endif
+#define exp2f septran_exp2f_avx2
+#else
 #define exp2f septran_exp2f
+#endif
 
 #endif /* SEPTRAN_CPU_MATH_H */
