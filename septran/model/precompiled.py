@@ -12,7 +12,8 @@ disk and asks the backend for a graph it can serialize. This is SepTran's: ``Sep
 - torch.compile's mode and options.
 
 On load it rewrites that graph again with this process's SepTran (so a file saved by an older SepTran never runs
-its rewrite decisions) and loads the kernels from the build cache. What is saved is torch's data; SepTran saves no
+its rewrite decisions), or reads the rewrite this SepTran made of the same bytes before from the build cache
+(``septran.model.rewritten``), and loads the kernels from the build cache. What is saved is torch's data; SepTran saves no
 code. ``septran_backend`` returns it only under precompile (torch's bundled AOTAutograd cache), never for a plain
 ``torch.compile``, whose AOTAutograd cache key does not name the backend.
 """
@@ -49,15 +50,19 @@ class SeptranOutputCode(OutputCode):
         """Called on a copy before it is pickled: the graph as bytes, nothing compiled kept."""
         from torch.fx._graph_pickler import GraphPickler, Options
 
-        self.serialized = GraphPickler.dumps(self.graph_module, Options(ops_filter=None))
+        if self.graph_module is not None:  # (a loaded one whose rewrite came from the cache keeps its bytes)
+            self.serialized = GraphPickler.dumps(self.graph_module, Options(ops_filter=None))
         self.graph_module, self.run = None, None
 
     def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
-        """After a load: the graph back (its fake values in the tracing context's mode), rewritten and lowered."""
+        """After a load: the graph rewritten and lowered. Its rewrite comes from the build cache where it holds one
+        for these bytes (``septran.model.rewritten``), else the graph is read back (its fake values in the tracing
+        context's mode) and rewritten, and the rewrite kept for the next load."""
         if self.run is not None:
             return
         import torch
-        from torch.fx._graph_pickler import GraphPickler
+
+        from septran.model import rewritten
 
         context = torch._guards.TracingContext.try_get()
         fake_mode = context.fake_mode if context is not None else None
@@ -66,10 +71,18 @@ class SeptranOutputCode(OutputCode):
             from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
             fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+        key = rewritten.key(self.serialized, self.mode, self.options)
+        found = rewritten.read(key, fake_mode)
+        if found is not None:
+            gm, rows = found
+            self.run = self.compile(gm, self.mode, self.options, rows=rows)
+            return
+        from torch.fx._graph_pickler import GraphPickler
+
         gm = GraphPickler.loads(self.serialized, fake_mode)
         gm.recompile()
         self.graph_module = gm
-        self.run = self.compile(gm, self.mode, self.options)
+        self.run = self.compile(gm, self.mode, self.options, keep=lambda done, report: rewritten.write(key, done, report))
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         pass
