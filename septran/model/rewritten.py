@@ -106,8 +106,7 @@ def read(k: str, fake_mode) -> Optional[tuple[Any, list]]:
         log.warning("septran: the cached rewritten graph %s cannot be read back; rewriting it",
                     _entries(k).path(EXT), exc_info=True)
         return None
-    gm.recompile()
-    graph = next_graph_id()
+    graph = next_graph_id()  # (gm's code is not generated: compile_saved copies its graph into a new module)
     return gm, [Row(graph, *r) for r in rows]
 
 
@@ -127,11 +126,17 @@ def write(k: str, gm, report) -> None:
     serialize is not kept (logged), the load rewrites it each time as before."""
     from torch.fx._graph_pickler import GraphPickler, Options
 
+    metas = {n: n.meta for n in gm.graph.nodes}
     try:
+        for n in gm.graph.nodes:  # only the fake values: nothing after the rewrite reads the rest
+            n.meta = {"val": n.meta["val"]} if "val" in n.meta else {}
         body = GraphPickler.dumps(gm, Options(ops_filter=None))
     except Exception:  # noqa: BLE001 - e.g. an argument of a SepTran op pickle refuses
         log.info("septran: a rewritten graph could not be serialized; it is rewritten at each load", exc_info=True)
         return
+    finally:
+        for n, meta in metas.items():
+            n.meta = meta
     rows = [[r.name, r.op, r.shape, r.runs, r.flops] for r in report.rows]
     head = json.dumps({"rows": rows, "modules": _op_modules(gm.graph)}, separators=(",", ":")).encode()
     try:
