@@ -12,7 +12,8 @@ sidecar binds it to its key: an entry under another key (swapped, renamed) or da
 
 The key is known before anything is deserialised: the saved graph's bytes as the file holds them, and every
 fact that could change what the rewrite makes of them: SepTran's version and the text of the rewrite's code and
-data (``septran/model``, ``septran/ops``: patterns, the ops' fakes, their mappings), torch's version, the C++
+data (``septran/model``, ``septran/ops``: patterns, the ops' fakes; the mapping folders and the targets'
+``target.yaml``, which the patterns ask whether an op runs), torch's version, the C++
 compiler and the CPU features ``-march=native`` resolves to, the ``SEPTRAN_*`` settings (but the cache and dump
 folders: a cache moved elsewhere still hits), torch.compile's mode and options. The entry is SepTran's own
 output, in SepTran's cache, as its kernel libraries are; the precompile file holds none of it.
@@ -48,7 +49,7 @@ def key(serialized: bytes, mode: Optional[str], options: Optional[dict]) -> str:
 
     facts = {
         "septran": __version__,
-        "code": _code_digest(),
+        "code": _code_digest(),  # (the mapping folders named by SEPTRAN_MAPPING_PATH: read once per process)
         "torch": torch.__version__,
         "cxx": toolchain.compiler_facts(),
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("SEPTRAN_") and k not in _UNKEYED},
@@ -63,17 +64,23 @@ def key(serialized: bytes, mode: Optional[str], options: Optional[dict]) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _code_digest() -> str:
-    """The text of every module and mapping the rewrite can read (a pattern edited without a version change
-    must not find the old rewrite)."""
+    """The text of every module the rewrite runs (a pattern edited without a version change must not find the
+    old rewrite), and of the mappings and target descriptions its patterns ask whether an op runs."""
+    from septran import resources
+
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for top in _CODE:
-        for folder, subs, files in os.walk(root / top):
-            subs.sort()
+    mappings = resources.mapping_folders()
+    folders = [(root / top, (".py", ".yaml")) for top in _CODE] + [(f, (".yaml",)) for f in mappings]
+    targets = sorted({d.name for f in mappings if f.is_dir() for d in f.iterdir() if d.is_dir()})
+    folders += [(f, ("target.yaml",)) for f in map(resources.target_folder, targets) if f is not None]
+    for top, suffixes in folders:
+        for folder, subs, files in os.walk(top):
+            subs[:] = sorted(d for d in subs if d != "__pycache__")
             for name in sorted(files):
-                if name.endswith((".py", ".yaml")):
-                    path = Path(folder) / name
-                    h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+                if name.endswith(suffixes):
+                    with open(os.path.join(folder, name), "rb") as f:
+                        h.update(name.encode() + b"\0" + f.read() + b"\0")
     return h.hexdigest()
 
 
