@@ -22,7 +22,8 @@ ODD = dict(hidden=48, heads=3, kv_heads=1, head_dim=16, intermediate=100, max_le
 PROMPT = 13
 
 # The child: builds the same block, loads the file, runs a prefill and decode steps at new cache lengths, and
-# reports its errors against the block in float64 (and eager float32's, for the bound).
+# reports its errors against the block in float64 (and eager float32's, for the bound), and how many graphs it
+# rewrote.
 CHILD = r"""
 import json, sys, time
 import torch
@@ -30,6 +31,9 @@ sys.path.insert(0, sys.argv[3])
 import model_runner
 llama = model_runner.load(sys.argv[4], "septran_example_llama_block_model")
 import septran
+from septran.model import rewrite
+rewrites, real = [], rewrite.rewrite
+rewrite.rewrite = lambda gm, *a, **k: rewrites.append(gm) or real(gm, *a, **k)
 cfg = llama.LlamaConfig(**json.loads(sys.argv[2]))
 torch.manual_seed(0)
 model = llama.build(cfg)
@@ -49,6 +53,7 @@ with torch.no_grad():
         eager.append((model(x, pos, ke, ve).double() - want).abs().max().item())
         scales.append(want.abs().max().item())
 print(json.dumps({"errs": errs, "eager": eager, "scales": scales, "tilelang": "tilelang" in sys.modules,
+                  "rewrites": len(rewrites),
                   "seconds": time.perf_counter() - start}))
 """
 
@@ -78,6 +83,7 @@ def test_a_fresh_process_runs_the_saved_block_without_tracing_or_tilelang(saved)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert not out["tilelang"]  # every kernel came from the build cache
+    assert out["rewrites"] == 0  # both graphs' rewrites too: the saving process kept them (septran.model.rewritten)
     bound = [2 * e + 2 * torch.finfo(torch.float32).eps * max(1.0, m) for e, m in zip(out["eager"], out["scales"])]
     assert all(e <= b for e, b in zip(out["errs"], bound)), (out["errs"], bound)
 

@@ -159,7 +159,8 @@ def septran_backend(gm, example_inputs, reports: Optional[list] = None, dry: boo
     if not dry and functorch_config.bundled_autograd_cache:
         from septran.model import precompiled
 
-        inference = precompiled.serializable(inference, _copy, compile_saved, mode, options)
+        inference = precompiled.serializable(lambda keep: _inference_compiler(reports, dry, settings, keep=keep),
+                                             _copy, compile_saved, mode, options)
     # keep_inference_input_mutations: a KV cache's write stays in the graph (a copy_ into the input), where the
     # direct runner turns it into one in-place copy (septran.model.inplace); else AOTAutograd copies it all back
     backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=inference,

@@ -50,7 +50,7 @@ class SeptranOutputCode(OutputCode):
         """Called on a copy before it is pickled: the graph as bytes, nothing compiled kept."""
         from torch.fx._graph_pickler import GraphPickler, Options
 
-        if self.graph_module is not None:  # (a loaded one whose rewrite came from the cache keeps its bytes)
+        if self.serialized is None:  # (made when compiled, or read from the file this was loaded from)
             self.serialized = GraphPickler.dumps(self.graph_module, Options(ops_filter=None))
         self.graph_module, self.run = None, None
 
@@ -88,16 +88,26 @@ class SeptranOutputCode(OutputCode):
         pass
 
 
-def serializable(compile_graph: Callable, copy: Callable, compile_saved: Callable, mode: Optional[str],
+def serializable(make_compiler: Callable, copy: Callable, compile_saved: Callable, mode: Optional[str],
                  options: Optional[dict]):
-    """``compile_graph`` (SepTran's inference compiler) as a compiler whose result torch can serialize; ``copy``
-    copies a graph module, ``compile_saved(gm, mode, options)`` compiles a loaded one (``septran.model.backend``'s,
-    module-level functions: pickled by name)."""
+    """SepTran's inference compiler as a compiler whose result torch can serialize. ``make_compiler(keep)``: the
+    inference compiler, which calls ``keep(gm, report)`` with each graph just rewritten; ``copy`` copies a graph
+    module, ``compile_saved(gm, mode, options)`` compiles a loaded one (``septran.model.backend``'s, module-level
+    functions: pickled by name). The graph's bytes are made here, once, so the rewrite this process makes is
+    kept under the key a loading process computes from the file (its first load reads it too)."""
     from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+    from torch.fx._graph_pickler import GraphPickler, Options
+
+    from septran.model import rewritten
+
+    options = dict(options) if options else None
 
     def compile_and_keep(gm, example_inputs):
         before = copy(gm)  # the rewrite edits gm in place
-        return SeptranOutputCode(graph_module=before, mode=mode, options=dict(options) if options else None,
-                                 compile=compile_saved, run=compile_graph(gm, example_inputs))
+        serialized = GraphPickler.dumps(before, Options(ops_filter=None))
+        key = rewritten.key(serialized, mode, options)
+        run = make_compiler(lambda done, report: rewritten.write(key, done, report))(gm, example_inputs)
+        return SeptranOutputCode(graph_module=before, mode=mode, options=options, compile=compile_saved,
+                                 serialized=serialized, run=run)
 
     return SerializableAOTDispatchCompiler(SeptranOutputCode, compile_and_keep)
