@@ -11,7 +11,10 @@ Modes, each a fresh Python process per sample (imports not counted; torch on 1 t
 - ``eager_backend``: torch.compile's ``"eager"`` backend: Dynamo's trace alone, the floor of any backend that
   runs under torch.compile in a new process.
 - ``precompiled``: ``septran.load_precompiled`` of the file ``septran.precompile`` wrote (made once, before the
-  rounds): no Dynamo or AOTAutograd trace, no TileLang.
+  rounds): no Dynamo or AOTAutograd trace, no TileLang, and the graphs' rewrites read from the build cache
+  (``septran.model.rewritten``). What is left: torch's load of its own part (its guards, AOTAutograd's wrappers,
+  the imports they need), reading the rewritten graphs' fake values, the lowering to the direct runner, and at the
+  first calls each library kernel's trace and SepTran lowering (to find its build key) and the launchers' recording.
 
 Column "CPU s": the child's own CPU time over the same span (less sensitive to other work on a shared machine;
 torch's compile threads count). Before the rounds each mode runs once untimed, so every cache is warm. The samples are interleaved (septran,

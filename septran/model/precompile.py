@@ -4,7 +4,8 @@ A warm ``torch.compile(model, backend="septran")`` still traces the model with D
 new process (most of its time: ``septran.model.precompiled``). ``precompile`` compiles the model once per example
 call through torch's precompile and writes one file; ``load_precompiled`` in another process reads it and runs
 the model with no Dynamo trace, no AOTAutograd trace and no TileLang (the kernels come from the build cache, and
-SepTran's rewrite runs again on the saved graph). Guards saved with each graph pick the graph a call runs and
+so do the saved graphs' rewrites, which ``precompile`` kept there: ``septran.model.rewritten``; where the cache
+holds none, as on another machine or after a SepTran change, SepTran rewrites the saved graph again and keeps it). Guards saved with each graph pick the graph a call runs and
 refuse a call none of them accepts, as torch.compile would recompile.
 
 The file is a pickle made by torch (its Dynamo guards and bytecode, AOTAutograd's wrappers, the ATen graph):
