@@ -109,6 +109,9 @@ def read(k: str, fake_mode) -> Optional[tuple[Any, list]]:
             if module.split(".")[0] == "septran":
                 importlib.import_module(module)
         gm = GraphPickler.loads(body, fake_mode)
+        from septran.model import steps_fused
+
+        steps_fused.register()  # (its pattern registers the fused GEMM's step where it matches; none runs here)
     except Exception:  # noqa: BLE001 - an entry this torch cannot read back: rewritten, as if missing
         log.warning("septran: the cached rewritten graph %s cannot be read back; rewriting it",
                     _entries(k).path(EXT), exc_info=True)

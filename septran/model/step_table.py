@@ -16,8 +16,4 @@ FAST = {"attention": Attention, "rope": steps.Rope, "gemm": steps.Gemm, "rms_nor
 def make(op: torch._ops.OpOverload) -> steps.Step:
     """The step for one node calling ``op`` (a ``torch.ops.septran.*`` overload)."""
     name = op._overloadpacket.__name__
-    if name == "gemm_residual":  # (its pattern registers its step; a graph rewritten before, in another process,
-        from septran.model import steps_fused  # comes here first: septran.model.rewritten)
-
-        steps_fused.register()
     return AttentionWritten(op) if name == "attention_written" else FAST.get(name, steps.Step)(op)
