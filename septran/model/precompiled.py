@@ -13,8 +13,8 @@ disk and asks the backend for a graph it can serialize. This is SepTran's: ``Sep
 
 On load it rewrites that graph again with this process's SepTran (so a file saved by an older SepTran never runs
 its rewrite decisions), or reads the rewrite this SepTran made of the same bytes before from the build cache
-(``septran.model.rewritten``), and loads the kernels from the build cache. What is saved is torch's data; SepTran saves no
-code. ``septran_backend`` returns it only under precompile (torch's bundled AOTAutograd cache), never for a plain
+(``septran.model.rewritten``), and loads the kernels from the build cache. What is saved is torch's data;
+SepTran saves no code. ``septran_backend`` returns it only under precompile (torch's bundled AOTAutograd cache), never for a plain
 ``torch.compile``, whose AOTAutograd cache key does not name the backend.
 """
 from __future__ import annotations
@@ -82,7 +82,8 @@ class SeptranOutputCode(OutputCode):
         gm = GraphPickler.loads(self.serialized, fake_mode)
         gm.recompile()
         self.graph_module = gm
-        self.run = self.compile(gm, self.mode, self.options, keep=lambda done, report: rewritten.write(key, done, report))
+        self.run = self.compile(gm, self.mode, self.options,
+                                keep=lambda done, report: rewritten.write(key, done, report))
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         pass
