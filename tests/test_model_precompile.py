@@ -146,7 +146,7 @@ def _right(fn, model, seed: int, steps: int = 2) -> None:
 
 def test_a_second_load_reads_its_rewrite_from_the_build_cache_and_stays_right(saved, monkeypatch, tmp_path):
     """septran.model.rewritten: the first load rewrites each graph and keeps the rewrite; the next finds it (no
-    rewrite runs), and both run right."""
+    rewrite runs), and both run right; another SepTran version rewrites them again."""
     path, model, _ = saved
     import septran
     from septran.build.store import Entries
@@ -165,6 +165,11 @@ def test_a_second_load_reads_its_rewrite_from_the_build_cache_and_stays_right(sa
     assert len(calls) == 2 and len(list(tmp_path.glob(f"{rewritten.NAME}_*.{rewritten.EXT}"))) == 2
     _right(septran.load_precompiled(model, path), model, 5)
     assert len(calls) == 2  # both graphs' rewrites came from the cache
+    import septran.version
+
+    monkeypatch.setattr(septran.version, "__version__", "99.0")  # another SepTran rewrites them again
+    septran.load_precompiled(model, path)  # (loaded, not run: its kernels would be another version's too)
+    assert len(calls) == 4 and len(list(tmp_path.glob(f"{rewritten.NAME}_*.{rewritten.EXT}"))) == 4
 
 
 def test_the_rewrite_cache_key_names_the_graph_septran_and_the_settings(monkeypatch):
