@@ -11,12 +11,16 @@ Modes, each a fresh Python process per sample (imports not counted; torch on 1 t
 - ``eager_backend``: torch.compile's ``"eager"`` backend: Dynamo's trace alone, the floor of any backend that
   runs under torch.compile in a new process.
 - ``precompiled``: ``septran.load_precompiled`` of the file ``septran.precompile`` wrote (made once, before the
-  rounds): no Dynamo or AOTAutograd trace, no TileLang.
+  rounds): no Dynamo or AOTAutograd trace, no TileLang, and the graphs' rewrites read from the build cache
+  (``septran.model.rewritten``). What is left: torch's load of its own part (its guards, AOTAutograd's wrappers,
+  the imports they need), reading the rewritten graphs' fake values, the lowering to the direct runner, and at the
+  first calls each library kernel's trace and SepTran lowering (to find its build key) and the launchers' recording.
 
 Column "CPU s": the child's own CPU time over the same span (less sensitive to other work on a shared machine;
-torch's compile threads count). Before the rounds each mode runs once untimed, so every cache is warm. The samples are interleaved (septran,
-inductor, ..., septran, ...) on a possibly shared machine; the table shows medians and min-max, and the JSON every
-sample.
+torch's compile threads count). Column "load + prefill + decode": the span's wall seconds in three parts, each a
+median (the compile call or ``load_precompiled``, the first prefill, the first decode step). Before the rounds
+each mode runs once untimed, so every cache is warm. The samples are interleaved (septran, inductor, ...,
+septran, ...) on a possibly shared machine; the table shows medians and min-max, and the JSON every sample.
 """
 from __future__ import annotations
 
@@ -57,10 +61,14 @@ if mode == "precompiled":
     fn = septran.load_precompiled(model, path)
 else:
     fn = torch.compile(model, backend={"eager_backend": "eager"}.get(mode, mode), fullgraph=True)
+loaded = time.perf_counter()
 with torch.no_grad():
     fn(xp, 0, kc, vc)
+    prefilled = time.perf_counter()
     fn(xd, prompt, kc, vc)
-print(json.dumps({"seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu, "imports_s": imports,
+end = time.perf_counter()
+print(json.dumps({"seconds": end - start, "cpu_s": time.process_time() - cpu, "imports_s": imports,
+                  "phases_s": [loaded - start, prefilled - loaded, end - prefilled],
                   "tilelang": "tilelang" in sys.modules}))
 """
 
@@ -103,14 +111,16 @@ def main(argv=None) -> int:
     info = machine()
     print(f"cpu: {info['cpu_model']} (family {info['cpu_family']}, model {info['cpu_model_number']}), torch "
           f"{info['torch']}, {args.block} block, 1 thread, {args.rounds} interleaved rounds, each a fresh process")
-    print(f"{'mode':16} {'s median (min-max)':>24} {'x 5.3 s':>8} {'x septran':>9} {'CPU s':>6}  tilelang imported")
+    print(f"{'mode':16} {'s median (min-max)':>24} {'x 5.3 s':>8} {'x septran':>9} {'CPU s':>6} "
+          f"{'load + prefill + decode s':>26}  tilelang imported")
     med = {m: statistics.median(s) for m, s in samples.items()}
     for m in modes:
         s = samples[m]
         vs = f"{med['septran'] / med[m]:9.2f}" if "septran" in med else f"{'-':>9}"
         cpu = statistics.median(e["cpu_s"] for e in extra[m])
-        print(f"{m:16} {med[m]:9.2f} ({min(s):.2f}-{max(s):.2f}){'':5} {BASELINE_S / med[m]:8.2f} {vs} {cpu:6.2f}  "
-              f"{any(e['tilelang'] for e in extra[m])}")
+        phases = " + ".join(f"{statistics.median(e['phases_s'][k] for e in extra[m]):.2f}" for k in range(3))
+        print(f"{m:16} {med[m]:9.2f} ({min(s):.2f}-{max(s):.2f}){'':5} {BASELINE_S / med[m]:8.2f} {vs} {cpu:6.2f} "
+              f"{phases:>26}  {any(e['tilelang'] for e in extra[m])}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"machine": info, "block": args.block, "prompt": args.prompt, "rounds": args.rounds,
                                      "baseline_s": BASELINE_S, "samples": samples, "children": extra,

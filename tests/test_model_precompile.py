@@ -22,7 +22,8 @@ ODD = dict(hidden=48, heads=3, kv_heads=1, head_dim=16, intermediate=100, max_le
 PROMPT = 13
 
 # The child: builds the same block, loads the file, runs a prefill and decode steps at new cache lengths, and
-# reports its errors against the block in float64 (and eager float32's, for the bound).
+# reports its errors against the block in float64 (and eager float32's, for the bound), and how many graphs it
+# rewrote.
 CHILD = r"""
 import json, sys, time
 import torch
@@ -30,6 +31,9 @@ sys.path.insert(0, sys.argv[3])
 import model_runner
 llama = model_runner.load(sys.argv[4], "septran_example_llama_block_model")
 import septran
+from septran.model import rewrite
+rewrites, real = [], rewrite.rewrite
+rewrite.rewrite = lambda gm, *a, **k: rewrites.append(gm) or real(gm, *a, **k)
 cfg = llama.LlamaConfig(**json.loads(sys.argv[2]))
 torch.manual_seed(0)
 model = llama.build(cfg)
@@ -49,6 +53,7 @@ with torch.no_grad():
         eager.append((model(x, pos, ke, ve).double() - want).abs().max().item())
         scales.append(want.abs().max().item())
 print(json.dumps({"errs": errs, "eager": eager, "scales": scales, "tilelang": "tilelang" in sys.modules,
+                  "rewrites": len(rewrites),
                   "seconds": time.perf_counter() - start}))
 """
 
@@ -78,6 +83,7 @@ def test_a_fresh_process_runs_the_saved_block_without_tracing_or_tilelang(saved)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert not out["tilelang"]  # every kernel came from the build cache
+    assert out["rewrites"] == 0  # both graphs' rewrites too: the saving process kept them (septran.model.rewritten)
     bound = [2 * e + 2 * torch.finfo(torch.float32).eps * max(1.0, m) for e, m in zip(out["eager"], out["scales"])]
     assert all(e <= b for e, b in zip(out["errs"], bound)), (out["errs"], bound)
 
@@ -119,3 +125,88 @@ def test_bad_arguments_name_the_fix(tmp_path):
     (tmp_path / "junk.pt2").write_bytes(b"not a pickle")
     with pytest.raises(CallError, match="not a file septran.precompile wrote"):
         septran.load_precompiled(torch.nn.Linear(2, 2), tmp_path / "junk.pt2")
+
+
+def _right(fn, model, seed: int, steps: int = 2) -> None:
+    """``fn`` (a loaded model) gives ``model``'s results on a prefill and ``steps`` decode steps, within the
+    FlashAttention rule's bound (twice eager float32's error against float64, plus rounding)."""
+    ref = __import__("copy").deepcopy(model).double()
+    gen = torch.Generator().manual_seed(seed)
+    kc, vc = model.new_cache()
+    ke, ve = model.new_cache()
+    kr, vr = ref.new_cache(dtype=torch.float64)
+    with torch.no_grad():
+        for pos, s in [(0, PROMPT)] + [(PROMPT + i, 1) for i in range(steps)]:
+            x = torch.randn(1, s, ODD["hidden"], generator=gen)
+            want = ref(x.double(), pos, kr, vr)
+            err = (fn(x, pos, kc, vc).double() - want).abs().max().item()
+            eager = (model(x, pos, ke, ve).double() - want).abs().max().item()
+            assert err <= 2 * eager + 2 * torch.finfo(torch.float32).eps * max(1.0, want.abs().max().item())
+
+
+def test_a_second_load_reads_its_rewrite_from_the_build_cache_and_stays_right(saved, monkeypatch, tmp_path):
+    """septran.model.rewritten: the first load rewrites each graph and keeps the rewrite; the next finds it (no
+    rewrite runs), and both run right; another SepTran version rewrites them again."""
+    path, model, _ = saved
+    import septran
+    from septran.build.store import Entries
+    from septran.model import rewrite, rewritten
+
+    def entries(k):
+        e = Entries(rewritten.STAGE, rewritten.NAME, k)
+        e.folder = tmp_path  # an empty cache of rewrites (the kernels' stays warm)
+        return e
+
+    monkeypatch.setattr(rewritten, "_entries", entries)
+    calls = []
+    real = rewrite.rewrite
+    monkeypatch.setattr(rewrite, "rewrite", lambda gm, *a, **k: calls.append(gm) or real(gm, *a, **k))
+    _right(septran.load_precompiled(model, path), model, 4)
+    assert len(calls) == 2 and len(list(tmp_path.glob(f"{rewritten.NAME}_*.{rewritten.EXT}"))) == 2
+    _right(septran.load_precompiled(model, path), model, 5)
+    assert len(calls) == 2  # both graphs' rewrites came from the cache
+    import septran.version
+
+    monkeypatch.setattr(septran.version, "__version__", "99.0")  # another SepTran rewrites them again
+    septran.load_precompiled(model, path)  # (loaded, not run: its kernels would be another version's too)
+    assert len(calls) == 4 and len(list(tmp_path.glob(f"{rewritten.NAME}_*.{rewritten.EXT}"))) == 4
+
+
+def test_the_rewrite_cache_key_names_the_graph_septran_and_the_settings(monkeypatch):
+    import septran.version
+    from septran.model import rewritten
+
+    base = rewritten.key(b"graph", None, None)
+    assert rewritten.key(b"graph", None, None) == base
+    assert rewritten.key(b"graph2", None, None) != base  # another graph
+    assert rewritten.key(b"graph", "max-autotune", None) != base
+    assert rewritten.key(b"graph", None, {"septran.profile": True}) != base
+    monkeypatch.setenv("SEPTRAN_CACHE_DIR", "/elsewhere")  # a cache moved elsewhere still hits
+    assert rewritten.key(b"graph", None, None) == base
+    monkeypatch.setenv("SEPTRAN_LAUNCHER", "0")
+    assert rewritten.key(b"graph", None, None) != base
+    monkeypatch.delenv("SEPTRAN_LAUNCHER")
+    monkeypatch.setattr(septran.version, "__version__", "99.0")  # another SepTran
+    assert rewritten.key(b"graph", None, None) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(rewritten, "_code_digest", lambda: "edited")  # a pattern edited, same version
+    assert rewritten.key(b"graph", None, None) != base
+
+
+def test_a_swapped_rewrite_entry_is_not_used(monkeypatch, tmp_path, caplog):
+    from septran.build.store import Entries
+    from septran.model import rewritten
+
+    monkeypatch.setenv("SEPTRAN_CACHE_DIR", str(tmp_path))
+    k1, k2 = rewritten.key(b"one", None, None), rewritten.key(b"two", None, None)
+    for k in (k1, k2):
+        Entries(rewritten.STAGE, rewritten.NAME, k).write(rewritten.EXT, b'{"rows":[],"modules":[]}\n' + k.encode())
+    a, b = (Entries(rewritten.STAGE, rewritten.NAME, k).path(rewritten.EXT) for k in (k1, k2))
+    for x, y in ((a, b), (a.with_name(a.name + ".json"), b.with_name(b.name + ".json"))):  # entries and sidecars
+        tmp = x.with_name("swap")
+        x.rename(tmp)
+        y.rename(x)
+        tmp.rename(y)
+    with caplog.at_level("WARNING"):
+        assert rewritten.read(k1, None) is None and rewritten.read(k2, None) is None
+    assert "another key" in caplog.text

@@ -15,22 +15,23 @@ from septran.model import modes
 log = logging.getLogger(__name__)
 
 
-def _inference_compiler(reports: Optional[list], dry: bool, settings=None) -> Callable:
+def _inference_compiler(reports: Optional[list], dry: bool, settings=None, rows: Optional[list] = None,
+                        keep: Optional[Callable] = None) -> Callable:
     """The compiler of AOTAutograd's inference graphs; ``settings``: torch.compile's mode and options, checked
-    (``septran.model.modes``; None: the default mode, as ``septran.compile_onnx`` runs)."""
+    (``septran.model.modes``; None: the default mode, as ``septran.compile_onnx`` runs). ``rows``: the graph
+    comes rewritten already (from the cache, ``septran.model.rewritten``), with its report's rows; ``keep(gm,
+    report)``: called with a graph just rewritten, before it is lowered (to cache it)."""
     settings = settings if settings is not None else modes.settings()
 
     def compile_graph(gm, example_inputs):
         from septran.model import profile
-        from septran.model.rewrite import rewrite, unrewritten
 
-        captured = _copy(gm)  # what runs when explaining only, or when the rewrite fails
-        run = captured if dry else gm
-        try:
-            report = rewrite(gm)
-        except Exception as err:  # noqa: BLE001 - a bug in the rewrite must never break the model
-            log.warning("septran: the rewrite failed, the graph runs with torch", exc_info=True)
-            run, report = captured, unrewritten(captured, f"the rewrite failed: {type(err).__name__}: {err}")
+        if rows is not None:
+            from septran.model.report import Report
+
+            run, report = gm, Report(rows)
+        else:
+            run, report = _rewritten(gm, dry, keep)
         report.dump()
         log.info("septran: %s", report.summary())
         progress.note("graph %d rewritten: %s", report.rows[0].graph if report.rows else -1, report.summary())
@@ -49,6 +50,23 @@ def _inference_compiler(reports: Optional[list], dry: bool, settings=None) -> Ca
     return compile_graph
 
 
+def _rewritten(gm, dry: bool, keep: Optional[Callable]):
+    """(what runs: ``gm`` rewritten in place, or a copy of it as captured when explaining only or when the rewrite
+    fails; the report)."""
+    from septran.model.rewrite import rewrite, unrewritten
+
+    captured = _copy(gm)  # what runs when explaining only, or when the rewrite fails
+    run = captured if dry else gm
+    try:
+        report = rewrite(gm)
+    except Exception as err:  # noqa: BLE001 - a bug in the rewrite must never break the model
+        log.warning("septran: the rewrite failed, the graph runs with torch", exc_info=True)
+        return captured, unrewritten(captured, f"the rewrite failed: {type(err).__name__}: {err}")
+    if keep is not None and run is gm:
+        keep(gm, report)
+    return run, report
+
+
 def _autotuning(run):
     """``run`` with the library kernels it asks for handed the tuner (mode max-autotune)."""
     from septran.ops.kernels import autotuning
@@ -60,10 +78,12 @@ def _autotuning(run):
     return call
 
 
-def compile_saved(gm, mode: Optional[str], options: Optional[dict]):
+def compile_saved(gm, mode: Optional[str], options: Optional[dict], rows: Optional[list] = None,
+                  keep: Optional[Callable] = None):
     """A graph torch's precompile saved (AOTAutograd's inference graph, loaded back) through the inference
-    compiler, as ``septran_backend`` compiles one (``septran.model.precompiled``)."""
-    return _inference_compiler(None, False, modes.settings(mode, options))(_copy(gm), [])
+    compiler, as ``septran_backend`` compiles one (``septran.model.precompiled``); ``rows`` and ``keep``: as
+    ``_inference_compiler``'s (a graph whose rewrite came from the cache, and where to keep a new one)."""
+    return _inference_compiler(None, False, modes.settings(mode, options), rows, keep)(_copy(gm), [])
 
 
 def _direct(gm):
@@ -139,7 +159,8 @@ def septran_backend(gm, example_inputs, reports: Optional[list] = None, dry: boo
     if not dry and functorch_config.bundled_autograd_cache:
         from septran.model import precompiled
 
-        inference = precompiled.serializable(inference, _copy, compile_saved, mode, options)
+        inference = precompiled.serializable(lambda keep: _inference_compiler(reports, dry, settings, keep=keep),
+                                             _copy, compile_saved, mode, options)
     # keep_inference_input_mutations: a KV cache's write stays in the graph (a copy_ into the input), where the
     # direct runner turns it into one in-place copy (septran.model.inplace); else AOTAutograd copies it all back
     backend = aot_autograd(fw_compiler=_training_compiler, inference_compiler=inference,

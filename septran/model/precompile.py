@@ -3,9 +3,11 @@
 A warm ``torch.compile(model, backend="septran")`` still traces the model with Dynamo and AOTAutograd in each
 new process (most of its time: ``septran.model.precompiled``). ``precompile`` compiles the model once per example
 call through torch's precompile and writes one file; ``load_precompiled`` in another process reads it and runs
-the model with no Dynamo trace, no AOTAutograd trace and no TileLang (the kernels come from the build cache, and
-SepTran's rewrite runs again on the saved graph). Guards saved with each graph pick the graph a call runs and
-refuse a call none of them accepts, as torch.compile would recompile.
+the model with no Dynamo trace, no AOTAutograd trace and no TileLang (the kernels come from the build cache,
+and so do the saved graphs' rewrites, which ``precompile`` kept there: ``septran.model.rewritten``; where the
+cache holds none, as on another machine or after a SepTran change, the saved graph is rewritten again and kept).
+Guards saved with each graph pick the graph a call runs and refuse a call none of them accepts, as torch.compile
+would recompile.
 
 The file is a pickle made by torch (its Dynamo guards and bytecode, AOTAutograd's wrappers, the ATen graph):
 load only files you made. The model's weights are not in it; they are read from ``model`` at each call.

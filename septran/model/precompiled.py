@@ -12,8 +12,9 @@ disk and asks the backend for a graph it can serialize. This is SepTran's: ``Sep
 - torch.compile's mode and options.
 
 On load it rewrites that graph again with this process's SepTran (so a file saved by an older SepTran never runs
-its rewrite decisions) and loads the kernels from the build cache. What is saved is torch's data; SepTran saves no
-code. ``septran_backend`` returns it only under precompile (torch's bundled AOTAutograd cache), never for a plain
+its rewrite decisions), or reads the rewrite this SepTran made of the same bytes before from the build cache
+(``septran.model.rewritten``), and loads the kernels from the build cache. What is saved is torch's data;
+SepTran saves no code. ``septran_backend`` returns it only under precompile (torch's bundled AOTAutograd cache), never for a plain
 ``torch.compile``, whose AOTAutograd cache key does not name the backend.
 """
 from __future__ import annotations
@@ -49,15 +50,19 @@ class SeptranOutputCode(OutputCode):
         """Called on a copy before it is pickled: the graph as bytes, nothing compiled kept."""
         from torch.fx._graph_pickler import GraphPickler, Options
 
-        self.serialized = GraphPickler.dumps(self.graph_module, Options(ops_filter=None))
+        if self.serialized is None:  # (made when compiled, or read from the file this was loaded from)
+            self.serialized = GraphPickler.dumps(self.graph_module, Options(ops_filter=None))
         self.graph_module, self.run = None, None
 
     def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
-        """After a load: the graph back (its fake values in the tracing context's mode), rewritten and lowered."""
+        """After a load: the graph rewritten and lowered. Its rewrite comes from the build cache where it holds one
+        for these bytes (``septran.model.rewritten``), else the graph is read back (its fake values in the tracing
+        context's mode) and rewritten, and the rewrite kept for the next load."""
         if self.run is not None:
             return
         import torch
-        from torch.fx._graph_pickler import GraphPickler
+
+        from septran.model import rewritten
 
         context = torch._guards.TracingContext.try_get()
         fake_mode = context.fake_mode if context is not None else None
@@ -66,25 +71,44 @@ class SeptranOutputCode(OutputCode):
             from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
             fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+        key = rewritten.key(self.serialized, self.mode, self.options)
+        found = rewritten.read(key, fake_mode)
+        if found is not None:
+            gm, rows = found
+            self.run = self.compile(gm, self.mode, self.options, rows=rows)
+            return
+        from torch.fx._graph_pickler import GraphPickler
+
         gm = GraphPickler.loads(self.serialized, fake_mode)
         gm.recompile()
         self.graph_module = gm
-        self.run = self.compile(gm, self.mode, self.options)
+        self.run = self.compile(gm, self.mode, self.options,
+                                keep=lambda done, report: rewritten.write(key, done, report))
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         pass
 
 
-def serializable(compile_graph: Callable, copy: Callable, compile_saved: Callable, mode: Optional[str],
+def serializable(make_compiler: Callable, copy: Callable, compile_saved: Callable, mode: Optional[str],
                  options: Optional[dict]):
-    """``compile_graph`` (SepTran's inference compiler) as a compiler whose result torch can serialize; ``copy``
-    copies a graph module, ``compile_saved(gm, mode, options)`` compiles a loaded one (``septran.model.backend``'s,
-    module-level functions: pickled by name)."""
+    """SepTran's inference compiler as a compiler whose result torch can serialize. ``make_compiler(keep)``: the
+    inference compiler, which calls ``keep(gm, report)`` with each graph just rewritten; ``copy`` copies a graph
+    module, ``compile_saved(gm, mode, options)`` compiles a loaded one (``septran.model.backend``'s, module-level
+    functions: pickled by name). The graph's bytes are made here, once, so the rewrite this process makes is
+    kept under the key a loading process computes from the file (its first load reads it too)."""
     from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+    from torch.fx._graph_pickler import GraphPickler, Options
+
+    from septran.model import rewritten
+
+    options = dict(options) if options else None
 
     def compile_and_keep(gm, example_inputs):
         before = copy(gm)  # the rewrite edits gm in place
-        return SeptranOutputCode(graph_module=before, mode=mode, options=dict(options) if options else None,
-                                 compile=compile_saved, run=compile_graph(gm, example_inputs))
+        serialized = GraphPickler.dumps(before, Options(ops_filter=None))
+        key = rewritten.key(serialized, mode, options)
+        run = make_compiler(lambda done, report: rewritten.write(key, done, report))(gm, example_inputs)
+        return SeptranOutputCode(graph_module=before, mode=mode, options=options, compile=compile_saved,
+                                 serialized=serialized, run=run)
 
     return SerializableAOTDispatchCompiler(SeptranOutputCode, compile_and_keep)
