@@ -83,7 +83,7 @@ class Attention(steps.Step):
         runs at the device memory's speed, a launch per head does not)."""
         b, hq, sq, _ = q.shape
         hk, sk, dv = k.shape[1], k.shape[2], v.shape[3]
-        if q.device.type != "cpu" or k.is_contiguous() and v.is_contiguous() or hq % hk or not q.is_contiguous() \
+        if q.is_cuda or k.is_contiguous() and v.is_contiguous() or hq % hk or not q.is_contiguous() \
                 or not all(_blocks(t) for t in (k, v)):
             return None
         from septran.ops.heads import empty_heads

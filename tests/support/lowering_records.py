@@ -68,8 +68,9 @@ def warm_cache_problem() -> str | None:
     build cache holds is neither: on a warm cache ``pack --prune`` would drop its record without a word (a later
     fresh clone then lowers it through TileLang, minutes of CI). So record mode needs an empty cache: what is
     wrong, or None."""
-    if os.environ.get("SEPTRAN_TEST_LOWERING") != "record":
-        return None
+    if os.environ.get("SEPTRAN_TEST_LOWERING") != "record" or os.environ.get("SEPTRAN_TEST_RECORD_CHECKED"):
+        return None  # (a pytest a test starts, on the cache its parent run is filling)
+    os.environ["SEPTRAN_TEST_RECORD_CHECKED"] = "1"
     from septran import env
 
     cache = env.cache_dir()
