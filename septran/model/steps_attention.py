@@ -54,7 +54,7 @@ class Attention(steps.Step):
             kernel = self._kernels[variant] = ops_attention.attention_kernel(
                 steps._target(q.device), causal, variant[1], "bool" if masked else "none", decode=variant[2])
         if not masked and variant[2] and steps.recording_now():
-            o = self._per_kv_head(variant, q, k, v, scale, seq_major)
+            o = self._per_kv_head(kernel, variant, q, k, v, scale, seq_major)
             if o is not None:
                 return o
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -72,8 +72,7 @@ class Attention(steps.Step):
             return self._slow(q, k, v, mask, causal, scale, seq_major, lower_right)
         return in_layout(o, seq_major)
 
-
-    def _per_kv_head(self, variant, q, k, v, scale, seq_major):
+    def _per_kv_head(self, kernel, variant, q, k, v, scale, seq_major):
         """A decode step over a KV cache's slices, recorded by a launcher: one kernel call per batch and KV head,
         each on that head's keys and values where they lie in the cache (one contiguous block each, the blocks a
         cache's length apart) and writing that head's queries' rows of the result; None where the tensors do not
@@ -82,7 +81,7 @@ class Attention(steps.Step):
         would cost Python time, so direct runs keep the one call on copies; so does the GPU launcher (a copy there
         runs at the device memory's speed, a launch per head does not)."""
         b, hq, sq, _ = q.shape
-        hk, sk, dv = k.shape[1], k.shape[2], v.shape[3]
+        hk, dv = k.shape[1], v.shape[3]
         if q.is_cuda or k.is_contiguous() and v.is_contiguous() or hq % hk or not q.is_contiguous() \
                 or not all(_blocks(t) for t in (k, v)):
             return None
@@ -93,7 +92,7 @@ class Attention(steps.Step):
         parts = [(i, h) for i in range(b) for h in range(hk)]
         if not all(out[i:i + 1, h * g:(h + 1) * g].is_contiguous() for i, h in parts):
             return None  # (a sequence-major result of several queries: each head's rows are apart)
-        self.kernel = self._kernels[variant]
+        self.kernel = kernel
         for i, h in parts:
             qs, ks, vs = q[i:i + 1, h * g:(h + 1) * g], k[i:i + 1, h:h + 1], v[i:i + 1, h:h + 1]
             if self._run(("per_kv_head", variant, qs.shape, ks.shape, vs.shape), (qs, ks, vs, float(scale)),

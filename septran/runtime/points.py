@@ -118,6 +118,7 @@ def _threads() -> int:
 
     return torch.get_num_threads()
 
+
 def bucket(kernel, spec) -> Optional[int]:
     """Which ``shape_points`` entry the call's shapes fall in (None: none, or no entries). A kernel with dynamic
     dimensions keeps one variant per bucket: a decode step's one row runs the decode point, not the prefill's."""

@@ -197,9 +197,7 @@ class Recorder(Glue, SplitCalls, Views):
             raise Unsupported(f"{n.name} made {len(calls)} kernel calls")
         plan, fn, tensors = calls[0]
         lay = plan.layout
-        plain = lay.order is None and not lay.convert and not lay.reshape and not lay.write_back and \
-            all(dtype is None for _, dtype in lay.results)  # (zero-filled outputs: a memset before the call)
-        if not self._takes(fn) or not plain or plan.workspaces or len(tensors) != \
+        if not self._takes(fn) or not self._plain(lay) or plan.workspaces or len(tensors) != \
                 len(plan.layout.take) + len(plan.layout.allocate):
             raise Unsupported(f"{n.name}: its kernel's plan converts, zero-fills, reorders or takes workspaces "
                               f"(order {lay.order}, convert {lay.convert}, zero {lay.zero}, reshape {lay.reshape}, "
@@ -319,6 +317,13 @@ class Recorder(Glue, SplitCalls, Views):
             if found is not None:
                 return found
         raise Unsupported(f"{n.name} passes its kernel a tensor the launcher cannot place")
+
+    @staticmethod
+    def _plain(lay) -> bool:
+        """A kernel plan's layout the launcher calls as it is: no reordering, conversion, reshape or write-back
+        (zero-filled outputs are: a memset before the call)."""
+        return lay.order is None and not lay.convert and not lay.reshape and not lay.write_back and \
+            all(dtype is None for _, dtype in lay.results)
 
     def _takes(self, fn) -> bool:
         """Whether the launcher can call this kernel function (the cpu launcher: a kernel's C entry)."""

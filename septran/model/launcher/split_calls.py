@@ -26,9 +26,8 @@ class SplitCalls:
         readable = [self.descs[a] for a in n.all_input_nodes if a in self.descs]
         for plan, fn, tensors in calls:
             lay = plan.layout
-            plain = lay.order is None and not lay.convert and not lay.reshape and not lay.write_back and \
-                all(dtype is None for _, dtype in lay.results)
-            if not self._takes(fn) or not plain or plan.workspaces or lay.allocate or len(tensors) != len(lay.take):
+            if not self._takes(fn) or not self._plain(lay) or plan.workspaces or lay.allocate or \
+                    len(tensors) != len(lay.take):
                 raise Unsupported(f"{n.name}: a kernel call per block whose plan converts, allocates or reorders")
             params = {}
             for k, t in enumerate(tensors):
@@ -39,4 +38,3 @@ class SplitCalls:
             self._zeros(n, lay, tensors, params)
             self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
         self.descs[n] = d
-
