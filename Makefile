@@ -5,14 +5,16 @@
 #   make quick  the loop while working (under 2 minutes): the tests that build nothing, i.e. no marker of
 #               build (lowers or builds a kernel), slow, gpu or nvcc. tests/support/build_guard.py fails an
 #               unmarked test that starts a build: mark it @pytest.mark.build (or the module's pytestmark).
-#   make gpu    every GPU test (marker gpu) and the GPU benchmarks (bench/gemm.py, bench/attention.py at the
-#               GPU's target), for the day a device is lent; without an NVIDIA GPU the tests skip, the benches too.
+#   make gpu    every GPU test (marker gpu) and the GPU benchmarks (bench/gpu.py: bench/gemm.py, bench/attention.py
+#               at the GPU's target), for the day a device is lent; without an NVIDIA GPU the tests skip, the benches too.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 # Workers share SEPTRAN_CACHE_DIR (atomic writes); one file per worker at a time, so a module's fixtures (its
 # captured graphs, its kernels) are made once and the tests that count builds see their own process only.
 JOBS   ?= 2
+# make gpu's workers: its tests are mostly TileLang and nvcc builds on the host's cores, one GPU between them.
+GPU_JOBS ?= 4
 PYTEST  = $(BIN)/python -m pytest -q
 
 .PHONY: setup demo test quick gpu bench clean
@@ -38,14 +40,8 @@ quick: setup
 	$(PYTEST) -n $(JOBS) --max-worker-restart 0 -m "not build and not slow and not gpu and not nvcc" tests
 
 gpu: setup
-	$(PYTEST) -m gpu -rs tests
-	@target=$$($(BIN)/python tests/support/gpu_target.py); \
-	if [ -z "$$target" ]; then echo "make gpu: no NVIDIA GPU, the GPU benchmarks are skipped"; else \
-	  set -e; \
-	  $(BIN)/python bench/gemm.py --target $$target --dtype float16; \
-	  $(BIN)/python bench/attention.py --target $$target; \
-	  $(BIN)/python bench/attention.py --target $$target --causal; \
-	fi
+	$(PYTEST) -n $(GPU_JOBS) --max-worker-restart 0 -m gpu -rs tests
+	$(BIN)/python bench/gpu.py
 
 bench: setup
 	$(BIN)/python bench/cpu.py --autotune softmax,layernorm,rmsnorm

@@ -15,6 +15,10 @@ import torch
 
 import septran
 
+# The last run's errors (max |out - ref|, septran's and torch's own in the same dtype): what the GPU tests hold to the
+# FlashAttention rule.
+LAST_ERRORS: dict = {}
+
 
 def device_present(kind: str) -> bool:
     return kind == "cpu" or (kind == "cuda" and torch.cuda.is_available())
@@ -66,6 +70,7 @@ def run(logic, title: str, make_inputs: Callable[[str, torch.dtype], dict], refe
     ref = reference(*(v.double() for v in inputs.values()))
     err = (out.double() - ref).abs().max().item()
     torch_err = (reference(*inputs.values()).double() - ref).abs().max().item()
+    LAST_ERRORS.update(septran=err, torch=torch_err)
     t_septran = median_seconds(lambda: kernel(**inputs, **(scalars or {})), repeats, device)
     t_torch = median_seconds(lambda: reference(*inputs.values()), repeats, device)
     if show_source:

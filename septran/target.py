@@ -154,6 +154,7 @@ def load_target_file(path: Path) -> Target:
         dtype_codes=MappingProxyType(_plain(d["dtype_codes"]) if "dtype_codes" in d else {}),
         converts=MappingProxyType(_plain(d["converts"]) if "converts" in d else {}),
         dynamic_pipeline_stages=_plain(d["dynamic_pipeline_stages"]) if "dynamic_pipeline_stages" in d else None,
+        nested_tma_pipelines_wrong=bool(_plain(d.get("nested_tma_pipelines_wrong", Located(False, root.loc)))),
         vendor=vendor,
         copy_options=tuple(_plain(d["copy_options"])) if "copy_options" in d else (),
         perf=_perf(d["perf"], memories) if "perf" in d else None,

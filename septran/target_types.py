@@ -165,6 +165,11 @@ class Target:
     converts: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # The most pipeline stages TileLang can give a loop whose trip count is not a constant (None: no limit).
     dynamic_pipeline_stages: Optional[int] = None
+    # TileLang gives a pipelined loop whose copies are TMA loads a producer and a consumer warpgroup (warp
+    # specialisation); where that loop sits inside another sequential loop, TileLang 0.1.15 moves the statements
+    # before it (an accumulator's clear) into the consumer's body at every outer iteration: wrong results,
+    # measured on an H100. True: such a nest is refused unless its copies are not TMA (lowering/tilelang_limits.py).
+    nested_tma_pipelines_wrong: bool = False
     vendor: Optional[Vendor] = None
     # "tilelang": TileLang builds and calls the kernel; "c": TileLang lowers it to C and SepTran builds it
     # (build/c_builder.py: the grid's programs on every core, a call without TileLang's adapter).

@@ -67,13 +67,26 @@ def test_emitted_conv2d_matches_golden(target, golden):
     golden(f"conv2d.{target}.py", _kernel(target).specialize(**shapes).tilelang_source)
 
 
-@pytest.mark.parametrize("target,needles", [("sm90", ("tl::tma_load(", "wgmma")), ("sm80", ("cp_async", "mma")),
+# sm90 loads by cp.async, not TMA: see test_sm90_refuses_a_tma_pipeline_inside_the_taps_loops
+@pytest.mark.parametrize("target,needles", [("sm90", ("cp_async", "wgmma")), ("sm80", ("cp_async", "mma")),
                                             ("gfx942", ("mfma",))])
 @pytest.mark.build
 def test_conv2d_device_code_uses_the_matrix_units(target, needles):
     src = _kernel(target).specialize(**GPU_SHAPES).device_source
     for needle in needles:
         assert needle in src
+
+
+def test_sm90_refuses_a_tma_pipeline_inside_the_taps_loops():
+    """TileLang 0.1.15 warp-specialises a TMA-fed pipelined loop and, inside the taps' loops, clears the
+    accumulator at every tap (an H100 gave results wrong by 4.0): the shipped mapping without its cp.async copies
+    is refused at its pipeline line, with the copy option to add."""
+    text = mapping_path("sm90", "conv2d").read_text().replace("    copy: {X: {disable_tma: true}, W: {disable_tma: true}}\n", "")
+    kernel = septran.compile(logic_file=REPO / "examples" / "conv2d" / "conv2d.py", mapping_file=text)
+    with pytest.raises(septran.LoweringError, match="inside the sequential loop kw") as err:
+        kernel.specialize(**GPU_SHAPES)
+    pipeline_line = next(i for i, line in enumerate(text.splitlines(), 1) if line.strip().startswith("pipeline:"))
+    assert err.value.loc.line == pipeline_line and "disable_tma: true" in str(err.value)
 
 
 @needs_nvcc

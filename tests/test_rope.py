@@ -42,6 +42,19 @@ def test_emitted_rope_matches_golden(target, golden):
     golden(f"rope.{target}.py", kernel(target).specialize(**shapes).tilelang_source)
 
 
+@pytest.mark.build
+@pytest.mark.parametrize("target", ["sm90", "gfx942"])
+@pytest.mark.parametrize("heads,head_dim", [(3, 64), (14, 64), (12, 96)])
+def test_gpu_mappings_take_any_head_count(target, heads, head_dim):
+    """TileLang 0.1.15 lays out no tile whose head count is not a power of two ("Mapped indices are not
+    independent", "no available layout found": GPT-2's 12 heads, Qwen2's 14, an H100 run's 3): the GPU mappings
+    run the logic's rope_heads_logic, blocks of BH heads, and TileLang lowers every head count."""
+    x, c = torch.empty(1, 37, heads, head_dim, dtype=torch.float16), torch.empty(37, head_dim, dtype=torch.float16)
+    variant = kernel(target).specialize(X=x, C=c, S=c)
+    assert "BH = " in variant.tilelang_source
+    assert variant.device_source
+
+
 @needs_nvcc
 @pytest.mark.slow
 @pytest.mark.parametrize("target,arch", [("sm90", "sm_90a"), ("sm80", "sm_80")])

@@ -16,6 +16,7 @@ from septran.frontend.shapes import ShapeRelations
 from septran.lowering import tile_ir as ir
 from septran.lowering.bind import check_mapping
 from septran.lowering.capacity import check_capacity
+from septran.lowering.tilelang_limits import check_tilelang_limits
 from septran.lowering.combine import combine
 from septran.lowering.constants import Context, Specialization, resolve_constants
 from septran.lowering.explain import explain
@@ -72,6 +73,9 @@ def lower(graph, mapping: Mapping, target: Target, spec: Specialization, shapes:
     # Outputs that several programs add into: one at a time, atomic adds (the mapping's combine), or refused.
     with internal_errors("combine", inputs):
         program = combine(ctx, program)
-    # Last, on what will be emitted: each memory holds what one program allocates.
+    # On what will be emitted: each memory holds what one program allocates.
     with internal_errors("capacity", inputs):
-        return check_capacity(ctx, program, consts.value)
+        program = check_capacity(ctx, program, consts.value)
+    # Last: nothing the target's TileLang is known to compile wrongly (backends/<t>/target.yaml).
+    with internal_errors("tilelang_limits", inputs):
+        return check_tilelang_limits(ctx, program)

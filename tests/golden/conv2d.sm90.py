@@ -14,9 +14,9 @@ X_dim2 = 58  # problem size X.shape[2]
 X_dim3 = 64  # problem size X.shape[3], W.shape[2]
 W_dim0 = 3  # problem size W.shape[0]
 W_dim1 = 3  # problem size W.shape[1]
-BW = 64  # tunable BW = 64 (mappings/sm90/conv2d.yaml:12)
-BCo = 128  # tunable BCo = 128 (mappings/sm90/conv2d.yaml:12)
-BK = 64  # tunable BK = 64 (mappings/sm90/conv2d.yaml:12)
+BW = 64  # tunable BW = 64 (mappings/sm90/conv2d.yaml:13)
+BCo = 128  # tunable BCo = 128 (mappings/sm90/conv2d.yaml:13)
+BK = 64  # tunable BK = 64 (mappings/sm90/conv2d.yaml:13)
 
 
 @T.prim_func
@@ -34,7 +34,7 @@ def conv2d_host(
             for kh in T.serial(W_dim0):
                 for kw in T.serial(W_dim1):
                     for k in T.Pipelined(T.ceildiv(X_dim3, BK), num_stages=3):
-                        T.copy(X[bz, by + kh, bx * BW + kw, k * BK], X_shared)
-                        T.copy(W[kh, kw, k * BK, c * BCo], W_shared)
+                        T.copy(X[bz, by + kh, bx * BW + kw, k * BK], X_shared, disable_tma=True)
+                        T.copy(W[kh, kw, k * BK, c * BCo], W_shared, disable_tma=True)
                         T.gemm(X_shared, W_shared, Y_local)
             T.copy(Y_local, Y[bz, by, bx * BW, c * BCo])

@@ -8,24 +8,25 @@ X_dim0 = 4  # problem size Y.shape[0], X.shape[0]
 X_dim1 = 2048  # problem size Y.shape[1], X.shape[1], C.shape[0], S.shape[0]
 X_dim2 = 32  # problem size Y.shape[2], X.shape[2]
 X_dim3 = 128  # problem size Y.shape[3], X.shape[3], C.shape[1], S.shape[1]
-BS = 4  # tunable BS = 4 (mappings/sm90/rope.yaml:10)
+BS = 4  # tunable BS = 4 (mappings/sm90/rope.yaml:12)
+BH = 4  # tunable BH = 4 (mappings/sm90/rope.yaml:12)
 
 
 @T.prim_func
-def rope(
+def rope_heads(
     X: T.Tensor((X_dim0, X_dim1, X_dim2, X_dim3), "float16"),
     C: T.Tensor((X_dim1, X_dim3), "float16"),
     S: T.Tensor((X_dim1, X_dim3), "float16"),
     Y: T.Tensor((X_dim0, X_dim1, X_dim2, X_dim3), "float16"),
 ):
-    with T.Kernel(T.ceildiv(X_dim1, BS), X_dim0, threads=128) as (bx, by):
-        X_shared = T.alloc_shared((1, BS, X_dim2, X_dim3), "float16")
+    with T.Kernel(T.ceildiv(X_dim2, BH), T.ceildiv(X_dim1, BS), X_dim0, threads=128) as (bx, by, bz):
+        X_shared = T.alloc_shared((1, BS, BH, X_dim3), "float16")
         C_shared = T.alloc_shared((BS, X_dim3), "float16")
         S_shared = T.alloc_shared((BS, X_dim3), "float16")
-        Y_local = T.alloc_fragment((1, BS, X_dim2, X_dim3), "float16")
-        T.copy(X[by, bx * BS, 0, 0], X_shared)
-        T.copy(C[bx * BS, 0], C_shared)
-        T.copy(S[bx * BS, 0], S_shared)
-        for b, s, h, j in T.Parallel(1, BS, X_dim2, X_dim3):
+        Y_local = T.alloc_fragment((1, BS, BH, X_dim3), "float16")
+        T.copy(X[bz, by * BS, bx * BH, 0], X_shared)
+        T.copy(C[by * BS, 0], C_shared)
+        T.copy(S[by * BS, 0], S_shared)
+        for b, s, h, j in T.Parallel(1, BS, BH, X_dim3):
             Y_local[b, s, h, j] = T.Cast("float16", T.Cast("float32", X_shared[b, s, h, j]) * T.Cast("float32", C_shared[s, j]) + T.Cast("float32", S_shared[s, j]) * T.if_then_else(j < (X_dim3 // 2), -T.Cast("float32", X_shared[b, s, h, j + X_dim3 // 2]), T.Cast("float32", X_shared[b, s, h, j - X_dim3 // 2])))
-        T.copy(Y_local, Y[by, bx * BS, 0, 0])
+        T.copy(Y_local, Y[bz, by * BS, bx * BH, 0])
