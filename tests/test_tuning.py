@@ -214,3 +214,15 @@ def test_the_runtime_calls_only_the_tuner_it_is_handed(tmp_path, db):
     assert plain.tuning["source"].startswith("the space's first point") and db.all() == []
     point = kernel.at(kernel.tuning["point"])
     assert point.mapping.space is None and point.specialize(A=a, B=b).choice.source == "the mapping has no !tune"
+
+
+def test_an_unknown_sampler_or_a_missing_optuna_stops_the_tuner_before_any_build(tmp_path, db, monkeypatch):
+    """A tuning run on a device without optuna built 36 candidates for 110 s before the search imported it: the
+    sampler and optuna are checked first."""
+    kernel, _ = _space(tmp_path)
+    with pytest.raises(ValueError, match="sampler must be one of tpe, evolution"):
+        septran.tune(kernel, SHAPES, db=db, jobs=1, progress=False, sampler="annealing")
+    monkeypatch.setitem(sys.modules, "optuna", None)  # an import of it fails
+    with pytest.raises(ImportError):
+        septran.tune(kernel, SHAPES, db=db, jobs=1, progress=False)
+    assert db.path.exists() is False or not db.path.read_text().strip()

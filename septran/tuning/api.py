@@ -24,7 +24,7 @@ from septran.runtime.points import Tuned, best_in_space
 from septran.tuning import measure as ms
 from septran.tuning.measurer import Measurer
 from septran.tuning.prune import Candidate, most_common_rule, prune_resources, prune_static
-from septran.tuning.search import default_budget, search
+from septran.tuning.search import check_sampler, default_budget, search
 
 log = logging.getLogger(__name__)
 TOP = 3  # the best few are measured again, interleaved, before one is chosen
@@ -90,6 +90,7 @@ class _Tuner:
         self.estimates: dict[str, object] = {}  # point id -> the cost model's Estimate
 
     def run(self, budget, force: bool, sampler: str) -> TuneResult:
+        check_sampler(sampler)
         space = self.kernel.mapping.space
         first_id = point_id(space.first)
         best = None if force else best_in_space(self.db, self.key, space)

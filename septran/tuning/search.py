@@ -38,16 +38,26 @@ def search(points: Sequence[dict], measure: Callable[[int], Optional[float]], bu
     return _guided(points, measure, budget, seed, sampler, seeds if seeds is not None else max(3, budget // 3))
 
 
+SAMPLERS = ("tpe", "evolution")
+
+
+def check_sampler(sampler: str) -> None:
+    """Before any build: the guided search's sampler exists and optuna imports (a tuning run on a device found
+    optuna missing only after 110 s of builds)."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    import optuna  # noqa: F401  (a dependency of septran: an error here means a broken install)
+
+
 def _guided(points, measure, budget: int, seed: int, sampler: str, seeds: int) -> dict[int, Optional[float]]:
     import optuna
 
+    check_sampler(sampler)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     index = {_key(p): i for i, p in enumerate(points)}
     dims = {path: _ordered({p[path] for p in points}) for path in points[0]}
     make = {"tpe": lambda: optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(seeds, 5)),
             "evolution": lambda: optuna.samplers.NSGAIISampler(seed=seed)}
-    if sampler not in make:
-        raise ValueError(f"sampler must be one of {', '.join(make)}, got {sampler!r}")
     study = optuna.create_study(direction="minimize", sampler=make[sampler]())
     for p in points[:seeds]:  # the cost model's best first
         study.enqueue_trial({path: p[path] for path in dims})
