@@ -20,13 +20,10 @@ output, in SepTran's cache, as its kernel libraries are; the precompile file hol
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib
 import json
 import logging
-import os
-from pathlib import Path
 from typing import Any, Optional
 
 log = logging.getLogger(__name__)
@@ -34,8 +31,6 @@ log = logging.getLogger(__name__)
 STAGE = "graphs"  # the cache's folder (septran.build.store.Entries' "builder")
 NAME = "rewritten"
 EXT = "fxg"
-# settings that do not change what the rewrite makes: where things are kept, what is shown or timed
-_UNKEYED = {"SEPTRAN_CACHE_DIR", "SEPTRAN_DUMP_DIR", "SEPTRAN_PROGRESS", "SEPTRAN_PROFILE"}
 # the rewrite's code and data, relative to the package
 _CODE = ("model", "ops")
 
@@ -45,6 +40,7 @@ def key(serialized: bytes, mode: Optional[str], options: Optional[dict]) -> str:
     import torch
 
     from septran.build import toolchain
+    from septran.build.code_digest import keyed_settings
     from septran.version import __version__
 
     facts = {
@@ -52,7 +48,7 @@ def key(serialized: bytes, mode: Optional[str], options: Optional[dict]) -> str:
         "code": _code_digest(),  # (the mapping folders named by SEPTRAN_MAPPING_PATH: read once per process)
         "torch": torch.__version__,
         "cxx": toolchain.compiler_facts(),
-        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("SEPTRAN_") and k not in _UNKEYED},
+        "env": keyed_settings(),
         "mode": mode,
         "options": options,
     }
@@ -62,26 +58,12 @@ def key(serialized: bytes, mode: Optional[str], options: Optional[dict]) -> str:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
 def _code_digest() -> str:
     """The text of every module the rewrite runs (a pattern edited without a version change must not find the
     old rewrite), and of the mappings and target descriptions its patterns ask whether an op runs."""
-    from septran import resources
+    from septran.build.code_digest import code_digest
 
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    mappings = resources.mapping_folders()
-    folders = [(root / top, (".py", ".yaml")) for top in _CODE] + [(f, (".yaml",)) for f in mappings]
-    targets = sorted({d.name for f in mappings if f.is_dir() for d in f.iterdir() if d.is_dir()})
-    folders += [(f, ("target.yaml",)) for f in map(resources.target_folder, targets) if f is not None]
-    for top, suffixes in folders:
-        for folder, subs, files in os.walk(top):
-            subs[:] = sorted(d for d in subs if d != "__pycache__")
-            for name in sorted(files):
-                if name.endswith(suffixes):
-                    with open(os.path.join(folder, name), "rb") as f:
-                        h.update(name.encode() + b"\0" + f.read() + b"\0")
-    return h.hexdigest()
+    return code_digest(_CODE)
 
 
 def _entries(k: str):

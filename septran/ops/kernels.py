@@ -92,6 +92,9 @@ def kernel(key: Hashable, target: str, op: str, make_logic: Callable[[], object]
             log.info("library kernel %s: compiling", key)
             k = _CACHE[key] = septran.compile(make_logic(), mapping(target, op, dynamic, unbound), target=target,
                                               autotune=True if _AUTOTUNE.get() else None)
+            # the key names the logic and the mapping (this cache holds one kernel per key): the variants' lowerings
+            # are kept under it (septran.runtime.lowered)
+            k.lowering_name = repr((key, target, op, dynamic, unbound))
         elif _AUTOTUNE.get() and k.tuner is None:  # compiled before without: its variants made so far keep their points
             import septran
 

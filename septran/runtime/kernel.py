@@ -83,6 +83,10 @@ class Kernel:
         self._input_names = frozenset(a.name for a in self.inputs)
         passed_outputs.check_declared(self)
         self._with_optional: dict[tuple, "Kernel"] = {}
+        # A name that fixes this kernel's logic and mapping (the kernel library's): its variants' lowerings are kept
+        # in the build cache under it (runtime/lowered.py). None: lowered every time. Not passed to .at() or
+        # .with_optional() kernels (another mapping, another graph).
+        self.lowering_name: Optional[str] = None
         self._warned_first_point = False
         self._specs: dict[tuple, Specialization] = {}
         self._variants: dict[tuple, Variant] = {}

@@ -11,7 +11,7 @@ from septran.build import Job
 from septran.errors import internal_errors
 from septran.lowering import Specialization, explain, lower
 from septran.emit_tilelang import emit
-from septran.runtime import notebook, points
+from septran.runtime import lowered, notebook, points
 from septran.runtime import scalars as scalar_args
 
 if TYPE_CHECKING:
@@ -34,12 +34,19 @@ class Variant:
         self.spec = spec
         self.choice = choice  # which point of the mapping's search space, and where it came from
         # The lowering names the pass that fails; the emitter is the last stage that may.
-        shapes = ", ".join(f"{n}: {tuple(s)}" for n, s in spec.shapes.items())
-        with internal_errors("lowering", f"{kernel.graph.entry} for {kernel.target.name} with {shapes}"):
-            self.program = lower(kernel.graph, choice.mapping, kernel.target, spec, kernel.shapes,
-                                 dump=lambda name, make: self._dump(f"{name}.txt", make), checked=choice.checked)
-        with internal_errors("emitter", f"{kernel.graph.entry} for {kernel.target.name} with {shapes}"):
-            self.tilelang_source = emit(self.program, __version__)
+        cache_key = lowered.key(kernel, spec, choice)
+        kept = None if cache_key is None else lowered.read(cache_key)
+        if kept is not None:
+            self.program, self.tilelang_source = kept
+        else:
+            shapes = ", ".join(f"{n}: {tuple(s)}" for n, s in spec.shapes.items())
+            with internal_errors("lowering", f"{kernel.graph.entry} for {kernel.target.name} with {shapes}"):
+                self.program = lower(kernel.graph, choice.mapping, kernel.target, spec, kernel.shapes,
+                                     dump=lambda name, make: self._dump(f"{name}.txt", make), checked=choice.checked)
+            with internal_errors("emitter", f"{kernel.graph.entry} for {kernel.target.name} with {shapes}"):
+                self.tilelang_source = emit(self.program, __version__)
+            if cache_key is not None:
+                lowered.write(cache_key, self.program, self.tilelang_source)
         self._job: Optional[Job] = None
         self._lock = threading.Lock()
         self._device_dumped = False
