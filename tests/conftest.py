@@ -202,6 +202,16 @@ def forbid_tilelang(monkeypatch, what: str) -> None:
         monkeypatch.setattr(build, name, refuse)
 
 
+def swap_entries(a: Path, b: Path) -> None:
+    """Two build-cache entries exchanged, each with its sidecar (what a cache that must never run the wrong one
+    is tested with)."""
+    for x, y in ((a, b), (a.with_name(a.name + ".json"), b.with_name(b.name + ".json"))):
+        tmp = x.with_name("swap")
+        x.rename(tmp)
+        y.rename(x)
+        tmp.rename(y)
+
+
 def mapping_path(target: str, op: str = "gemm") -> Path:
     if (target, op) == ("cpu", "softmax_online"):  # the online algorithm's cpu mapping (the shipped one is exp-once)
         return REPO / "tests" / "mapping_cases" / "softmax_online_cpu.yaml"

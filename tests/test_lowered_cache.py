@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import septran
-from conftest import GEMM_LOGIC, mapping_path
+from conftest import GEMM_LOGIC, mapping_path, swap_entries
 from septran.ops import kernels
 from septran.ops.rope import rope_kernel
 from septran.runtime import lowered, variant
@@ -82,11 +82,7 @@ def test_a_swapped_or_damaged_entry_is_lowered_again(cache, caplog):
     want32 = kernel(X=X, C=TABLE, S=TABLE)
     want16 = kernel(X=X.half(), C=TABLE.half(), S=TABLE.half())  # a second variant
     a, b = sorted((cache / lowered.STAGE).glob("*.pkl"))
-    for x, y in ((a, b), (a.with_name(a.name + ".json"), b.with_name(b.name + ".json"))):  # entries and sidecars
-        tmp = x.with_name("swap")
-        x.rename(tmp)
-        y.rename(x)
-        tmp.rename(y)
+    swap_entries(a, b)
     with caplog.at_level("WARNING"):
         again = _fresh_rope()
         torch.testing.assert_close(again(X=X, C=TABLE, S=TABLE), want32, rtol=0, atol=0)

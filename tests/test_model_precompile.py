@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, load_module
+from conftest import REPO, load_module, swap_entries
 from support import lowering_records
 
 model_runner = load_module(REPO / "examples" / "model_runner.py")
@@ -210,11 +210,7 @@ def test_a_swapped_rewrite_entry_is_not_used(monkeypatch, tmp_path, caplog):
     for k in (k1, k2):
         Entries(rewritten.STAGE, rewritten.NAME, k).write(rewritten.EXT, b'{"rows":[],"modules":[]}\n' + k.encode())
     a, b = (Entries(rewritten.STAGE, rewritten.NAME, k).path(rewritten.EXT) for k in (k1, k2))
-    for x, y in ((a, b), (a.with_name(a.name + ".json"), b.with_name(b.name + ".json"))):  # entries and sidecars
-        tmp = x.with_name("swap")
-        x.rename(tmp)
-        y.rename(x)
-        tmp.rename(y)
+    swap_entries(a, b)
     with caplog.at_level("WARNING"):
         assert rewritten.read(k1, None) is None and rewritten.read(k2, None) is None
     assert "another key" in caplog.text
