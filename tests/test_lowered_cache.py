@@ -3,6 +3,9 @@ variant's entry lowers nothing and runs the same program; the key names everythi
 without a name (a user's septran.compile), a dump, a swapped or damaged entry lower again."""
 from __future__ import annotations
 
+import shutil
+import uuid
+
 import pytest
 import torch
 
@@ -19,11 +22,16 @@ TABLE = torch.randn(37, 16)
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SEPTRAN_CACHE_DIR", str(tmp_path))
+def cache(monkeypatch):
+    """The lowered programs' folder, this test's own (the kernels' builds stay in the suite's shared cache)."""
+    from septran import env
+
     monkeypatch.delenv("SEPTRAN_DUMP_DIR", raising=False)
     monkeypatch.setattr(kernels, "_CACHE", {})  # each fresh kernel object stands for a new process's
-    return tmp_path
+    stage = f"lowered-test-{uuid.uuid4().hex[:12]}"
+    monkeypatch.setattr(lowered, "STAGE", stage)
+    yield env.cache_dir()
+    shutil.rmtree(env.cache_dir() / stage, ignore_errors=True)
 
 
 def _fresh_rope():
