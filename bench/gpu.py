@@ -1,5 +1,6 @@
 """The GPU benchmarks of `make gpu`, at this machine's NVIDIA GPU's target: bench/gemm.py (float16) and
-bench/attention.py (plain and causal), each printing its table and writing bench/results/<bench>_<target>.json.
+bench/attention.py (plain and causal), each printing its table and writing bench/results/<bench>_<target>.json,
+then bench/models_gpu.py (the Llama block in float16: eager, inductor, SepTran's CUDA launcher).
 
 Their kernels are built first, all three benchmarks at once with one timed call each (TileLang and nvcc
 are most of a device lease, and they run on the host's cores); then each runs alone on the GPU with its
@@ -41,7 +42,7 @@ def main(build_only: bool = False) -> int:
             log.warning("building for %s failed:\n%s", " ".join(command[1:]), err[-2000:])
     if build_only:
         return 0
-    for command in commands:
+    for command in commands + [[sys.executable, str(REPO / "bench/models_gpu.py")]]:
         print("$", " ".join(command[1:]), flush=True)
         failed += subprocess.run(command, cwd=REPO).returncode != 0
     return 1 if failed else 0

@@ -71,3 +71,15 @@ def test_fuzz_pool_records_crashes_and_hangs_and_goes_on():
     cases = [{"kind": "probe", "action": a, "index": i} for i, a in enumerate(["ok", "crash", "ok", "hang", "ok"])]
     results = {c["index"]: r["outcome"] for c, r in fuzz.run_all(cases, jobs=1, timeout=3)}
     assert results == {0: "correct", 1: "crash", 2: "correct", 3: "hang", 4: "correct"}
+
+
+def test_the_gpu_benches_skip_cleanly_without_a_gpu(capsys):
+    """make gpu's benchmarks on a machine without an NVIDIA GPU: a line each, exit status 0, nothing built."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: make gpu runs them")
+    assert load_module(REPO / "bench" / "gpu.py").main() == 0
+    assert load_module(REPO / "bench" / "models_gpu.py").main([]) == 0
+    out = capsys.readouterr().out
+    assert "no NVIDIA GPU, the GPU benchmarks are skipped" in out and "no NVIDIA GPU, skipped" in out
