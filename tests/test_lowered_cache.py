@@ -103,3 +103,13 @@ def test_a_swapped_or_damaged_entry_is_lowered_again(cache, caplog):
         again = _fresh_rope()
         torch.testing.assert_close(again(X=X, C=TABLE, S=TABLE), want32, rtol=0, atol=0)
     assert str(a.name if a.name in caplog.text else b.name) in caplog.text
+
+
+def test_a_mapping_or_logic_edited_under_the_same_name_finds_nothing(cache, monkeypatch):
+    kernel = _fresh_rope()
+    v = kernel.specialize(X=X, C=TABLE, S=TABLE)
+    base = lowered.key(kernel, v.spec, v.choice)
+    edited = v.choice.mapping.with_dynamic({"X": [0]})  # same file, same name: another mapping
+    assert lowered.key(kernel, v.spec, type(v.choice)(edited, v.choice.point, "")) != base
+    monkeypatch.setattr("septran.frontend.printer.format_graph", lambda graph: "another logic")
+    assert lowered.key(kernel, v.spec, v.choice) != base

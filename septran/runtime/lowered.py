@@ -6,7 +6,8 @@ logic and mapping are fixed by a name (the kernel library's: ``septran.ops.kerne
 compiles) can have its lowering looked up instead, under a key known before lowering: that name, the variant's
 shapes, dtypes and scalars, the chosen point of the search space, the text of all of SepTran's code and of the
 mapping folders and target descriptions (``septran.build.code_digest``), SepTran's version, the mapping and
-logic files' paths, and the ``SEPTRAN_*`` settings. A kernel without a name (``septran.compile`` of a user's
+logic files' paths, the ``SEPTRAN_*`` settings, and the task graph as printed and the chosen mapping's repr
+(every field, with its source locations). A kernel without a name (``septran.compile`` of a user's
 logic) is lowered every time, as before: its logic could change under the same file name.
 
 The entry is ``Entries("lowered", "variant", key)`` (``septran.build.store``): the pickled program and source.
@@ -32,6 +33,7 @@ def key(kernel, spec, choice) -> Optional[str]:
     if kernel.lowering_name is None or env.dump_dir() is not None:
         return None
     from septran.build.code_digest import code_digest, keyed_settings
+    from septran.frontend.printer import format_graph
     from septran.version import __version__
 
     facts = {
@@ -46,6 +48,10 @@ def key(kernel, spec, choice) -> Optional[str]:
         "dtypes": dict(spec.dtypes),
         "scalars": {n: repr(v) for n, v in spec.scalars.items()},
         "point": {k: repr(v) for k, v in choice.point.items()},
+        # and, besides the name, what the logic and the mapping say (a test or a user that edits either in a
+        # process under the same name finds nothing): the task graph as printed, the chosen mapping's repr
+        "graph": hashlib.sha256(format_graph(kernel.graph).encode()).hexdigest(),
+        "mapping_repr": hashlib.sha256(repr(choice.mapping).encode()).hexdigest(),
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
