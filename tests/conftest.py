@@ -205,7 +205,9 @@ def forbid_tilelang(monkeypatch, what: str) -> None:
 def swap_entries(a: Path, b: Path) -> None:
     """Two build-cache entries exchanged, each with its sidecar (what a cache that must never run the wrong one
     is tested with)."""
-    for x, y in ((a, b), (a.with_name(a.name + ".json"), b.with_name(b.name + ".json"))):
+    from septran.build.store import sidecar
+
+    for x, y in ((a, b), (sidecar(a), sidecar(b))):
         tmp = x.with_name("swap")
         x.rename(tmp)
         y.rename(x)

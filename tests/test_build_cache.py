@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import septran
-from conftest import GEMM_LOGIC, mapping_path
+from conftest import GEMM_LOGIC, mapping_path, swap_entries
 from septran.build import build_many, c_builder, shared_lib, store
 from septran.errors import BuildError
 
@@ -96,12 +96,7 @@ def test_swapped_entries_are_rebuilt_not_run(built, tmp_path):
     first, _ = _run(tmp_path, GEMM, OTHER)
     libs = [Path(first[j]["c_lib"]) for j in (GEMM, OTHER)]
     assert libs[0] != libs[1]
-    for suffix in ("", store.SIDECAR):  # each library and its sidecar swapped with the other's
-        one, two = (lib.with_name(lib.name + suffix) for lib in libs)
-        tmp = one.with_name("swap")
-        os.rename(one, tmp)
-        os.rename(two, one)
-        os.rename(tmp, two)
+    swap_entries(*libs)  # each library and its sidecar swapped with the other's
     again, logs = _run(tmp_path, GEMM, OTHER)
     for job, lib in zip((GEMM, OTHER), libs):
         assert again[job]["ok"], again[job]  # a swapped library run would compute the other GEMM's shape

@@ -146,6 +146,15 @@ class For:
 Stmt = Union[Fill, Copy, LeafCall, VendorOp, For]
 
 
+def statements(stmts):
+    """Every statement of ``stmts`` that is no loop, the loops' bodies opened, in program order."""
+    for s in stmts:
+        if isinstance(s, For):
+            yield from statements(s.body)
+        else:
+            yield s
+
+
 @dataclass(frozen=True)
 class KernelLaunch:
     grid: tuple[tuple[Sym, Expr], ...]  # (block index, extent), blockIdx.x first

@@ -25,7 +25,8 @@ def _nested_tma_pipelines(ctx: Context, body, outer) -> None:
         if not isinstance(stmt, ir.For):
             continue
         if stmt.kind == "pipelined" and (stmt.num_stages or 0) > 0 and outer is not None:
-            tma = [c for c in _copies(stmt.body) if not any(o in _NOT_TMA for o in c.options)]
+            tma = [c for c in ir.statements(stmt.body)
+                   if isinstance(c, ir.Copy) and not any(o in _NOT_TMA for o in c.options)]
             if tma:
                 names = sorted({c.src.of.name for c in tma})
                 raise LoweringError(
@@ -36,11 +37,3 @@ def _nested_tma_pipelines(ctx: Context, body, outer) -> None:
                     hint="load them by cp.async (add copy: {" + ", ".join(f"{n}: {{disable_tma: true}}" for n in names)
                          + "} to this instance), or delete its pipeline")
         _nested_tma_pipelines(ctx, stmt.body, stmt if stmt.kind != "parallel" else outer)
-
-
-def _copies(body):
-    for stmt in body:
-        if isinstance(stmt, ir.Copy):
-            yield stmt
-        elif isinstance(stmt, ir.For):
-            yield from _copies(stmt.body)

@@ -54,7 +54,7 @@ def two_kernels(ctx: Context, program: ir.TileProgram, shared: dict, entry, addi
     if count is None or None in shape:
         raise refuse(f"the workspace's size ({extent} slots of {out}) is not a number (a dynamic dimension)")
     top = [k for k, s in enumerate(program.kernel.body) if not isinstance(s, ir.For) and _touches(s, out)]
-    inside = any(_touches(s, out) for f in program.kernel.body if isinstance(f, ir.For) for s in _flat(f.body))
+    inside = any(_touches(s, out) for f in program.kernel.body if isinstance(f, ir.For) for s in ir.statements(f.body))
     if len(top) != 1 or inside:
         raise refuse(f"output {out} must be added to by one compute outside every loop (one slot per program)")
     k = top[0]
@@ -106,11 +106,3 @@ def _number(values):
 
 def _touches(s, out: str) -> bool:
     return any(r.of.name == out for _, r in _regions(s))
-
-
-def _flat(stmts):
-    for s in stmts:
-        if isinstance(s, ir.For):
-            yield from _flat(s.body)
-        else:
-            yield s

@@ -36,7 +36,7 @@ def writes(ctx: Context, program: ir.TileProgram, value) -> ir.TileProgram:
     """``value``: an integer expression's value (the program's constants are numbers)."""
     outputs = {t.sym for t in program.params if t.role != "input"}
     grid = [sym for sym, _ in program.kernel.grid]
-    touched = [region for stmt in _statements(program.kernel.body) for role, region in _regions(stmt)
+    touched = [region for stmt in ir.statements(program.kernel.body) for role, region in _regions(stmt)
                if region.of in outputs]
     read = _read_first(program.kernel.body, outputs, [], (), set())
     values = {c.sym: c.value for c in program.consts if c.value is not None}
@@ -120,7 +120,7 @@ def _read_first(stmts, outputs, written: list, loops: tuple, read: set) -> set:
             # the body sees what was written before the loop; its own writes count only inside one iteration
             _read_first(s.body, outputs, list(written), loops + ((s.var, s.extent),), read)
             # What the loop wrote in every iteration it wrote for every value of its variable.
-            for stmt in _statements(s.body):
+            for stmt in ir.statements(s.body):
                 for role, r in _regions(stmt):
                     if role == "written" and r.of in outputs and _whole_write(stmt):
                         written.append((r, s.var, s.extent))
@@ -157,14 +157,6 @@ def _covers(w: ir.Region, var, extent, r: ir.Region, loops: tuple) -> bool:
             if same(moved):
                 return True
     return False  # (a loop may run no iteration: a region it wrote whatever its variable is counts only as above)
-
-
-def _statements(stmts):
-    for s in stmts:
-        if isinstance(s, ir.For):
-            yield from _statements(s.body)
-        else:
-            yield s
 
 
 def _regions(stmt):
