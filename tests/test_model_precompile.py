@@ -197,7 +197,7 @@ def test_the_rewrite_cache_key_names_the_graph_septran_and_the_settings(monkeypa
     monkeypatch.setattr(septran.version, "__version__", "99.0")  # another SepTran
     assert rewritten.key(b"graph", None, None) != base
     monkeypatch.undo()
-    monkeypatch.setattr(rewritten, "_code_digest", lambda: "edited")  # a pattern edited, same version
+    monkeypatch.setattr("septran.build.code_digest.code_digest", lambda: "edited")  # a pattern edited, same version
     assert rewritten.key(b"graph", None, None) != base
 
 

@@ -11,15 +11,14 @@ PACKAGE = Path(__file__).resolve().parents[1]
 
 
 @functools.lru_cache(maxsize=None)
-def code_digest(tops: tuple[str, ...] = ()) -> str:
-    """The ``.py`` and ``.yaml`` files under ``septran/<top>`` for each of ``tops`` (``()``: the whole package),
-    with the mapping folders' ``.yaml`` and the ``target.yaml`` of every target they hold mappings for (read once
-    per process: SEPTRAN_MAPPING_PATH is read once too)."""
+def code_digest() -> str:
+    """The package's ``.py`` and ``.yaml`` files, the mapping folders' ``.yaml`` and the ``target.yaml`` of every
+    target they hold mappings for (read once per process: SEPTRAN_MAPPING_PATH is read once too)."""
     from septran import resources
 
     h = hashlib.sha256()
     mappings = resources.mapping_folders()
-    folders = [(PACKAGE / top, (".py", ".yaml")) for top in (tops or ("",))] + [(f, (".yaml",)) for f in mappings]
+    folders = [(PACKAGE, (".py", ".yaml"))] + [(f, (".yaml",)) for f in mappings]
     targets = sorted({d.name for f in mappings if f.is_dir() for d in f.iterdir() if d.is_dir()})
     folders += [(f, ("target.yaml",)) for f in map(resources.target_folder, targets) if f is not None]
     for top, suffixes in folders:

@@ -11,9 +11,9 @@ then torch's ``GraphPickler`` bytes of the rewritten graph (its fake values, ATe
 sidecar binds it to its key: an entry under another key (swapped, renamed) or damaged is rewritten, never used.
 
 The key is known before anything is deserialised: the saved graph's bytes as the file holds them, and every
-fact that could change what the rewrite makes of them: SepTran's version and the text of the rewrite's code and
-data (``septran/model``, ``septran/ops``: patterns, the ops' fakes; the mapping folders and the targets'
-``target.yaml``, which the patterns ask whether an op runs), torch's version, the C++
+fact that could change what the rewrite makes of them: SepTran's version and the text of its code and data (all
+of ``septran/``, as the lowered programs' key has it: the patterns, the ops' fakes; the mapping folders and the
+targets' ``target.yaml``, which the patterns ask whether an op runs), torch's version, the C++
 compiler and the CPU features ``-march=native`` resolves to, the ``SEPTRAN_*`` settings (but the cache and dump
 folders: a cache moved elsewhere still hits), torch.compile's mode and options. The entry is SepTran's own
 output, in SepTran's cache, as its kernel libraries are; the precompile file holds none of it.
@@ -31,8 +31,6 @@ log = logging.getLogger(__name__)
 STAGE = "graphs"  # the cache's folder (septran.build.store.Entries' "builder")
 NAME = "rewritten"
 EXT = "fxg"
-# the rewrite's code and data, relative to the package
-_CODE = ("model", "ops")
 
 
 def key(serialized: bytes, mode: Optional[str], options: Optional[dict]) -> str:
@@ -40,12 +38,12 @@ def key(serialized: bytes, mode: Optional[str], options: Optional[dict]) -> str:
     import torch
 
     from septran.build import toolchain
-    from septran.build.code_digest import keyed_settings
+    from septran.build.code_digest import code_digest, keyed_settings
     from septran.version import __version__
 
     facts = {
         "septran": __version__,
-        "code": _code_digest(),  # (the mapping folders named by SEPTRAN_MAPPING_PATH: read once per process)
+        "code": code_digest(),  # (the mapping folders named by SEPTRAN_MAPPING_PATH: read once per process)
         "torch": torch.__version__,
         "cxx": toolchain.compiler_facts(),
         "env": keyed_settings(),
@@ -56,14 +54,6 @@ def key(serialized: bytes, mode: Optional[str], options: Optional[dict]) -> str:
     h.update(b"\0")
     h.update(serialized)
     return h.hexdigest()
-
-
-def _code_digest() -> str:
-    """The text of every module the rewrite runs (a pattern edited without a version change must not find the
-    old rewrite), and of the mappings and target descriptions its patterns ask whether an op runs."""
-    from septran.build.code_digest import code_digest
-
-    return code_digest(_CODE)
 
 
 def _entries(k: str):
