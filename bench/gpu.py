@@ -11,6 +11,7 @@ kernels cached, so the timed rounds share the device with nothing. Without an NV
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import subprocess
 import sys
@@ -49,5 +50,7 @@ def main(build_only: bool = False) -> int:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build-only", action="store_true", help="build the benchmarks' kernels, time nothing")
     logging.basicConfig(level=logging.INFO)
-    sys.exit(main(build_only="--build-only" in sys.argv[1:]))
+    sys.exit(main(build_only=parser.parse_args().build_only))
