@@ -48,7 +48,7 @@ from interleave import Others, interleaved, stats, wait_idle  # noqa: E402
 OPS = ("gemm", "decode", "bmm", "gemm_epilogue", "bf16", "softmax", "log_softmax", "layernorm", "rmsnorm", "attention",
        "overhead")
 INDUCTOR: set = set()  # operators also timed against torch.compile (inductor) of the same torch code (--inductor)
-MATRIX_UNIT_FLAGS = ("amx_bf16", "avx512_bf16")  # what a bf16 GEMM leaf on the matrix units would need
+MATRIX_UNIT_FLAGS = ("amx_bf16", "avx512_bf16")  # what the bf16 GEMM leaves on the matrix units need (target.yaml cpu_flags)
 
 
 def _example(op: str):
@@ -398,10 +398,12 @@ def main(argv=None) -> int:
           "other: cores other processes used meanwhile (!: memory stalls)\n")
     print_rows(rows)
     if "bf16" in wanted:
-        print("\ngemm bf16: " + (f"this CPU has {', '.join(info['matrix_units'])}, but SepTran's cpu target has no bf16 "
-                                "matrix-unit leaf yet: bf16 is widened to fp32 (target.yaml `converts`)" if info["matrix_units"]
-                                else "this CPU lacks AMX and AVX512-BF16 (no bf16 matrix unit): SepTran widens bf16 to fp32 "
-                                "(target.yaml `converts`); the row times that against torch's bf16 matmul"))
+        print("\ngemm bf16: " + (f"this CPU has {', '.join(info['matrix_units'])}: the gemm mapping's shape_points run "
+                                "bf16 GEMMs on it (gemm_leaf_amx / gemm_leaf_avx512bf16; the row's point column names it)"
+                                if info["matrix_units"]
+                                else "this CPU lacks AMX and AVX512-BF16 (no bf16 matrix unit): the gemm mapping keeps bf16 "
+                                "tensors (keep_dtypes) and OpenBLAS's leaf widens each tile to fp32; the row times that "
+                                "against torch's bf16 matmul"))
     ups = speedups(rows)
     if ups:
         print(f"\nspeed-up from {ups[0]['from_threads']} to {ups[0]['to_threads']} threads (median / median)")

@@ -123,6 +123,7 @@ def load_target_file(path: Path) -> Target:
             dtypes_in=MappingProxyType({k: tuple(v) for k, v in lp.get("dtypes_in", {}).items()}),
             reduced_power_of_two=tuple(lp.get("reduced_power_of_two", ())),
             operand_dtypes=_operand_dtypes(lp.get("operand_dtypes", {}), leaf.loc),
+            cpu_flags=tuple(lp.get("cpu_flags", ())),
         )
     threads = _plain(d["threads"]) if "threads" in d else None
     vendor = _vendor(d["vendor"], path.parent) if "vendor" in d else None
@@ -153,6 +154,7 @@ def load_target_file(path: Path) -> Target:
         leaves=MappingProxyType(leaves),
         dtype_codes=MappingProxyType(_plain(d["dtype_codes"]) if "dtype_codes" in d else {}),
         converts=MappingProxyType(_plain(d["converts"]) if "converts" in d else {}),
+        holds_as_bits=MappingProxyType(_plain(d["holds_as_bits"]) if "holds_as_bits" in d else {}),
         dynamic_pipeline_stages=_plain(d["dynamic_pipeline_stages"]) if "dynamic_pipeline_stages" in d else None,
         nested_tma_pipelines_wrong=bool(_plain(d.get("nested_tma_pipelines_wrong", Located(False, root.loc)))),
         vendor=vendor,

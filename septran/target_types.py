@@ -105,6 +105,9 @@ class LeafImpl:
     # core accumulates float16 from float16 operands only). The operands must all fit one combination; an
     # operand a combination does not list may be any type; nothing listed: any.
     operand_dtypes: Mapping[str, tuple[Mapping[str, tuple[str, ...]], ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # /proc/cpuinfo flags the host CPU must report for the leaf to run (a matrix unit: amx_tile, amx_bf16); a
+    # mapping that binds it elsewhere is refused at the binding (lowering/bind.py)
+    cpu_flags: tuple[str, ...] = ()
 
     def runs(self, prim) -> bool:
         return prim.name in self.implements or prim.kind in self.implements
@@ -163,6 +166,10 @@ class Target:
     # dtypes the target takes by converting them: the runtime hands the program copies in the second type
     # (bfloat16 tensors computed in float32) and converts outputs back
     converts: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # dtypes a program may take unconverted where its mapping says ``keep_dtypes``, held as the bits of the second
+    # type (TileLang's C has no bfloat16): only vendor functions named for the type touch them
+    # (lowering/bits_dtypes.py refuses anything else)
+    holds_as_bits: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # The most pipeline stages TileLang can give a loop whose trip count is not a constant (None: no limit).
     dynamic_pipeline_stages: Optional[int] = None
     # TileLang gives a pipelined loop whose copies are TMA loads a producer and a consumer warpgroup (warp

@@ -300,7 +300,7 @@ def test_store_of_nothing_and_bad_arguments(lib):
     dst, src = torch.full((4, 4), 7.0), torch.zeros(4, 4)
     assert call(lib, "septran_cpu_store", dst, 0, src, 0, 0, 4, 4, 4) == 0
     assert call(lib, "septran_cpu_store", dst, 0, src, 0, 4, -3, 4, 4) == 0
-    assert call(lib, "septran_cpu_store", dst, 2, src, 0, 4, 4, 4, 4) == -1
+    assert call(lib, "septran_cpu_store", dst, 7, src, 0, 4, 4, 4, 4) == -1  # 7: no dtype
     assert call(lib, "septran_cpu_load", dst, 0, src, 0, -1, 4, 4, 4, 4, 4) == -1
     assert (dst == 7).all()
 

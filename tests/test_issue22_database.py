@@ -70,7 +70,7 @@ def test_the_databases_strings_are_escaped_in_kernel_tuning(kernel_and_db, monke
 
 
 @pytest.mark.parametrize("old, new, name", [
-    ("!tune [gemm_leaf_blas, gemm_leaf_cpu]", "!tune [gemm_leaf_blas, gemm_leaf_cpuu]", "gemm_leaf_cpuu"),
+    ("!tune [gemm_leaf_blas, gemm_leaf_cpu,", "!tune [gemm_leaf_blas, gemm_leaf_cpuu,", "gemm_leaf_cpuu"),
     ("A: !tune [GLOBAL, LOCAL]", "A: !tune [GLOBAL, LOCALL]", "LOCALL"),
 ])
 def test_an_unknown_name_among_a_tunes_choices_is_refused_at_its_line(tmp_path, old, new, name):

@@ -57,7 +57,10 @@ def test_the_first_entry_whose_bounds_hold(shapes, want):
 
 @pytest.mark.parametrize("tail,message", [
     ("shape_points: {A: 1}\n", "must be a list"),
-    ("shape_points:\n  - when: {A: [16]}\n", "exactly the keys"),
+    ("shape_points:\n  - when: {A: [16]}\n", "has the key `point` and one or more of"),
+    ("shape_points:\n  - {point: {gemm_host.tunables.BM: 16}}\n", "has the key `point` and one or more of"),
+    ("shape_points:\n  - {dtypes: {A: bfloat17}, point: {gemm_host.tunables.BM: 16}}\n", "must be an element type"),
+    ("shape_points:\n  - {cpu_flags: amx, point: {gemm_host.tunables.BM: 16}}\n", "list of /proc/cpuinfo flags"),
     ("shape_points:\n  - {when: {A: 16}, point: {gemm_host.tunables.BM: 16}}\n", "list of upper bounds"),
     ("shape_points:\n  - {when: {A: [-1]}, point: {gemm_host.tunables.BM: 16}}\n", "must be a size"),
     ("shape_points:\n  - {when: {A: [16]}, point: {gemm_host.tunables.BK: 64}}\n", "not a !tune dimension"),
@@ -111,20 +114,25 @@ def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
         m = parse_mapping((REPO / "mappings" / "cpu" / f"{name}.yaml").read_text(), f"{name}.yaml")
         from septran.mapping import shape_points
 
-        # one row, small or not (a GEMV: tiles as wide as C, up to one program as wide as B), then a small call,
-        # then a few rows
+        units = sum(1 for e in m.shape_points if e.cpu_flags)
+        assert units == (2 if name == "gemm" else 0)
+
+        # first, in gemm.yaml: a bfloat16 call on a CPU with a matrix unit (entries of dtypes and cpu_flags, which
+        # a caller naming no types never falls in); then one row, small or not (a GEMV: tiles as wide as C, up to
+        # one program as wide as B), then a small call, then a few rows
         assert shape_points.bucket(m.shape_points, {"A": (1, 4096), "B": (4096, 11008), "C": (1, 11008),
-                                                    "bias": (11008,)}) == 3
-        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 256), "C": (1, 256), "bias": (256,)}) == 0
-        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 768), "C": (1, 768), "bias": (768,)}) == 1
+                                                    "bias": (11008,)}) == 3 + units
+        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 256), "C": (1, 256), "bias": (256,)}) == 0 + units
+        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 768), "C": (1, 768), "bias": (768,)}) == 1 + units
         assert shape_points.bucket(m.shape_points, {"A": (1, 4096), "B": (4096, 4096), "C": (1, 4096),
-                                                    "bias": (4096,)}) == 2
-        assert shape_points.bucket(m.shape_points, {"A": (16, 16), "B": (16, 16), "C": (16, 16), "bias": (16,)}) == 4
+                                                    "bias": (4096,)}) == 2 + units
+        assert shape_points.bucket(m.shape_points, {"A": (16, 16), "B": (16, 16), "C": (16, 16), "bias": (16,)}) == 4 + units
         assert shape_points.bucket(m.shape_points, {"A": (4, 4096), "B": (4096, 4096), "C": (4, 4096),
-                                                    "bias": (4096,)}) == 5
+                                                    "bias": (4096,)}) == 5 + units
         assert shape_points.bucket(m.shape_points, {"A": (512, 512), "B": (512, 512), "C": (512, 512), "bias": (512,)}) is None
         if k is not None:
-            assert points.bucket(k, type("Spec", (), {"shapes": {"A": (1, 8), "B": (8, 8), "C": (1, 8)}})()) == 0
+            assert points.bucket(k, type("Spec", (), {"shapes": {"A": (1, 8), "B": (8, 8), "C": (1, 8)},
+                                                "dtypes": {"A": "float32", "B": "float32", "C": "float32"}})()) == 0 + units
 
 
 def test_a_dynamic_kernel_keeps_tuning_records_per_bucket():

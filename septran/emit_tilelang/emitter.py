@@ -315,7 +315,8 @@ def emit(program: ir.TileProgram, version: str) -> str:
     w.line(0, "@T.prim_func")
     w.line(0, f"def {program.name}(")
     for p in program.params:
-        w.line(1, f"{p.sym.name}: T.Tensor({_shape(p.shape)}, \"{p.dtype}\"),")
+        held = f"  # {p.dtype}, held as its bits" if p.storage else ""
+        w.line(1, f"{p.sym.name}: T.Tensor({_shape(p.shape)}, \"{p.storage or p.dtype}\"),{held}")
     w.line(0, "):")
     for n, k in enumerate((program.kernel,) + program.after):  # after: in order, each once the one before ended
         grid = ", ".join(expr(e) for _, e in k.grid)

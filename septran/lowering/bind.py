@@ -29,6 +29,7 @@ def check_mapping(graph: TaskGraph, mapping: Mapping, target: Target) -> None:
     _grid(graph, mapping, target, entry)
     check_dynamic(graph, mapping)
     _space_names(mapping, target)
+    _kept_dtypes(mapping, target)
 
 
 # whole-mapping rules ------------------------------------------------------------------
@@ -39,6 +40,15 @@ def _same_target(mapping: Mapping, target: Target) -> None:
             mapping.target.loc,
             hint="pick the mapping of that target, or compile for the mapping's target",
         )
+
+
+def _kept_dtypes(mapping: Mapping, target: Target) -> None:
+    """``keep_dtypes`` names types the target would convert only where it can hold them unconverted."""
+    for item in mapping.keep_dtypes:
+        if item.value in target.converts and item.value not in target.holds_as_bits:
+            raise MappingError(f"target {target.name} computes {item.value} in {target.converts[item.value]} and "
+                               f"cannot hand a program {item.value} tensors as they are", item.loc,
+                               hint=f"delete {item.value} from keep_dtypes")
 
 
 def _space_names(mapping: Mapping, target: Target) -> None:
@@ -248,6 +258,7 @@ def _leaf_bindings(graph, target, inst, task, proc, launched) -> None:
             )
         prims = [s for s, _ in walk(graph.tasks[leaf_task].body) if isinstance(s, PrimCall)]
         impl_ = target.leaves[impl.value]
+        _cpu_flags(target, impl_, impl)
         refused = [p for p in prims if not impl_.runs(p.signature)]
         if not prims or refused:
             raise MappingError(
@@ -264,6 +275,20 @@ def _leaf_bindings(graph, target, inst, task, proc, launched) -> None:
                     impl.loc,
                     hint=f"{prim.signature.name}: {prim.signature.meaning}; transpose the data, or bind another implementation",
                 )
+
+
+def _cpu_flags(target, impl, binding) -> None:
+    """A leaf that needs CPU features (a matrix unit) runs only where the host CPU reports them."""
+    if not impl.cpu_flags:
+        return
+    from septran.records import device
+
+    missing = [f for f in impl.cpu_flags if f not in device.host_flags()]
+    if missing:
+        raise MappingError(
+            f"{impl.name} needs a CPU that reports {', '.join(impl.cpu_flags)}; this one "
+            f"({device.host_label()}) lacks {', '.join(missing)}", binding.loc,
+            hint="bind another leaf here (tuning skips this one on this CPU), or run on a CPU that has it")
 
 
 def _elsewhere(graph, task_name: str) -> bool:

@@ -15,6 +15,7 @@ from septran.frontend.printer import format_graph
 from septran.frontend.shapes import ShapeRelations
 from septran.lowering import tile_ir as ir
 from septran.lowering.bind import check_mapping
+from septran.lowering.bits_dtypes import hold_as_bits
 from septran.lowering.capacity import check_capacity
 from septran.lowering.tilelang_limits import check_tilelang_limits
 from septran.lowering.combine import combine
@@ -76,6 +77,9 @@ def lower(graph, mapping: Mapping, target: Target, spec: Specialization, shapes:
     # On what will be emitted: each memory holds what one program allocates.
     with internal_errors("capacity", inputs):
         program = check_capacity(ctx, program, consts.value)
+    # Tensors kept in a type TileLang cannot compute in (keep_dtypes): only functions named for the type touch them.
+    with internal_errors("bits_dtypes", inputs):
+        program = hold_as_bits(ctx, program)
     # Last: nothing the target's TileLang is known to compile wrongly (backends/<t>/target.yaml).
     with internal_errors("tilelang_limits", inputs):
         return check_tilelang_limits(ctx, program)

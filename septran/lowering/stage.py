@@ -158,7 +158,9 @@ class _Stager:
             shape = shape[1:]
         source = self._within(view, current) if current is not None else view
         reduce_first = op.privilege is Privilege.REDUCE
-        dtype = self.dtypes[source.of]
+        # A tensor kept in a type the target computes in another (cpu: bfloat16 as bits) is staged converted: the
+        # vendor's copies convert it, and the program computes on the tile.
+        dtype = self.target.converts.get(self.dtypes[source.of], self.dtypes[source.of])
         if reduce_first or _reduced_into(self.ctx, s.caller_task, op.param):  # an accumulator, whatever comes first
             dtype = leaf_calls.accum_dtype(s.caller)
         sym = self.names.new(f"{op.param}_{mem.suffix}")
@@ -274,7 +276,8 @@ class _Stager:
         outer = src if self.target.memories[src.space].is_global else dst
         sym = self.names.new(f"{param}_{mem.suffix}")
         buf_why = Why(f"{param} of {s.caller_task.name} passes through {via.value} ({s.caller.name}.copy.{param}.via)", mapping=via.loc)
-        self._new_buffer(sym, shape, self.dtypes[outer.of], mem, buf_why, via.loc)
+        self._new_buffer(sym, shape, self.target.converts.get(self.dtypes[outer.of], self.dtypes[outer.of]), mem,
+                         buf_why, via.loc)
         mid = fl.View(sym, tuple(Const(0) for _ in shape), shape, via.value, True, src.origin)
         hop = Why(why.text + f", through {via.value}", mapping=via.loc, logic=why.logic)
         if outer is src:

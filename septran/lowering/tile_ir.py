@@ -45,6 +45,9 @@ class TensorParam:
     shape: tuple[Expr, ...]
     dtype: str
     role: str  # "input", "output", "inout", or "workspace" (after the others: the runtime allocates it, zeros)
+    # The type the program holds it as where TileLang cannot name ``dtype`` (cpu: bfloat16 as uint16 bits; only
+    # vendor functions named for ``dtype`` touch it: lowering/bits_dtypes.py). None: ``dtype`` itself.
+    storage: Optional[str] = None
 
 
 @dataclass(frozen=True)

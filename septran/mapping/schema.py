@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping as TMapping, Optional, Sequence, Union
 
+from septran.dtypes import DTYPES
 from septran.errors import MappingError, SourceLoc
 from septran.mapping import edits, shape_points
 from septran.mapping.halo import Halo, parse_halo
@@ -25,8 +26,9 @@ from septran.paths import check_user_path
 TOP_KEYS = ("entrypoint", "task_mappings")
 # ``target`` may be left out: the compile's ``target=`` or SEPTRAN_TARGET names it (septran.runtime.select.with_target);
 # dynamic / static: entry parameter -> axes that stay symbolic / that stay numbers;
-# shape_points: the point calls of some shapes run untuned (mapping/shape_points.py)
-OPTIONAL_TOP_KEYS = ("target", "dynamic", "static", "shape_points")
+# shape_points: the point calls of some shapes run untuned (mapping/shape_points.py);
+# keep_dtypes: types the program takes as they are where the target would convert them (target.yaml holds_as_bits)
+OPTIONAL_TOP_KEYS = ("target", "dynamic", "static", "shape_points", "keep_dtypes")
 INSTANCE_KEYS = (
     "task_name", "proc", "mems", "tunables", "calls", "pipeline",
     "leaf_task_bindings", "threads", "copy", "accum_dtype", "schedule", "halo",
@@ -98,6 +100,9 @@ class Mapping:
     source: Optional[Located] = dataclasses.field(default=None, compare=False, repr=False)
     # The space's points by shape bucket, for calls the tuning database has no record for (a space's only).
     shape_points: tuple[shape_points.ShapePoint, ...] = ()
+    # Types the program is handed as they are where the target would convert them (cpu: bfloat16 tensors stay
+    # bfloat16 for a matrix unit's leaf instead of float32 copies); checked against the target in lowering/bind.py.
+    keep_dtypes: tuple[Located, ...] = ()
 
     def instance(self, name: str) -> InstanceMapping:
         return self.instances[name]
@@ -329,7 +334,8 @@ def _parse_located(root: Located, file: str) -> Mapping:
                 raise MappingError(f"dynamic.{param} names axis {axis.value}, which static.{param} keeps a number",
                                    axis.loc, hint="name the axis in one of dynamic and static")
     return Mapping(file, target, top["entrypoint"], MappingProxyType(instances), dynamic=dynamic,
-                   dynamic_loc=top.key_locs["dynamic"] if "dynamic" in top else None, static=static, source=root)
+                   dynamic_loc=top.key_locs["dynamic"] if "dynamic" in top else None, static=static, source=root,
+                   keep_dtypes=_keep_dtypes(top.get("keep_dtypes")))
 
 
 MAX_RANK = 64  # far above any tensor's rank; the logic's ranks are checked where mapping and logic meet
@@ -351,6 +357,25 @@ def _axes(val: Optional[Located], key: str) -> TMapping[str, tuple[Located, ...]
             seen.add(item.value)
         out[param] = tuple(items)
     return MappingProxyType(out)
+
+
+def _keep_dtypes(val: Optional[Located]) -> tuple[Located, ...]:
+    """``keep_dtypes: [bfloat16]``: distinct element types SepTran knows."""
+    if val is None:
+        return ()
+    items = val.value if isinstance(val.value, list) else None
+    if not items:
+        raise MappingError(f"keep_dtypes must be a list of element types, got {val.value!r}", val.loc,
+                           hint="e.g. `keep_dtypes: [bfloat16]`")
+    seen = set()
+    for item in items:
+        if item.value not in DTYPES:
+            raise MappingError(f"keep_dtypes: {item.value!r} is not an element type", item.loc,
+                               hint=f"types: {', '.join(DTYPES)}")
+        if item.value in seen:
+            raise MappingError(f"keep_dtypes names {item.value} twice", item.loc)
+        seen.add(item.value)
+    return tuple(items)
 
 
 def _reachable(entry: str, instances: dict[str, InstanceMapping]) -> list[str]:

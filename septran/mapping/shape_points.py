@@ -9,17 +9,20 @@ the first entry whose bounds every named dimension meets is the call's point::
         point: {gemm_host.tunables.BM: 16, gemm_host.tunables.BK: 4096}
 
 ``when`` names entry parameters, each with a list of upper bounds by axis (``null``: any size; axes past the
-list: any size). ``point`` gives values of the space's ``!tune`` dimensions by path (``task_mappings.`` may be
+list: any size). An entry may also ask for element types and CPU features, e.g. a bfloat16 GEMM on a CPU with
+AMX (``dtypes: {A: bfloat16}``: the program's type of A; ``cpu_flags: [amx_bf16]``: /proc/cpuinfo's flags);
+``when`` may then be left out. ``point`` gives values of the space's ``!tune`` dimensions by path (``task_mappings.`` may be
 left out); the others keep their first values. A tuning record for the exact shapes still comes first (see
 ``septran.runtime.points``); a kernel with dynamic dimensions builds one variant per bucket.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping as TMapping, Optional
 
+from septran.dtypes import DTYPES
 from septran.errors import MappingError, SourceLoc
 from septran.mapping.yaml_source import Located, LocatedDict
 
@@ -33,11 +36,27 @@ class ShapePoint:
     when: TMapping[str, tuple[Optional[int], ...]]
     point: TMapping[str, object]
     loc: SourceLoc
+    dtypes: TMapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # parameter -> the program's element type of it
+    cpu_flags: tuple[str, ...] = ()  # features the host CPU must report
 
     def bounds_text(self) -> str:
-        """The bounds as one line: ``A<=[1]; C<=[*, 256]``."""
-        return "; ".join(f"{name}<=[{', '.join('*' if b is None else str(b) for b in bounds)}]"
-                         for name, bounds in sorted(self.when.items()))
+        """The bounds as one line: ``A<=[1]; C<=[*, 256]`` (then ``A:bfloat16``, ``cpu:amx_bf16`` where asked)."""
+        parts = [f"{name}<=[{', '.join('*' if b is None else str(b) for b in bounds)}]"
+                 for name, bounds in sorted(self.when.items())]
+        parts += [f"{name}:{d}" for name, d in sorted(self.dtypes.items())] + [f"cpu:{f}" for f in self.cpu_flags]
+        return "; ".join(parts)
+
+    def matches(self, shapes: TMapping[str, tuple], dtypes: TMapping[str, str], cpu_flags) -> bool:
+        """Whether a call of these shapes and program types, on a CPU with these flags, falls in this entry."""
+        for name, want in self.dtypes.items():
+            if not dtypes:
+                return False  # (a caller that names no types asks about shapes only)
+            if name not in dtypes:
+                raise MappingError(f"shape_points names {name!r}, which is not a parameter of the entry task",
+                                   self.loc, hint=f"parameters: {', '.join(dtypes)}")
+            if dtypes[name] != want:
+                return False
+        return all(f in cpu_flags for f in self.cpu_flags) and self.holds(shapes)
 
     def bucket_id(self) -> int:
         """Names the bucket in tuning records (a key's scalars are numbers): 48 bits of the bounds' hash, not the
@@ -72,10 +91,12 @@ def parse(val: Optional[Located], space) -> tuple[ShapePoint, ...]:
 
 def _entry(item: Located, dims: dict) -> ShapePoint:
     d = item.value
-    if not isinstance(d, LocatedDict) or set(d) != {"when", "point"}:
-        raise MappingError("a shape_points entry has exactly the keys `when` and `point`", item.loc,
+    keys = set(d) if isinstance(d, LocatedDict) else set()
+    if "point" not in keys or not keys & _CONDITIONS or keys - _CONDITIONS - {"point"}:
+        raise MappingError("a shape_points entry has the key `point` and one or more of `when`, `dtypes`, "
+                           "`cpu_flags`", item.loc,
                            hint="e.g. `- {when: {A: [16]}, point: {gemm_host.tunables.BM: 16}}`")
-    when_val, point_val = d["when"], d["point"]
+    when_val, point_val = d.get("when", Located(LocatedDict({}, {}, item.loc), item.loc)), d["point"]
     if not isinstance(when_val.value, LocatedDict) or not isinstance(point_val.value, LocatedDict):
         raise MappingError("shape_points: `when` and `point` are mappings", item.loc)
     when = {}
@@ -101,9 +122,37 @@ def _entry(item: Located, dims: dict) -> ShapePoint:
             raise MappingError(f"shape_points: {value.value!r} is not a choice of {key} ({list(dims[path].choices)})",
                                value.loc, hint="add it to the !tune's list")
         point[path] = value.value
-    return ShapePoint(MappingProxyType(when), MappingProxyType(point), item.loc)
+    return ShapePoint(MappingProxyType(when), MappingProxyType(point), item.loc, _dtypes(d.get("dtypes")),
+                      _flags(d.get("cpu_flags")))
 
 
-def bucket(entries: tuple[ShapePoint, ...], shapes: TMapping[str, tuple]) -> Optional[int]:
-    """The index of the first entry whose bounds ``shapes`` meet, else None."""
-    return next((k for k, e in enumerate(entries) if e.holds(shapes)), None)
+_CONDITIONS = {"when", "dtypes", "cpu_flags"}
+
+
+def _dtypes(val: Optional[Located]) -> TMapping[str, str]:
+    if val is None:
+        return MappingProxyType({})
+    if not isinstance(val.value, LocatedDict) or not val.value:
+        raise MappingError("shape_points: `dtypes` maps parameters to element types", val.loc,
+                           hint="e.g. `dtypes: {A: bfloat16}`")
+    for name, d in val.value.items():
+        if d.value not in DTYPES:
+            raise MappingError(f"shape_points: dtypes.{name} must be an element type, got {d.value!r}", d.loc,
+                               hint=f"types: {', '.join(DTYPES)}")
+    return MappingProxyType({name: d.value for name, d in val.value.items()})
+
+
+def _flags(val: Optional[Located]) -> tuple[str, ...]:
+    if val is None:
+        return ()
+    items = val.value if isinstance(val.value, list) else None
+    if not items or not all(isinstance(f.value, str) and f.value.isidentifier() for f in items):
+        raise MappingError("shape_points: `cpu_flags` is a list of /proc/cpuinfo flags", val.loc,
+                           hint="e.g. `cpu_flags: [amx_tile, amx_bf16]`")
+    return tuple(f.value for f in items)
+
+
+def bucket(entries: tuple[ShapePoint, ...], shapes: TMapping[str, tuple], dtypes: TMapping[str, str] = MappingProxyType({}),
+           cpu_flags=frozenset()) -> Optional[int]:
+    """The index of the first entry whose conditions a call meets, else None."""
+    return next((k for k, e in enumerate(entries) if e.matches(shapes, dtypes, cpu_flags)), None)

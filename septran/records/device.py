@@ -79,6 +79,21 @@ def _host_identity() -> tuple[tuple[str, Union[str, int]], ...]:
     return tuple(sorted(identity.items()))
 
 
+def host_flags() -> frozenset[str]:
+    """Every flag this machine's processor reports (/proc/cpuinfo's ``flags``; empty where it is absent)."""
+    return _host_flags()
+
+
+def host_label() -> str:
+    """This machine's processor, as tables name it."""
+    return device_label(dict(_host_identity()))
+
+
+@functools.lru_cache(maxsize=None)
+def _host_flags() -> frozenset[str]:
+    return frozenset(_read_cpuinfo()[1])
+
+
 def _read_cpuinfo() -> tuple[str, set[str]]:
     """The first processor's model name and flags; empty where /proc/cpuinfo is absent (macOS, Windows).
 

@@ -52,8 +52,20 @@ def key(kernel, spec, choice) -> Optional[str]:
         # process under the same name finds nothing): the task graph as printed, the chosen mapping's repr
         "graph": hashlib.sha256(format_graph(kernel.graph).encode()).hexdigest(),
         "mapping_repr": hashlib.sha256(repr(choice.mapping).encode()).hexdigest(),
+        # the CPU features the target's leaves ask for that this host has: a program lowered where AMX was (a leaf
+        # that needs it passed the binding's check) is lowered again, and refused, where it is not
+        "cpu_flags": _leaf_flags(kernel.target),
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def _leaf_flags(target) -> list[str]:
+    wanted = {f for leaf in target.leaves.values() for f in leaf.cpu_flags}
+    if not wanted:
+        return []
+    from septran.records import device
+
+    return sorted(wanted & device.host_flags())
 
 
 def read(k: str):

@@ -21,9 +21,16 @@ def user_dtypes(kernel, described: dict) -> dict[str, str]:
 
 
 def program_dtypes(kernel, described: dict) -> dict[str, str]:
-    """Every parameter's type as the program sees it: the caller's, with the target's conversions."""
-    converts = kernel.target.converts
+    """Every parameter's type as the program sees it: the caller's, with the target's conversions (less those
+    the mapping keeps: ``keep_dtypes``)."""
+    converts = conversions(kernel.target, kernel.mapping)
     return {n: converts.get(d, d) for n, d in user_dtypes(kernel, described).items()}
+
+
+def conversions(target, mapping) -> dict[str, str]:
+    """The types the target converts for this mapping's programs: its ``converts`` less the mapping's ``keep_dtypes``."""
+    kept = {k.value for k in mapping.keep_dtypes}
+    return {d: to for d, to in target.converts.items() if d not in kept}
 
 
 def check_declared(kernel) -> None:

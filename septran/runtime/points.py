@@ -26,6 +26,7 @@ from septran.mapping import shape_points
 from septran.mapping.schema import Mapping
 from septran.mapping.space import SearchSpace
 from septran.records import TuningDB, TuningKey, TuningRecord, best_of, default_db, device_identity, shipped
+from septran.records import device
 from septran.records.shown import shown
 from septran.runtime.dynamic_dims import masked
 
@@ -123,7 +124,10 @@ def bucket(kernel, spec) -> Optional[int]:
     """Which ``shape_points`` entry the call's shapes fall in (None: none, or no entries). A kernel with dynamic
     dimensions keeps one variant per bucket: a decode step's one row runs the decode point, not the prefill's."""
     entries = kernel.mapping.shape_points if kernel.mapping.space is not None else ()
-    return shape_points.bucket(entries, spec.shapes) if entries else None
+    if not entries:
+        return None
+    flags = device.host_flags() if any(e.cpu_flags for e in entries) else frozenset()
+    return shape_points.bucket(entries, spec.shapes, spec.dtypes, flags)
 
 
 BUCKET = "shape_points entry"  # a key's scalar, never a parameter's name (not an identifier)

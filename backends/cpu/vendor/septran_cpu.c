@@ -4,7 +4,8 @@
  *        <site-packages>/scipy_openblas32/lib/libscipy_openblas.so
  * (-fopenmp: the `omp simd` pragmas of the copies, and the one-row GEMM's own threads; the row reductions use
  * GCC's generic vectors.)
- * float16 uses _Float16 (gcc >= 12) and, with AVX-512, 16-wide F16C conversions.
+ * float16 uses _Float16 (gcc >= 12) and, with AVX-512, 16-wide F16C conversions; bfloat16 is uint16_t bits,
+ * converted 8 or 16 at a time with AVX2.
  */
 #include "septran_cpu.h"
 #include "septran_cpu_gemv.h"
@@ -12,7 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__AVX512F__) || defined(__F16C__)
+#if defined(__AVX512F__) || defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -31,7 +32,13 @@ void scipy_openblas_set_num_threads(int num_threads);
 __attribute__((constructor)) static void openblas_in_caller_thread(void) { scipy_openblas_set_num_threads(1); }
 
 static size_t elem_size(int32_t dtype) {
-  return dtype == SEPTRAN_CPU_F32 ? 4 : dtype == SEPTRAN_CPU_F16 ? 2 : 0;
+  return dtype == SEPTRAN_CPU_F32 ? 4 : dtype == SEPTRAN_CPU_F16 || dtype == SEPTRAN_CPU_BF16 ? 2 : 0;
+}
+
+/* What convert_row can do: a copy, or float32 to or from either 16-bit type (not float16 <-> bfloat16). */
+static int convertible(int32_t dst_dtype, int32_t src_dtype) {
+  return elem_size(dst_dtype) && elem_size(src_dtype) &&
+         (dst_dtype == src_dtype || dst_dtype == SEPTRAN_CPU_F32 || src_dtype == SEPTRAN_CPU_F32);
 }
 
 /* ---- one row, converted: memcpy when the types agree, 16-wide F16C otherwise ---------- */
@@ -56,13 +63,69 @@ static void float_to_half(_Float16* restrict d, const float* restrict s, int32_t
   for (; j < n; j++) d[j] = (_Float16)s[j];
 }
 
+/* bfloat16 is a float32's top half: widening is a shift, exact. */
+static void bf16_to_float(float* restrict d, const uint16_t* restrict s, int32_t n) {
+  int32_t j = 0;
+#if defined(__AVX2__)
+  for (; j + 8 <= n; j += 8) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(s + j)));
+    _mm256_storeu_si256((__m256i*)(d + j), _mm256_slli_epi32(w, 16));
+  }
+#endif
+  for (; j < n; j++) {
+    uint32_t u = (uint32_t)s[j] << 16;
+    memcpy(d + j, &u, 4);
+  }
+}
+
+/* Round to nearest even on the bits (as torch does): add 0x7fff plus the kept half's last bit, so a tie goes
+ * to the even neighbour and the largest floats round to inf. A NaN keeps its sign and top payload, made quiet
+ * (adding could carry it into inf). */
+static uint16_t float_bits_to_bf16(uint32_t u) {
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+#if defined(__AVX2__)
+/* float_bits_to_bf16 on 8 lanes, as 32-bit results (the caller packs two vectors into 16 halves). */
+static __m256i float8_to_bf16_lanes(__m256i u) {
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x0040));
+  __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  return _mm256_blendv_epi8(rounded, quiet, nan);
+}
+#endif
+
+static void float_to_bf16(uint16_t* restrict d, const float* restrict s, int32_t n) {
+  int32_t j = 0;
+#if defined(__AVX2__)
+  for (; j + 16 <= n; j += 16) {
+    __m256i lo = float8_to_bf16_lanes(_mm256_loadu_si256((const __m256i*)(s + j)));
+    __m256i hi = float8_to_bf16_lanes(_mm256_loadu_si256((const __m256i*)(s + j + 8)));
+    /* packus works within 128-bit lanes: lo0-3 hi0-3 lo4-7 hi4-7, put back in order */
+    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
+    _mm256_storeu_si256((__m256i*)(d + j), packed);
+  }
+#endif
+  for (; j < n; j++) {
+    uint32_t u;
+    memcpy(&u, s + j, 4);
+    d[j] = float_bits_to_bf16(u);
+  }
+}
+
 static void convert_row(void* dst, int32_t dst_dtype, const void* src, int32_t src_dtype, int32_t n) {
   if (dst_dtype == src_dtype)
     memcpy(dst, src, (size_t)n * elem_size(dst_dtype));
-  else if (dst_dtype == SEPTRAN_CPU_F32)
+  else if (dst_dtype == SEPTRAN_CPU_F32 && src_dtype == SEPTRAN_CPU_F16)
     half_to_float(dst, src, n);
-  else
+  else if (dst_dtype == SEPTRAN_CPU_F32)
+    bf16_to_float(dst, src, n);
+  else if (dst_dtype == SEPTRAN_CPU_F16)
     float_to_half(dst, src, n);
+  else
+    float_to_bf16(dst, src, n);
 }
 
 static char* row_at(void* base, int32_t dtype, int32_t i, int32_t ld) {
@@ -95,7 +158,7 @@ int32_t septran_cpu_fill_zero(void* dst, int32_t dtype, int32_t rows, int32_t co
 int32_t septran_cpu_load(void* dst, int32_t dst_dtype, void* src, int32_t src_dtype, int32_t rows, int32_t cols,
                          int32_t ld_dst, int32_t ld_src, int32_t valid_rows, int32_t valid_cols) {
   size_t es = elem_size(dst_dtype);
-  if (!es || !elem_size(src_dtype) || rows < 0 || cols < 0 || ld_dst < 0 || ld_src < 0) return SEPTRAN_CPU_E_ARGS;
+  if (!convertible(dst_dtype, src_dtype) || rows < 0 || cols < 0 || ld_dst < 0 || ld_src < 0) return SEPTRAN_CPU_E_ARGS;
   int32_t vr = clamp(valid_rows, rows), vc = clamp(valid_cols, cols);
   size_t src_row_bytes = (size_t)vc * elem_size(src_dtype);
   for (int32_t i = 0; i < vr; i++) {
@@ -109,7 +172,7 @@ int32_t septran_cpu_load(void* dst, int32_t dst_dtype, void* src, int32_t src_dt
 
 int32_t septran_cpu_store(void* dst, int32_t dst_dtype, void* src, int32_t src_dtype, int32_t valid_rows,
                           int32_t valid_cols, int32_t ld_dst, int32_t ld_src) {
-  if (!elem_size(dst_dtype) || !elem_size(src_dtype) || ld_dst < 0 || ld_src < 0) return SEPTRAN_CPU_E_ARGS;
+  if (!convertible(dst_dtype, src_dtype) || ld_dst < 0 || ld_src < 0) return SEPTRAN_CPU_E_ARGS;
   if (valid_rows <= 0 || valid_cols <= 0) return 0; /* a tile wholly past the tensor's edge */
   for (int32_t i = 0; i < valid_rows; i++)
     convert_row(row_at(dst, dst_dtype, i, ld_dst), dst_dtype, row_at(src, src_dtype, i, ld_src), src_dtype,
@@ -215,7 +278,7 @@ REDUCE_HALF(septran_cpu_reduce_sum_half, row_sum, add2, 0.0f)
 /* One row (or one column) of C is a matrix-vector product: sgemv reads the matrix once, where OpenBLAS 0.3's
  * sgemm packs it first (2.5 times sgemv's time for 1 x 4096 x 4096 on one core, measured). */
 
-/* The float16 operands converted to float32: one buffer per thread, grown as needed and kept
+/* The float16 or bfloat16 operands converted to float32: one buffer per thread, grown as needed and kept
  * (a kernel calls the leaf once per tile; the OpenMP threads live as long as the process). */
 static _Thread_local float* scratch;
 static _Thread_local size_t scratch_floats;
@@ -232,9 +295,10 @@ static float* scratch_for(size_t floats) {
   return scratch;
 }
 
-/* A rows x cols matrix of float16 (row stride ld) as dense float32 at d. */
-static void widen(float* d, const _Float16* s, int32_t rows, int32_t cols, int32_t ld) {
-  for (int32_t i = 0; i < rows; i++) half_to_float(d + (size_t)i * cols, s + (size_t)i * ld, cols);
+/* A rows x cols matrix of float16 or bfloat16 (row stride ld) as dense float32 at d. */
+static void widen(float* d, const void* s, int32_t dtype, int32_t rows, int32_t cols, int32_t ld) {
+  for (int32_t i = 0; i < rows; i++)
+    convert_row(d + (size_t)i * cols, SEPTRAN_CPU_F32, row_at((void*)s, dtype, i, ld), dtype, cols);
 }
 
 /* OpenBLAS's Haswell sgemm kernel (the one it picks on AVX2 CPUs such as AMD Zen 1) prefetches the next packed
@@ -271,12 +335,12 @@ int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, i
   if (!ld_ok(&ldc, m, n) || !ld_ok(&lda, a_rows, a_cols) || !ld_ok(&ldb, b_rows, b_cols)) return SEPTRAN_CPU_E_ARGS;
   const float* a = A;
   const float* b = B;
-  if (dtype == SEPTRAN_CPU_F16) {
+  if (dtype != SEPTRAN_CPU_F32) {
     size_t a_size = (size_t)a_rows * a_cols;
     float* s = scratch_for(a_size + (size_t)b_rows * b_cols);
     if (!s) return SEPTRAN_CPU_E_NOMEM;
-    widen(s, A, a_rows, a_cols, lda);
-    widen(s + a_size, B, b_rows, b_cols, ldb);
+    widen(s, A, dtype, a_rows, a_cols, lda);
+    widen(s + a_size, B, dtype, b_rows, b_cols, ldb);
     a = s, b = s + a_size, lda = a_cols, ldb = b_cols;
   }
   if (m == 1) { /* a row of C (a decode step): op(B)^T a, B read once (septran_cpu_gemv.c) */

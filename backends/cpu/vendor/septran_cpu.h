@@ -1,16 +1,20 @@
 /* septran_cpu.h -- the CPU target's vendor library: tile copies, row reductions and GEMM
  * leaves that TileLang's C target reaches through T.call_extern.
  *
- * Every function takes only pointers and int32_t and returns int32_t, because TileLang
- * declares each extern itself from its arguments (extern "C", typed pointers such as
- * float* or half*): a kernel must NOT include this header (its void* would conflict).
+ * Every function takes only pointers and int32_t (the matrix units' GEMMs: int64_t sizes, as
+ * the kernels call them) and returns int32_t, because TileLang declares each extern itself
+ * from its arguments (extern "C", typed pointers such as float* or half*): a kernel must NOT
+ * include this header (its void* would conflict).
  *
  * Tiles are row-major; ld* is the row stride in ELEMENTS. dtype codes: SEPTRAN_CPU_F32 = 0,
- * SEPTRAN_CPU_F16 = 1 (IEEE binary16; float32 -> float16 rounds to nearest even).
+ * SEPTRAN_CPU_F16 = 1 (IEEE binary16; float32 -> float16 rounds to nearest even), SEPTRAN_CPU_BF16 = 2
+ * (bfloat16: a float32's top 16 bits; float32 -> bfloat16 rounds to nearest even, inf stays inf, NaN
+ * stays NaN, made quiet; float16 <-> bfloat16 is refused).
  * Return value: 0, or SEPTRAN_CPU_E_ARGS for a negative size, an unknown dtype or a row
  * stride shorter than a row (nothing is written then), SEPTRAN_CPU_E_NOMEM when the
- * float16 GEMM's scratch cannot grow. Every function is thread-safe: one call per thread,
- * as the OpenMP grid makes them.
+ * float16 or bfloat16 GEMM's scratch cannot grow, SEPTRAN_CPU_E_UNIT when a matrix unit's GEMM
+ * runs on a CPU (or under an OS) without that unit (C then holds the widened GEMM's result). Every
+ * function is thread-safe: one call per thread, as the OpenMP grid makes them.
  */
 #ifndef SEPTRAN_CPU_H
 #define SEPTRAN_CPU_H
@@ -21,13 +25,13 @@
 extern "C" {
 #endif
 
-enum { SEPTRAN_CPU_F32 = 0, SEPTRAN_CPU_F16 = 1 };
-enum { SEPTRAN_CPU_E_ARGS = -1, SEPTRAN_CPU_E_NOMEM = -2 };
+enum { SEPTRAN_CPU_F32 = 0, SEPTRAN_CPU_F16 = 1, SEPTRAN_CPU_BF16 = 2 };
+enum { SEPTRAN_CPU_E_ARGS = -1, SEPTRAN_CPU_E_NOMEM = -2, SEPTRAN_CPU_E_UNIT = -3 };
 
 /* C[m x n] (float32, stride ldc) += op(A)[m x k] @ op(B)[k x n], A and B of `dtype`.
  * op(A) = A stored m x k (stride lda), or with trans_a A stored k x m; op(B) = B stored
  * k x n (stride ldb), or with trans_b B stored n x k. m, n or k zero: C unchanged.
- * float32 is OpenBLAS's sgemm (one thread); float16 is converted to float32 first. */
+ * float32 is OpenBLAS's sgemm (one thread); float16 and bfloat16 are converted to float32 first. */
 int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, int32_t n, int32_t k,
                          int32_t ldc, int32_t lda, int32_t ldb, int32_t trans_a, int32_t trans_b);
 
@@ -58,6 +62,25 @@ int32_t septran_cpu_store(void* dst, int32_t dst_dtype, void* src, int32_t src_d
 
 /* dst[i*ld + j] = 0 for i < rows, j < cols. */
 int32_t septran_cpu_fill_zero(void* dst, int32_t dtype, int32_t rows, int32_t cols, int32_t ld);
+
+/* ---- bfloat16 on the CPU's matrix units (septran_cpu_bf16.c) ---------------------------------------- */
+
+/* Which units this CPU and OS let the library use: SEPTRAN_CPU_UNIT_AVX512BF16 (VDPBF16PS, with the OS
+ * keeping ZMM state), SEPTRAN_CPU_UNIT_AMX (AMX-TILE and AMX-BF16, tile state enabled and Linux's permission
+ * granted). Found once per process. Built with -DSEPTRAN_CPU_EMULATE_UNITS: both, emulated in plain C. */
+enum { SEPTRAN_CPU_UNIT_AVX512BF16 = 1, SEPTRAN_CPU_UNIT_AMX = 2 };
+int32_t septran_cpu_units(void);
+
+/* septran_cpu_gemm_tiles for bfloat16 A and B (uint16_t bits), C float32, on one unit: the products are exact
+ * and summed in float32 (the unit's order, not OpenBLAS's). As the kernels call them: sizes and strides are
+ * int64_t here, as in septran_cpu_typed.c's names. Where septran_cpu_units() lacks the unit: the widened GEMM
+ * (septran_cpu_gemm_bf16_bf16) computes C, and the call returns SEPTRAN_CPU_E_UNIT. */
+int32_t septran_cpu_gemm_avx512bf16_bf16(float* c, uint16_t* a, uint16_t* b, int32_t trans_a, int32_t trans_b,
+                                         int64_t c_rows, int64_t c_cols, int64_t a_rows, int64_t a_cols,
+                                         int64_t b_rows, int64_t b_cols, int64_t ldc, int64_t lda, int64_t ldb);
+int32_t septran_cpu_gemm_amx_bf16(float* c, uint16_t* a, uint16_t* b, int32_t trans_a, int32_t trans_b,
+                                  int64_t c_rows, int64_t c_cols, int64_t a_rows, int64_t a_cols, int64_t b_rows,
+                                  int64_t b_cols, int64_t ldc, int64_t lda, int64_t ldb);
 
 #ifdef __cplusplus
 }

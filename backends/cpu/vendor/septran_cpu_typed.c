@@ -11,7 +11,8 @@
 
 #include "septran_cpu.h"
 
-typedef uint16_t f16; /* IEEE binary16 bits (TileLang's half) */
+typedef uint16_t f16;  /* IEEE binary16 bits (TileLang's half) */
+typedef uint16_t bf16; /* bfloat16 bits (a float32's top half), as the program holds them */
 typedef float f32;
 typedef int64_t i64;
 
@@ -29,6 +30,9 @@ LOAD(f32, f32, SEPTRAN_CPU_F32, SEPTRAN_CPU_F32)
 LOAD(f32, f16, SEPTRAN_CPU_F32, SEPTRAN_CPU_F16)
 LOAD(f16, f32, SEPTRAN_CPU_F16, SEPTRAN_CPU_F32)
 LOAD(f16, f16, SEPTRAN_CPU_F16, SEPTRAN_CPU_F16)
+LOAD(f32, bf16, SEPTRAN_CPU_F32, SEPTRAN_CPU_BF16)
+LOAD(bf16, f32, SEPTRAN_CPU_BF16, SEPTRAN_CPU_F32)
+LOAD(bf16, bf16, SEPTRAN_CPU_BF16, SEPTRAN_CPU_BF16)
 
 #define FILL(T, C)                                                                       \
   int32_t septran_cpu_fill_zero_##T(T* dst, i64 rows, i64 cols, i64 ld) {   \
@@ -37,6 +41,7 @@ LOAD(f16, f16, SEPTRAN_CPU_F16, SEPTRAN_CPU_F16)
 
 FILL(f32, SEPTRAN_CPU_F32)
 FILL(f16, SEPTRAN_CPU_F16)
+FILL(bf16, SEPTRAN_CPU_BF16)
 
 #define GEMM(T, C)                                                                                                   \
   int32_t septran_cpu_gemm_##T##_##T(f32* c, T* a, T* b, int32_t trans_a, int32_t trans_b, i64 c_rows,            \
@@ -48,6 +53,7 @@ FILL(f16, SEPTRAN_CPU_F16)
 
 GEMM(f32, SEPTRAN_CPU_F32)
 GEMM(f16, SEPTRAN_CPU_F16)
+GEMM(bf16, SEPTRAN_CPU_BF16) /* widened to float32 for OpenBLAS; the matrix units' GEMMs: septran_cpu_bf16.c */
 
 #define REDUCE(OP)                                                                                     \
   int32_t septran_cpu_reduce_##OP##_f32(f32* out, f32* x, i64 rows, i64 cols, i64 ldx,    \

@@ -1,0 +1,485 @@
+/* septran_cpu_bf16.c -- bfloat16 GEMMs on the CPU's matrix units: AVX512-BF16 (VDPBF16PS) and AMX (TDPBF16PS).
+ * The contract is septran_cpu.h (septran_cpu_units, septran_cpu_gemm_avx512bf16_bf16, septran_cpu_gemm_amx_bf16).
+ *
+ * Both kernels share everything above the instructions: the argument rules (septran_cpu_gemm_tiles's), a
+ * per-thread scratch, the packing of A and B into zero-padded blocks (so that every edge block computes as a
+ * full one and only its valid part is added into C) and the loops over the blocks. Only the lowest layer
+ * differs between builds: the intrinsics, or, with -DSEPTRAN_CPU_EMULATE_UNITS, plain C with the same
+ * semantics, so that the packing, blocking and edge logic runs (and is tested) on CPUs with neither unit.
+ *
+ * Each unit's code is compiled for it through target attributes, so the library builds with -march=native on
+ * any x86-64 CPU and runs that code only where septran_cpu_units() finds the unit. Not measured (no such CPU
+ * was at hand): either kernel's speed, and the real instructions' results (the emulation follows Intel's
+ * pseudo-code, without its denormal flushing: DAZ on inputs, FTZ on results).
+ */
+#define _GNU_SOURCE /* syscall() and sched_yield() under -std=c11 */
+#include "septran_cpu.h"
+
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(SEPTRAN_CPU_EMULATE_UNITS)
+#define SEPTRAN_UNITS 1
+#elif defined(__x86_64__)
+#define SEPTRAN_UNITS 1
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#else
+#define SEPTRAN_UNITS 0
+#endif
+
+/* ---- which units: CPUID, the OS's saved state (XCR0), Linux's AMX permission; once per process -------- */
+
+#if defined(SEPTRAN_CPU_EMULATE_UNITS)
+static int32_t detect_units(void) { return SEPTRAN_CPU_UNIT_AVX512BF16 | SEPTRAN_CPU_UNIT_AMX; }
+#elif defined(__x86_64__)
+static uint64_t xcr0(void) {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t)hi << 32 | lo;
+}
+
+/* Linux gives a process the AMX tile data state only when asked (arch_prctl, Linux >= 5.16); without it the
+ * first tile instruction faults. Process-wide, so asked once. */
+enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+static int amx_permitted(void) { return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0; }
+
+static int32_t detect_units(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) return 0; /* no OSXSAVE: XGETBV would fault */
+  uint64_t x = xcr0();
+  int zmm_state = (x & 0xe6) == 0xe6;        /* SSE, AVX, opmask, ZMM0-15 upper halves, ZMM16-31 */
+  int tile_state = (x & 0x60000) == 0x60000; /* XTILECFG, XTILEDATA */
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+  unsigned subleaves = a;
+  int avx512f = b >> 16 & 1, amx = (d >> 22 & 1) && (d >> 24 & 1); /* AMX-BF16, AMX-TILE */
+  int avx512_bf16 = subleaves >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
+  int32_t units = 0;
+  if (avx512f && avx512_bf16 && zmm_state) units |= SEPTRAN_CPU_UNIT_AVX512BF16;
+  /* the AMX code is compiled with avx512f too (its C additions may be vectorised with it) */
+  if (amx && avx512f && zmm_state && tile_state && amx_permitted()) units |= SEPTRAN_CPU_UNIT_AMX;
+  return units;
+}
+#else
+static int32_t detect_units(void) { return 0; }
+#endif
+
+static int32_t units_found = -1; /* -2 while the first caller looks */
+
+int32_t septran_cpu_units(void) {
+  int32_t u = __atomic_load_n(&units_found, __ATOMIC_ACQUIRE);
+  if (u >= 0) return u;
+  int32_t unknown = -1;
+  if (__atomic_compare_exchange_n(&units_found, &unknown, -2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    u = detect_units();
+    __atomic_store_n(&units_found, u, __ATOMIC_RELEASE);
+    return u;
+  }
+  while ((u = __atomic_load_n(&units_found, __ATOMIC_ACQUIRE)) < 0) sched_yield(); /* a CPUID and a syscall */
+  return u;
+}
+
+/* ---- the call: septran_cpu_gemm_tiles's rules, as one product m x n x k -------------------------------- */
+
+typedef struct {
+  float* c;
+  const uint16_t *a, *b;
+  int64_t m, n, k, ldc, lda, ldb;
+  int32_t trans_a, trans_b;
+} gemm_t;
+
+static int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
+
+/* A single row makes the stride meaningless (septran_cpu_gemm's rule). */
+static int ld_ok(int64_t* ld, int64_t rows, int64_t cols) {
+  if (rows == 1 && *ld < cols) *ld = cols;
+  return *ld >= cols;
+}
+
+/* The product covers only what every operand holds. 0 with g filled in (a zero size: nothing to do), or
+ * SEPTRAN_CPU_E_ARGS. */
+static int32_t gemm_args(gemm_t* g, float* c, uint16_t* a, uint16_t* b, int32_t trans_a, int32_t trans_b,
+                         int64_t c_rows, int64_t c_cols, int64_t a_rows, int64_t a_cols, int64_t b_rows,
+                         int64_t b_cols, int64_t ldc, int64_t lda, int64_t ldb) {
+  int64_t m = min64(c_rows, trans_a ? a_cols : a_rows), n = min64(c_cols, trans_b ? b_rows : b_cols);
+  int64_t k = min64(trans_a ? a_rows : a_cols, trans_b ? b_cols : b_rows);
+  if (m < 0 || n < 0 || k < 0) return SEPTRAN_CPU_E_ARGS;
+  *g = (gemm_t){c, a, b, m, n, k, ldc, lda, ldb, trans_a, trans_b};
+  if (m == 0 || n == 0 || k == 0) return 0;
+  if (!ld_ok(&g->ldc, m, n) || !ld_ok(&g->lda, trans_a ? k : m, trans_a ? m : k) ||
+      !ld_ok(&g->ldb, trans_b ? n : k, trans_b ? k : n))
+    return SEPTRAN_CPU_E_ARGS;
+  return 0;
+}
+
+#if SEPTRAN_UNITS
+
+/* ---- shared: the scratch and the packing ---------------------------------------------------------------- */
+
+/* The packed operands: one buffer per thread, grown as needed and kept (a kernel calls the leaf once per
+ * tile, on OpenMP threads that live as long as the process), as septran_cpu.c's float16 scratch. */
+static _Thread_local unsigned char* scratch;
+static _Thread_local size_t scratch_bytes;
+
+static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+static int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
+
+static unsigned char* scratch_for(size_t bytes) {
+  if (bytes > scratch_bytes) {
+    unsigned char* grown = aligned_alloc(64, round64(bytes));
+    if (!grown) return NULL;
+    free(scratch);
+    scratch = grown;
+    scratch_bytes = round64(bytes);
+  }
+  return scratch;
+}
+
+/* op(A) (m x k) in blocks of R rows; a block's k in kg groups of G elements, each group R rows of G: element
+ * (i, kk) at ((i / R * kg + kk / G) * R + i % R) * G + kk % G. Zeros past m and k. The AVX512 kernel's G = 2
+ * makes each row's pair one 32-bit word to broadcast; AMX's G = 32 makes each group one 16 x 32 A tile. */
+static void pack_a(uint16_t* d, const gemm_t* g, int R, int G, int64_t kg) {
+  for (int64_t p = 0; p < ceil_div(g->m, R); p++)
+    for (int64_t q = 0; q < kg; q++) {
+      int64_t k0 = q * G, kw = k0 >= g->k ? 0 : min64(G, g->k - k0);
+      for (int r = 0; r < R; r++, d += G) {
+        int64_t i = p * R + r, w = i < g->m ? kw : 0, e = 0;
+        if (w && !g->trans_a)
+          for (const uint16_t* s = g->a + i * g->lda + k0; e < w; e++) d[e] = s[e];
+        else if (w)
+          for (const uint16_t* s = g->a + k0 * g->lda + i; e < w; e++) d[e] = s[e * g->lda];
+        for (; e < G; e++) d[e] = 0;
+      }
+    }
+}
+
+/* The pairs of one pair-row q of a panel: word j = op(B)[2q][j0 + j] | op(B)[2q + 1][j0 + j] << 16, j < W;
+ * zeros past k and n (w = the panel's valid columns). */
+static void pack_pair_row(uint32_t* row, const gemm_t* g, int64_t q, int64_t j0, int64_t w, int W) {
+  int64_t k0 = 2 * q, j = 0;
+  if (k0 >= g->k) w = 0;
+  int both = k0 + 1 < g->k;
+  if (w && !g->trans_b) { /* two rows of B, interleaved */
+    const uint16_t* lo = g->b + k0 * g->ldb + j0;
+    if (both)
+      for (; j < w; j++) row[j] = lo[j] | (uint32_t)lo[j + g->ldb] << 16;
+    else
+      for (; j < w; j++) row[j] = lo[j];
+  } else if (w) { /* B stored n x k: a pair is two neighbours in B's row j */
+    const uint16_t* s = g->b + j0 * g->ldb + k0;
+    for (; j < w; j++, s += g->ldb) row[j] = s[0] | (both ? (uint32_t)s[1] << 16 : 0);
+  }
+  for (; j < W; j++) row[j] = 0;
+}
+
+/* op(B) (k x n) in panels of W columns, each qp (>= ceil(k / 2)) pair-rows of W words: the pair (2q, 2q + 1)
+ * of column j at (j / W * qp + q) * W + j % W, the even k in the low half (the units' VNNI layout). Packed
+ * once per call: every row block of A reads it. */
+static void pack_b(uint32_t* d, const gemm_t* g, int W, int64_t qp) {
+  for (int64_t p = 0; p < ceil_div(g->n, W); p++) {
+    int64_t j0 = p * W, w = min64(W, g->n - j0);
+    for (int64_t q = 0; q < qp; q++, d += W) pack_pair_row(d, g, q, j0, w, W);
+  }
+}
+
+/* A block's sums (rows x cols valid, row stride ld_sums) added into C. */
+static void add_valid(float* c, int64_t ldc, const float* sums, int ld_sums, int rows, int cols) {
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < cols; j++) c[r * ldc + j] += sums[r * ld_sums + j];
+}
+
+/* ---- AVX512-BF16: the lowest layer ---------------------------------------------------------------------- */
+
+#if !defined(SEPTRAN_CPU_EMULATE_UNITS)
+#define AVX512BF16_FN __attribute__((target("avx512f,avx512bf16")))
+#define AVX512BF16_OP static inline __attribute__((always_inline, target("avx512f,avx512bf16")))
+typedef __m512 vacc;     /* 16 float32 sums */
+typedef __m512bh vpairs; /* 16 pairs of bfloat16 */
+AVX512BF16_OP vacc vacc_zero(void) { return _mm512_setzero_ps(); }
+AVX512BF16_OP vacc vacc_load(const float* p) { return _mm512_loadu_ps(p); }
+AVX512BF16_OP void vacc_store(float* p, vacc v) { _mm512_storeu_ps(p, v); }
+AVX512BF16_OP vacc vacc_add(vacc x, vacc y) { return _mm512_add_ps(x, y); }
+AVX512BF16_OP vpairs vpairs_load(const uint32_t* p) { return (vpairs)_mm512_loadu_si512(p); }
+AVX512BF16_OP vpairs vpairs_bcast(const uint32_t* p) { return (vpairs)_mm512_set1_epi32((int)*p); }
+AVX512BF16_OP vacc vdot(vacc acc, vpairs x, vpairs y) { return _mm512_dpbf16_ps(acc, x, y); }
+#else
+/* A bfloat16's value: exact in float32 (so are the products of two). */
+static float bf16_value(uint32_t bits) {
+  uint32_t u = bits << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+#define AVX512BF16_FN
+#define AVX512BF16_OP static inline
+typedef struct { float f[16]; } vacc;
+typedef struct { uint32_t w[16]; } vpairs;
+AVX512BF16_OP vacc vacc_zero(void) { return (vacc){{0}}; }
+AVX512BF16_OP vacc vacc_load(const float* p) { vacc v; memcpy(v.f, p, sizeof v.f); return v; }
+AVX512BF16_OP void vacc_store(float* p, vacc v) { memcpy(p, v.f, sizeof v.f); }
+AVX512BF16_OP vacc vacc_add(vacc x, vacc y) {
+  for (int i = 0; i < 16; i++) x.f[i] += y.f[i];
+  return x;
+}
+AVX512BF16_OP vpairs vpairs_load(const uint32_t* p) { vpairs v; memcpy(v.w, p, sizeof v.w); return v; }
+AVX512BF16_OP vpairs vpairs_bcast(const uint32_t* p) {
+  vpairs v;
+  for (int i = 0; i < 16; i++) v.w[i] = *p;
+  return v;
+}
+/* VDPBF16PS: per lane, the odd pair's exact product added, then the even one's (Intel's pseudo-code order). */
+AVX512BF16_OP vacc vdot(vacc acc, vpairs x, vpairs y) {
+  for (int i = 0; i < 16; i++) {
+    acc.f[i] += bf16_value(x.w[i] >> 16) * bf16_value(y.w[i] >> 16);
+    acc.f[i] += bf16_value(x.w[i] & 0xffff) * bf16_value(y.w[i] & 0xffff);
+  }
+  return acc;
+}
+#endif
+
+/* ---- AVX512-BF16: the kernel ---------------------------------------------------------------------------- */
+
+/* 8 rows x 32 columns of float32 sums: 16 of the 32 zmm registers, 16 VDPBF16PS per two loads of B and 8
+ * broadcasts of A. V_KC pairs of k at a time: a B panel's slice (32 KB) stays in L1 across the row blocks. */
+enum { V_MR = 8, V_NR = 32, V_KC = 256 };
+
+/* C[rows x cols] += an A block (kc pairs x V_MR rows) times a B panel's slice (kc pairs x V_NR columns). */
+static AVX512BF16_FN void avx512_block(const uint32_t* a, const uint32_t* b, int64_t kc, float* c, int64_t ldc,
+                                       int rows, int cols) {
+  vacc acc[V_MR][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < V_MR; r++) acc[r][0] = acc[r][1] = vacc_zero();
+  for (int64_t q = 0; q < kc; q++, a += V_MR, b += V_NR) {
+    vpairs b0 = vpairs_load(b), b1 = vpairs_load(b + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < V_MR; r++) {
+      vpairs ar = vpairs_bcast(a + r);
+      acc[r][0] = vdot(acc[r][0], ar, b0);
+      acc[r][1] = vdot(acc[r][1], ar, b1);
+    }
+  }
+  if (rows == V_MR && cols == V_NR) {
+#pragma GCC unroll 8
+    for (int r = 0; r < V_MR; r++) {
+      float* cr = c + r * ldc;
+      vacc_store(cr, vacc_add(vacc_load(cr), acc[r][0]));
+      vacc_store(cr + 16, vacc_add(vacc_load(cr + 16), acc[r][1]));
+    }
+    return;
+  }
+  float sums[V_MR][V_NR]; /* a block past m or n: its padding stays here */
+#pragma GCC unroll 8
+  for (int r = 0; r < V_MR; r++) vacc_store(sums[r], acc[r][0]), vacc_store(sums[r] + 16, acc[r][1]);
+  add_valid(c, ldc, &sums[0][0], V_NR, rows, cols);
+}
+
+static int32_t avx512_gemm(const gemm_t* g) {
+  int64_t qp = ceil_div(g->k, 2), mb = ceil_div(g->m, V_MR), nb = ceil_div(g->n, V_NR);
+  size_t a_bytes = round64((size_t)(mb * V_MR * qp) * 4), b_bytes = (size_t)(nb * V_NR * qp) * 4;
+  unsigned char* s = scratch_for(a_bytes + b_bytes);
+  if (!s) return SEPTRAN_CPU_E_NOMEM;
+  const uint32_t *pa = (const uint32_t*)s, *pb = (const uint32_t*)(s + a_bytes);
+  pack_a((uint16_t*)s, g, V_MR, 2, qp);
+  pack_b((uint32_t*)(s + a_bytes), g, V_NR, qp);
+  for (int64_t q0 = 0; q0 < qp; q0 += V_KC)
+    for (int64_t jb = 0; jb < nb; jb++)
+      for (int64_t ib = 0; ib < mb; ib++)
+        avx512_block(pa + (ib * qp + q0) * V_MR, pb + (jb * qp + q0) * V_NR, min64(V_KC, qp - q0),
+                     g->c + ib * V_MR * g->ldc + jb * V_NR, g->ldc, (int)min64(V_MR, g->m - ib * V_MR),
+                     (int)min64(V_NR, g->n - jb * V_NR));
+  return 0;
+}
+
+/* ---- AMX: the lowest layer ------------------------------------------------------------------------------ */
+
+#if !defined(SEPTRAN_CPU_EMULATE_UNITS)
+#define AMX_FN __attribute__((target("amx-tile,amx-bf16,avx512f")))
+/* gcc 12's tile macros tell the compiler of no memory they read (and _tile_loadconfig of 8 of its 64 bytes):
+ * a compiler barrier that is handed the pointer makes every store to it (packing, the config) happen first. */
+#define READS(p) __asm__ volatile("" : : "r"(p) : "memory")
+#define TILE_CONFIG(cfg) do { READS(cfg); _tile_loadconfig(cfg); } while (0)
+#define TILE_LOAD(t, p, stride) do { READS(p); _tile_loadd(t, p, stride); } while (0)
+#define TILE_STORE(t, p, stride) _tile_stored(t, p, stride) /* clobbers "memory" itself */
+#define TILE_ZERO(t) _tile_zero(t)
+#define TILE_DP(c, a, b) _tile_dpbf16ps(c, a, b)
+#define TILE_RELEASE() _tile_release()
+#else
+#define AMX_FN
+/* The 8 tile registers of this thread as arrays (16 rows of 64 bytes), with the configured shapes. A shape
+ * the hardware would refuse (#UD) aborts. */
+static _Thread_local struct {
+  int on;
+  int rows[8], colsb[8];
+  unsigned char t[8][16][64];
+} tiles;
+
+static void emu_check(int ok) {
+  if (!ok) abort();
+}
+
+static void emu_config(const unsigned char* cfg) {
+  emu_check(cfg[0] == 1); /* palette 1 */
+  for (int t = 0; t < 8; t++) {
+    tiles.colsb[t] = cfg[16 + 2 * t] | cfg[17 + 2 * t] << 8;
+    tiles.rows[t] = cfg[48 + t];
+    emu_check(tiles.colsb[t] <= 64 && tiles.colsb[t] % 4 == 0 && tiles.rows[t] <= 16);
+  }
+  memset(tiles.t, 0, sizeof tiles.t);
+  tiles.on = 1;
+}
+
+static void emu_load(int t, const void* p, int64_t stride) {
+  emu_check(tiles.on);
+  memset(tiles.t[t], 0, sizeof tiles.t[t]); /* past the configured shape: zero, as TILELOADD leaves it */
+  for (int r = 0; r < tiles.rows[t]; r++) memcpy(tiles.t[t][r], (const char*)p + r * stride, tiles.colsb[t]);
+}
+
+static void emu_store(int t, void* p, int64_t stride) {
+  emu_check(tiles.on);
+  for (int r = 0; r < tiles.rows[t]; r++) memcpy((char*)p + r * stride, tiles.t[t][r], tiles.colsb[t]);
+}
+
+static void emu_zero(int t) {
+  emu_check(tiles.on);
+  memset(tiles.t[t], 0, sizeof tiles.t[t]);
+}
+
+static uint32_t emu_word(int t, int r, int i) {
+  uint32_t w;
+  memcpy(&w, tiles.t[t][r] + 4 * i, 4);
+  return w;
+}
+
+/* TDPBF16PS: C[m][n] += A's pair k of row m . B's pair n of row k, the even products' sum first (Intel's
+ * pseudo-code order). */
+static void emu_dp(int c, int a, int b) {
+  int rows = tiles.rows[c], cols = tiles.colsb[c] / 4, pairs = tiles.colsb[a] / 4;
+  emu_check(tiles.on && tiles.rows[a] == rows && tiles.rows[b] == pairs && tiles.colsb[b] == tiles.colsb[c]);
+  for (int m = 0; m < rows; m++)
+    for (int n = 0; n < cols; n++) {
+      float sum;
+      memcpy(&sum, tiles.t[c][m] + 4 * n, 4);
+      for (int k = 0; k < pairs; k++) {
+        uint32_t x = emu_word(a, m, k), y = emu_word(b, k, n);
+        sum += bf16_value(x & 0xffff) * bf16_value(y & 0xffff);
+        sum += bf16_value(x >> 16) * bf16_value(y >> 16);
+      }
+      memcpy(tiles.t[c][m] + 4 * n, &sum, 4);
+    }
+}
+
+#define TILE_CONFIG(cfg) emu_config(cfg)
+#define TILE_LOAD(t, p, stride) emu_load(t, p, stride)
+#define TILE_STORE(t, p, stride) emu_store(t, p, stride)
+#define TILE_ZERO(t) emu_zero(t)
+#define TILE_DP(c, a, b) emu_dp(c, a, b)
+#define TILE_RELEASE() (tiles.on = 0)
+#endif
+
+/* ---- AMX: the kernel ------------------------------------------------------------------------------------ */
+
+/* Tiles: C 16 x 16 float32; A 16 rows x 32 k; B 16 pair-rows (32 k) x 16 columns. Every tile register is
+ * configured 16 rows x 64 bytes: the packing pads m and n to 16 and k to 32, so no block needs another shape.
+ * Registers: 0-3 a 2 x 2 block of C tiles (32 x 32), 4-5 its two A tiles, 6-7 its two B tiles. */
+enum { T_M = 16, T_N = 16, T_K = 32, T_A = T_M * T_K /* bf16 */, T_B = T_K / 2 * T_N /* words */ };
+
+static AMX_FN void amx_configure(void) {
+  _Alignas(64) unsigned char cfg[64] = {1}; /* palette 1, start row 0 */
+  for (int t = 0; t < 8; t++) cfg[16 + 2 * t] = 64, cfg[48 + t] = 16;
+  TILE_CONFIG(cfg);
+}
+
+/* C[rows x cols] += (a0; a1) . (b0 b1) over kt steps of 32 k; a1 or b1 NULL where the block has only one tile
+ * row or column (rows or cols <= 16). The sums leave the tiles through a float32 block, which only its valid
+ * part leaves. */
+static AMX_FN void amx_block(const uint16_t* a0, const uint16_t* a1, const uint32_t* b0, const uint32_t* b1,
+                             int64_t kt, float* c, int64_t ldc, int rows, int cols) {
+  TILE_ZERO(0);
+  TILE_ZERO(1);
+  TILE_ZERO(2);
+  TILE_ZERO(3);
+  for (int64_t s = 0; s < kt; s++) {
+    TILE_LOAD(4, a0 + s * T_A, 64);
+    TILE_LOAD(6, b0 + s * T_B, 64);
+    TILE_DP(0, 4, 6);
+    if (b1) {
+      TILE_LOAD(7, b1 + s * T_B, 64);
+      TILE_DP(1, 4, 7);
+    }
+    if (a1) {
+      TILE_LOAD(5, a1 + s * T_A, 64);
+      TILE_DP(2, 5, 6);
+      if (b1) TILE_DP(3, 5, 7);
+    }
+  }
+  float sums[2 * T_M][2 * T_N];
+  TILE_STORE(0, &sums[0][0], sizeof sums[0]);
+  if (b1) TILE_STORE(1, &sums[0][T_N], sizeof sums[0]);
+  if (a1) TILE_STORE(2, &sums[T_M][0], sizeof sums[0]);
+  if (a1 && b1) TILE_STORE(3, &sums[T_M][T_N], sizeof sums[0]);
+  add_valid(c, ldc, &sums[0][0], 2 * T_N, rows, cols);
+}
+
+static AMX_FN int32_t amx_gemm(const gemm_t* g) {
+  int64_t kt = ceil_div(g->k, T_K), mt = ceil_div(g->m, T_M), nt = ceil_div(g->n, T_N);
+  size_t a_bytes = round64((size_t)(mt * kt * T_A) * 2), b_bytes = (size_t)(nt * kt * T_B) * 4;
+  unsigned char* s = scratch_for(a_bytes + b_bytes);
+  if (!s) return SEPTRAN_CPU_E_NOMEM;
+  const uint16_t* pa = (const uint16_t*)s;
+  const uint32_t* pb = (const uint32_t*)(s + a_bytes);
+  pack_a((uint16_t*)s, g, T_M, T_K, kt);                  /* tile (i, s) at pa + (i * kt + s) * T_A */
+  pack_b((uint32_t*)(s + a_bytes), g, T_N, kt * T_K / 2); /* tile (j, s) at pb + (j * kt + s) * T_B */
+  amx_configure();
+  /* two B panels (2 x kt KB) stay in cache while every row block of A passes them */
+  for (int64_t j = 0; j < nt; j += 2)
+    for (int64_t i = 0; i < mt; i += 2)
+      amx_block(pa + i * kt * T_A, i + 1 < mt ? pa + (i + 1) * kt * T_A : NULL, pb + j * kt * T_B,
+                j + 1 < nt ? pb + (j + 1) * kt * T_B : NULL, kt, g->c + i * T_M * g->ldc + j * T_N, g->ldc,
+                (int)min64(2 * T_M, g->m - i * T_M), (int)min64(2 * T_N, g->n - j * T_N));
+  TILE_RELEASE();
+  return 0;
+}
+
+#else /* neither x86-64 nor the emulation: no unit to run on */
+static int32_t avx512_gemm(const gemm_t* g) { (void)g; return SEPTRAN_CPU_E_UNIT; }
+static int32_t amx_gemm(const gemm_t* g) { (void)g; return SEPTRAN_CPU_E_UNIT; }
+#endif
+
+/* ---- the entry points: the kernels' signature (septran_cpu_typed.c's GEMM) -------------------------------- */
+
+static int32_t gemm_on(int32_t unit, int32_t (*run)(const gemm_t*), float* c, uint16_t* a, uint16_t* b,
+                       int32_t trans_a, int32_t trans_b, int64_t c_rows, int64_t c_cols, int64_t a_rows,
+                       int64_t a_cols, int64_t b_rows, int64_t b_cols, int64_t ldc, int64_t lda, int64_t ldb) {
+  if (!(septran_cpu_units() & unit)) {
+    /* A kernel ignores what its leaves return: one that reaches a CPU without the unit (a binary moved to
+     * another machine; SepTran refuses the binding there) gets the widened product, never an untouched C. */
+    int32_t err = septran_cpu_gemm_tiles(c, a, b, SEPTRAN_CPU_BF16, trans_a, trans_b, (int32_t)c_rows,
+                                         (int32_t)c_cols, (int32_t)a_rows, (int32_t)a_cols, (int32_t)b_rows,
+                                         (int32_t)b_cols, (int32_t)ldc, (int32_t)lda, (int32_t)ldb);
+    return err ? err : SEPTRAN_CPU_E_UNIT;
+  }
+  gemm_t g;
+  int32_t err = gemm_args(&g, c, a, b, trans_a, trans_b, c_rows, c_cols, a_rows, a_cols, b_rows, b_cols, ldc, lda,
+                          ldb);
+  if (err || !g.m || !g.n || !g.k) return err;
+  return run(&g);
+}
+
+int32_t septran_cpu_gemm_avx512bf16_bf16(float* c, uint16_t* a, uint16_t* b, int32_t trans_a, int32_t trans_b,
+                                         int64_t c_rows, int64_t c_cols, int64_t a_rows, int64_t a_cols,
+                                         int64_t b_rows, int64_t b_cols, int64_t ldc, int64_t lda, int64_t ldb) {
+  return gemm_on(SEPTRAN_CPU_UNIT_AVX512BF16, avx512_gemm, c, a, b, trans_a, trans_b, c_rows, c_cols, a_rows,
+                 a_cols, b_rows, b_cols, ldc, lda, ldb);
+}
+
+int32_t septran_cpu_gemm_amx_bf16(float* c, uint16_t* a, uint16_t* b, int32_t trans_a, int32_t trans_b,
+                                  int64_t c_rows, int64_t c_cols, int64_t a_rows, int64_t a_cols, int64_t b_rows,
+                                  int64_t b_cols, int64_t ldc, int64_t lda, int64_t ldb) {
+  return gemm_on(SEPTRAN_CPU_UNIT_AMX, amx_gemm, c, a, b, trans_a, trans_b, c_rows, c_cols, a_rows, a_cols, b_rows,
+                 b_cols, ldc, lda, ldb);
+}

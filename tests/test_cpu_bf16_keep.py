@@ -1,0 +1,165 @@
+"""Issue 21: bfloat16 GEMMs on the cpu target without float32 copies, on the CPU's matrix units where it has them.
+
+The gemm mapping keeps bfloat16 tensors as they are (``keep_dtypes``); the program holds them as uint16 bits
+(target.yaml ``holds_as_bits``) that only vendor functions named for bf16 touch; the matrix units' leaves are
+refused on a CPU without them, and ``shape_points`` sends bfloat16 calls to them where the CPU has them. The
+units' kernels themselves are tested in tests/test_cpu_bf16_units.py (emulated where the CPU lacks them).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import septran
+from conftest import REPO, assert_flash_rule, edited_mapping, forbid_tilelang, mapping_path
+from septran.records import device
+
+GEMM = REPO / "septran" / "ops" / "logic" / "gemm.py"
+SOFTMAX = REPO / "examples" / "softmax" / "softmax.py"
+AMX = frozenset({"amx_tile", "amx_bf16", "avx512_bf16", "avx2"})
+BF16 = {"A": ((37, 50), "bfloat16"), "B": ((50, 29), "bfloat16")}
+
+
+def _with_flags(monkeypatch, flags) -> None:
+    monkeypatch.setattr(device, "host_flags", lambda: frozenset(flags))
+
+
+def _leaf(variant) -> str:
+    return variant.choice.point["task_mappings.gemm_block_cpu.leaf_task_bindings.gemm_leaf_logic"]
+
+
+def test_bfloat16_reaches_the_program_as_uint16_bits():
+    kernel = septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu"))
+    src = kernel.specialize(**BF16).tilelang_source
+    for name in ("A", "B", "C"):
+        assert f'"uint16"),  # bfloat16, held as its bits' in next(l for l in src.splitlines() if l.strip().startswith(f"{name}: T.Tensor"))
+    assert "septran_cpu_gemm_bf16_bf16" in src and "septran_cpu_store_bf16_f32" in src
+    assert "float32" not in kernel.specialize(**BF16).spec.dtypes.values()
+
+
+def test_shape_points_send_bfloat16_to_the_unit_the_cpu_has(monkeypatch):
+    kernel = septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu"))
+    _with_flags(monkeypatch, {"avx2"})
+    assert _leaf(kernel.specialize(**BF16)) == "gemm_leaf_blas"
+    _with_flags(monkeypatch, {"avx2", "avx512_bf16"})
+    assert _leaf(septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu")).specialize(**BF16)) == "gemm_leaf_avx512bf16"
+    _with_flags(monkeypatch, AMX)
+    k = septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu"))
+    amx = k.specialize(**BF16)
+    assert _leaf(amx) == "gemm_leaf_amx" and "septran_cpu_gemm_amx_bf16" in amx.tilelang_source
+    assert "shape_points entry 1" in amx.choice.source
+    # float32 calls never reach a unit's leaf
+    f32 = k.specialize(A=((37, 50), "float32"), B=((50, 29), "float32"))
+    assert "bf16" not in f32.tilelang_source and "uint16" not in f32.tilelang_source
+
+
+def test_golden_amx_program(monkeypatch, golden):
+    _with_flags(monkeypatch, AMX)
+    kernel = septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu"))
+    golden("gemm_bf16_amx.cpu.py", kernel.specialize(A=((1000, 520), "bfloat16"), B=((520, 777), "bfloat16")).tilelang_source)
+
+
+def test_a_unit_the_cpu_lacks_is_refused_at_the_binding(tmp_path, monkeypatch):
+    _with_flags(monkeypatch, {"avx2", "avx512_bf16"})
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("gemm_leaf_logic: gemm_leaf_blas", "gemm_leaf_logic: gemm_leaf_amx"))
+    forbid_tilelang(monkeypatch, "refused before TileLang")
+    with pytest.raises(septran.MappingError, match=r"gemm_leaf_amx needs a CPU that reports amx_tile, amx_bf16; "
+                                                   r"this one \(.*\) lacks amx_tile, amx_bf16") as info:
+        septran.compile(logic_file=GEMM, mapping_file=path).specialize(**BF16)
+    assert "gemm_leaf_amx" in path.read_text().splitlines()[info.value.loc.line - 1]
+
+
+def test_tuning_skips_a_unit_the_cpu_lacks(tmp_path, monkeypatch):
+    """The space lists the units' leaves: on a CPU without them, static pruning drops their points (the binding
+    names what the CPU lacks) and keeps the rest."""
+    from septran.lowering import Specialization
+    from septran.tuning.prune import prune_static
+
+    _with_flags(monkeypatch, {"avx2"})
+    leaves = "!tune [gemm_leaf_blas, gemm_leaf_cpu, gemm_leaf_amx, gemm_leaf_avx512bf16]"
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("gemm_leaf_logic: gemm_leaf_blas", f"gemm_leaf_logic: {leaves}"),
+                          ("{C: LOCAL, A: GLOBAL, B: GLOBAL}", "{C: LOCAL, A: LOCAL, B: LOCAL}"), ("BK: 512", "BK: 128"))
+    k = septran.compile(logic_file=GEMM, mapping_file=path)
+    spec = Specialization(k.shapes.solve({n: s for n, (s, _) in BF16.items()}), {"A": "bfloat16", "B": "bfloat16", "C": "bfloat16"})
+    key = "task_mappings.gemm_block_cpu.leaf_task_bindings.gemm_leaf_logic"
+    by_leaf = {}
+    for c in prune_static(k.graph, k.shapes, k.mapping, k.target, spec):
+        by_leaf.setdefault(c.point[key], []).append(c)
+    for unit in ("gemm_leaf_amx", "gemm_leaf_avx512bf16"):
+        assert by_leaf[unit] and not any(c.ok for c in by_leaf[unit])
+        assert all("lacks" in c.message for c in by_leaf[unit])
+    assert all(c.ok for c in by_leaf["gemm_leaf_blas"] + by_leaf["gemm_leaf_cpu"])
+
+
+def _twice(tmp_path, block_mems: str):
+    from test_issue22_leaf_types import LOCAL_COPY, LOCAL_MAPPING
+
+    logic, mapping = tmp_path / "twice.py", tmp_path / "twice.yaml"
+    logic.write_text(LOCAL_COPY)
+    text = LOCAL_MAPPING.replace("entrypoint: h", "entrypoint: h\nkeep_dtypes: [bfloat16]")
+    mapping.write_text(text.replace('mems: {"*": LOCAL}', f'mems: {{"*": {block_mems}}}'))
+    return septran.compile(logic_file=logic, mapping_file=mapping), mapping
+
+
+def test_elementwise_code_on_kept_bits_is_refused(tmp_path, monkeypatch):
+    """Elementwise code reading X where it lies would read bfloat16 bits as integers."""
+    kernel, path = _twice(tmp_path, "GLOBAL")
+    forbid_tilelang(monkeypatch, "refused before TileLang")
+    with pytest.raises(septran.MappingError, match=r"[XY] stays bfloat16 \(keep_dtypes\), which cpu holds as uint16 "
+                                                   r"bits, but elementwise code reads or writes it") as info:
+        kernel.specialize(X=((7, 33), "bfloat16"))
+    assert "keep_dtypes" in path.read_text().splitlines()[info.value.loc.line - 1]
+    assert "delete bfloat16 from keep_dtypes" in info.value.hint
+
+
+@pytest.mark.build
+def test_kept_bits_staged_in_local_are_computed_converted(tmp_path):
+    """The same code on tiles the vendor's copies convert (bf16 -> f32 on load, f32 -> bf16 on store) is right."""
+    kernel, _ = _twice(tmp_path, "LOCAL")
+    assert "float32" in kernel.specialize(X=((7, 33), "bfloat16")).tilelang_source
+    x = torch.randn(20, 30).to(torch.bfloat16)
+    y = kernel(x)
+    assert y.dtype == torch.bfloat16 and torch.equal(y, x * 2)
+
+
+def test_keep_dtypes_is_checked(tmp_path):
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("keep_dtypes: [bfloat16]", "keep_dtypes: [bfloat17]"))
+    with pytest.raises(septran.MappingError, match="keep_dtypes: 'bfloat17' is not an element type"):
+        septran.compile(logic_file=GEMM, mapping_file=path)
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("mems,leaf", [("A: GLOBAL, B: GLOBAL", "gemm_leaf_blas"),
+                                       ("A: LOCAL, B: LOCAL", "gemm_leaf_blas"),
+                                       ("A: LOCAL, B: LOCAL", "gemm_leaf_cpu")])
+def test_bfloat16_gemm_is_right_without_float32_copies(tmp_path, mems, leaf):
+    """The flash rule against float64 on odd shapes, bfloat16 in and out: OpenBLAS widening each tile in place,
+    the vendor's bf16 -> f32 copies into LOCAL tiles, and the f32 -> bf16 store (round to nearest even)."""
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("{C: LOCAL, A: GLOBAL, B: GLOBAL}", f"{{C: LOCAL, {mems}}}"),
+                          ("gemm_leaf_logic: gemm_leaf_blas", f"gemm_leaf_logic: {leaf}"),
+                          ("BM: 256", "BM: 64"), ("BN: 256", "BN: 32"), ("BK: 512", "BK: 48"))
+    kernel = septran.compile(logic_file=GEMM, mapping_file=path)
+    g = torch.Generator().manual_seed(21)
+    for m, k, n in ((37, 50, 29), (1, 97, 65), (130, 7, 33)):
+        a = torch.randn(m, k, generator=g).to(torch.bfloat16)
+        b = torch.randn(k, n, generator=g).to(torch.bfloat16)
+        out = kernel(a, b)
+        assert out.dtype == torch.bfloat16
+        assert_flash_rule(out, a.double() @ b.double(), a @ b, f"{m}x{k}x{n} {mems} {leaf}")
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("leaf,flags", [("gemm_leaf_amx", ("amx_tile", "amx_bf16")), ("gemm_leaf_avx512bf16", ("avx512_bf16",))])
+def test_the_units_leaves_are_right_where_the_cpu_has_them(tmp_path, leaf, flags):
+    """On the hardware (skipped elsewhere: tests/test_cpu_bf16_units.py runs the same kernels emulated): the
+    flash rule on odd shapes and both transposes' neighbours, through the shipped mapping's bfloat16 point."""
+    if not set(flags) <= device.host_flags():
+        pytest.skip(f"this CPU lacks {', '.join(flags)}")
+    kernel = septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu"))
+    g = torch.Generator().manual_seed(7)
+    for m, k, n in ((37, 50, 29), (1, 97, 65), (300, 1031, 257)):
+        a = torch.randn(m, k, generator=g).to(torch.bfloat16)
+        b = torch.randn(k, n, generator=g).to(torch.bfloat16)
+        out = kernel(a, b)
+        assert _leaf(kernel.latest) == leaf or leaf == "gemm_leaf_avx512bf16" and "amx_bf16" in device.host_flags()
+        assert_flash_rule(out, a.double() @ b.double(), a @ b, f"{m}x{k}x{n} {leaf}")
