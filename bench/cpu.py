@@ -88,6 +88,14 @@ def cases(small: bool) -> list[dict]:
     n = 128 if small else 1024
     add("bf16", "gemm bf16", f"{n}^3", "gemm", [(n, n)] * 2, {"matmul": torch.matmul}, 2.0 * n ** 3, "GFLOP/s",
         atol=0.5, rtol=2e-2, dtype=torch.bfloat16)
+    # a decode step's bf16 GEMMs: B k x n (gemm), and a Linear's (n, k) weight with its bias (the model level's form)
+    m, n, k = (1, 256, 256) if small else (1, 4096, 4096)
+    add("bf16", "gemm bf16 decode", f"{m}x{n}x{k}", "gemm", [(m, k), (k, n)], {"matmul": torch.matmul}, 2.0 * m * n * k,
+        "GFLOP/s", atol=0.5, rtol=2e-2, dtype=torch.bfloat16)
+    m, n, k = (1, 384, 256) if small else (1, 11008, 4096)
+    add("bf16", "linear+relu bf16 decode", f"{m}x{n}x{k}", ("gemm_epilogue", ("relu", False, True)),
+        [(m, k), (n, k), (n,)], {"relu(linear)": lambda x, w, bias: F.relu(F.linear(x, w, bias))}, 2.0 * m * n * k,
+        "GFLOP/s", atol=0.5, rtol=2e-2, dtype=torch.bfloat16)
     b, n = (2, 64) if small else (8, 512)
     add("bmm", "bmm", f"{b}x{n}x{n}x{n}", "bmm", [(b, n, n)] * 2, {"bmm": torch.bmm}, 2.0 * b * n ** 3, "GFLOP/s", atol=1e-3)
     n = 128 if small else 1024

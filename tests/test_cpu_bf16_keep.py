@@ -163,3 +163,30 @@ def test_the_units_leaves_are_right_where_the_cpu_has_them(tmp_path, leaf, flags
         out = kernel(a, b)
         assert _leaf(kernel.latest) == leaf or leaf == "gemm_leaf_avx512bf16" and "amx_bf16" in device.host_flags()
         assert_flash_rule(out, a.double() @ b.double(), a @ b, f"{m}x{k}x{n} {leaf}")
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("act,w_transposed", [("none", True), ("gelu", False), ("silu", True)])
+def test_bfloat16_linear_layers_are_right_and_keep_their_type(act, w_transposed):
+    """The model level's GEMMs (septran::gemm, septran::gemm_residual: the epilogue mapping keeps bfloat16 too,
+    the bias and the residual reaching the epilogue through the vendor's converting copies), a Linear's (N, K)
+    weight read in place: the flash rule against float64 on odd shapes."""
+    import septran.ops.gemm  # noqa: F401  (registers torch.ops.septran.gemm)
+    import septran.ops.gemm_residual  # noqa: F401
+
+    g = torch.Generator().manual_seed(3)
+    m, k, n = 37, 70, 45
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    w = torch.randn(*((n, k) if w_transposed else (k, n)), generator=g).to(torch.bfloat16)
+    bias = torch.randn(n, generator=g).to(torch.bfloat16)
+    r = torch.randn(m, n, generator=g).to(torch.bfloat16)
+    acts = {"none": lambda t: t, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}
+    wt = w.t() if w_transposed else w
+    out = torch.ops.septran.gemm(x, w, bias, w_transposed, act)
+    assert out.dtype == torch.bfloat16
+    ref = acts[act](x.double() @ wt.double() + bias.double())
+    assert_flash_rule(out, ref, acts[act](x @ wt + bias), f"gemm {act} {w_transposed}")
+    if act == "none":
+        out = torch.ops.septran.gemm_residual(x, w, bias, r, w_transposed)
+        ref = x.double() @ wt.double() + bias.double() + r.double()
+        assert_flash_rule(out, ref, x @ wt + bias + r, "gemm_residual")

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.build  # 15 of its 18 tests build kernels
 
 VENDOR = REPO / "backends/cpu/vendor"
 OPENBLAS = "{package: scipy_openblas32, file: lib/libscipy_openblas.so, dist: scipy-openblas32}"
-CODES = {torch.float32: 0, torch.float16: 1}
+CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 U32 = 2.0 ** -24  # float32's unit roundoff
 SETTINGS = dict(derandomize=True, deadline=None, phases=[Phase.explicit, Phase.generate])
 KERNEL_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno"]  # as the CPU target compiles kernels
@@ -135,15 +135,16 @@ def check_gemm(lib, dtype, m, n, k, trans_a, trans_b, pads=(0, 0, 0), seed=0):
     assert ((c.double() - want).abs() <= bound).all(), f"max error {(c.double() - want).abs().max():.3e}"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
-@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (37, 53, 19), (64, 48, 96), (1, 53, 19), (37, 1, 19)])  # one row, one column: sgemv
+# one row, one column: sgemv (one row of 16-bit B: widened in registers, septran_cpu_row_gemm_16)
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (37, 53, 19), (64, 48, 96), (1, 53, 19), (37, 1, 19), (1, 37, 133)])
 def test_gemm(lib, dtype, trans_a, trans_b, m, n, k):
     check_gemm(lib, dtype, m, n, k, trans_a, trans_b, pads=(3, 5, 1))
 
 
 @settings(max_examples=30, **SETTINGS)
-@given(dtype=st.sampled_from([torch.float32, torch.float16]), m=st.integers(1, 40), n=st.integers(1, 40),
+@given(dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]), m=st.integers(1, 40), n=st.integers(1, 40),
        k=st.integers(1, 70), trans_a=st.integers(0, 1), trans_b=st.integers(0, 1),
        pads=st.tuples(*[st.sampled_from([0, 1, 16]) for _ in range(3)]))
 def test_gemm_any_shape(lib, dtype, m, n, k, trans_a, trans_b, pads):
@@ -151,7 +152,7 @@ def test_gemm_any_shape(lib, dtype, m, n, k, trans_a, trans_b, pads):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (1, 1), (0, 1)])
 @pytest.mark.parametrize("n,k", [(1031, 261), (67, 2053)])
 def test_one_row_split_over_threads(lib, threads, trans_a, trans_b, n, k):
     """One row of C over a B the vendor splits over the OpenMP threads itself (septran_cpu_gemv.c: from 2^24
@@ -161,7 +162,7 @@ def test_one_row_split_over_threads(lib, threads, trans_a, trans_b, n, k):
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # the OpenMP runtime the vendor library shares with torch
     try:
-        for dtype in (torch.float32, torch.float16):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
             check_gemm(lib, dtype, 1, n, k, trans_a, trans_b, pads=(0, 3, 5), seed=n + k)
     finally:
         torch.set_num_threads(before)

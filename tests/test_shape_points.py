@@ -116,7 +116,7 @@ def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
         from septran.mapping import shape_points
 
         units = sum(1 for e in m.shape_points if e.cpu_flags)
-        assert units == (2 if name == "gemm" else 0)
+        assert units == 2
 
         # first, in gemm.yaml: a bfloat16 call on a CPU with a matrix unit (entries of dtypes and cpu_flags, which
         # a caller naming no types never falls in); then one row, small or not (a GEMV: tiles as wide as C, up to

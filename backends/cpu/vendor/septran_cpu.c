@@ -335,6 +335,13 @@ int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, i
   if (!ld_ok(&ldc, m, n) || !ld_ok(&lda, a_rows, a_cols) || !ld_ok(&ldb, b_rows, b_cols)) return SEPTRAN_CPU_E_ARGS;
   const float* a = A;
   const float* b = B;
+  if (dtype != SEPTRAN_CPU_F32 && m == 1) { /* a decode step: only a is widened, B streams once as it is */
+    float* s = scratch_for((size_t)k);
+    if (!s) return SEPTRAN_CPU_E_NOMEM;
+    widen(s, A, dtype, a_rows, a_cols, lda); /* 1 x k, or k x 1: k dense floats either way */
+    septran_cpu_row_gemm_16(C, s, 1, B, dtype == SEPTRAN_CPU_BF16, k, n, ldb, trans_b);
+    return 0;
+  }
   if (dtype != SEPTRAN_CPU_F32) {
     size_t a_size = (size_t)a_rows * a_cols;
     float* s = scratch_for(a_size + (size_t)b_rows * b_cols);

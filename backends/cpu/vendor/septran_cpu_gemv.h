@@ -9,6 +9,11 @@
 void septran_cpu_row_gemm(float* c, const float* a, int32_t inc_a, const float* b, int32_t k, int32_t n,
                           int32_t ldb, int32_t trans_b);
 
+/* The same for a 16-bit B (bf16 != 0: bfloat16, else IEEE float16), widened in registers: a decode step's
+ * bfloat16 or float16 weight read once, never copied to float32 first. */
+void septran_cpu_row_gemm_16(float* c, const float* a, int32_t inc_a, const uint16_t* b, int32_t bf16, int32_t k,
+                             int32_t n, int32_t ldb, int32_t trans_b);
+
 /* From this many elements of B a call outside a parallel region splits over the threads; 0: SEPTRAN_CPU_GEMV_SPLIT
  * or the default again (for the tests). */
 void septran_cpu_gemv_split(int64_t elements);
