@@ -141,6 +141,34 @@ def test_damaged_lines_are_skipped_with_one_warning(db, caplog):
     assert [r.point[BM] for r in TuningDB(db.path).records(key)] == [64, 32]
 
 
+def test_a_lookup_parses_only_its_own_keys_lines(db, monkeypatch, caplog):
+    """A record's line is indexed by the key digest it starts with and parsed when that key is asked for: a warm
+    process's first kernel call parsed every record (0.4 ms each) before. A damaged line of another key is
+    reported when that key is read; one whose written digest lies is found under its real key only."""
+    from septran.records import db as db_module
+
+    keys = [make_key(shapes={"A": (n, 128), "B": (128, 64), "C": (n, 64)}) for n in (16, 32, 48)]
+    for key in keys:
+        for bm in (64, 128):
+            db.append(ok(key, bm, bm * 1e-5))
+    honest = ok(keys[2], 256, 9e-3).to_line()
+    liar = honest.replace(keys[2].digest().encode(), keys[1].digest().encode(), 1)
+    broken = ok(keys[0], 8, 1e-3).to_line()[:-30] + b"}\n"
+    with open(db.path, "ab") as f:
+        f.write(liar + broken)
+    parsed = []
+    real = db_module._record_of
+    monkeypatch.setattr(db_module, "_record_of", lambda line: parsed.append(line) or real(line))
+    reader = TuningDB(db.path)
+    assert not reader.empty() and not parsed
+    assert [r.point[BM] for r in reader.records(keys[1])] == [64, 128] and len(parsed) == 3  # its two, and the liar
+    assert [r.point[BM] for r in reader.records(keys[2])] == [64, 128, 256]  # the liar, under its real key
+    with caplog.at_level(logging.WARNING, logger="septran.records"):
+        assert [r.point[BM] for r in reader.records(keys[0])] == [64, 128]
+    assert any("skipped 1 line(s)" in r.getMessage() for r in caplog.records)
+    assert [r.point[BM] for r in reader.all()] == [64, 128] * 3 + [256]  # the order written
+
+
 def test_a_reader_sees_what_other_writers_append(db):
     key = make_key()
     db.append(ok(key, 64, 1e-3))

@@ -24,6 +24,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,15 +41,23 @@ log = logging.getLogger(__name__)
 __all__ = ["TuningDB", "TuningKey", "TuningRecord", "Timing", "STATUSES", "point_id", "default_db", "best_of"]
 
 
+# The start of every line ``TuningRecord.to_line`` writes: the key's digest comes second, so a line is indexed by
+# it without being parsed (a record is about 7 KB of JSON with its timings: parsing and checking it took 0.4 ms,
+# and a warm process with a few hundred records spent more on its database than on its kernel).
+_KEYED_LINE = re.compile(rb'\{"schema":1,"key":"([0-9a-f]{64})",')
+
+
 @dataclass
 class _Index:
-    """What has been read so far: the records in file order, by key digest and by key-without-space digest."""
+    """What has been read so far: the records by key digest and by key-without-space digest; lines whose key a
+    lookup has not asked for yet wait unparsed in ``pending``."""
 
     file: tuple[int, int] = (0, 0)  # (st_dev, st_ino): a replaced file is read again from the start
     offset: int = 0  # bytes read, up to the end of the last whole line
-    records: list[TuningRecord] = field(default_factory=list)
+    records: list[TuningRecord] = field(default_factory=list)  # parsed so far (file order: ``in_order``)
     by_key: dict[str, list[TuningRecord]] = field(default_factory=dict)
     by_work: dict[str, list[TuningRecord]] = field(default_factory=dict)
+    pending: dict[str, list[tuple[int, bytes]]] = field(default_factory=dict)  # written key -> (line, text)
     warned_tail: tuple[int, int] = (-1, -1)
     lines: int = 0  # whole lines read so far
     line_of: dict[int, int] = field(default_factory=dict)  # id(record) -> its line in the file (records are kept)
@@ -59,6 +68,28 @@ class _Index:
         self.records.append(record)
         self.by_key.setdefault(record.key.digest(), []).append(record)
         self.by_work.setdefault(record.key.point_digest(), []).append(record)
+
+    def parse(self, digests: Iterable[str]) -> int:
+        """Parses the pending lines written under these key digests; returns how many were not records. A line
+        whose written digest is not its key's is indexed under its key's (it never matches the lookup)."""
+        skipped, added = 0, []
+        for digest in list(digests):
+            for n, line in sorted(self.pending.pop(digest, ())):
+                record = _record_of(line)
+                if record is None:
+                    skipped += 1
+                else:
+                    self.add(record, n)
+                    added.append(record)
+        order = lambda r: self.line_of.get(id(r), 0)  # noqa: E731 - the lists stay in file order
+        for digest in {r.key.digest() for r in added}:
+            self.by_key[digest].sort(key=order)
+        for digest in {r.key.point_digest() for r in added}:
+            self.by_work[digest].sort(key=order)
+        return skipped
+
+    def in_order(self) -> list[TuningRecord]:
+        return sorted(self.records, key=lambda r: self.line_of.get(id(r), 0))
 
 
 class TuningDB:
@@ -125,12 +156,12 @@ class TuningDB:
 
     def all(self) -> list[TuningRecord]:
         """Every readable record, in the order written (then those kept in memory)."""
-        return list(self._refresh().records) + list(self._unwritten)
+        return self._parsed(None).in_order() + list(self._unwritten)
 
     def records(self, key: TuningKey) -> list[TuningRecord]:
         """Every record of exactly this key (all fields, the space hash included), in the order written."""
         digest = key.digest()
-        return list(self._refresh().by_key.get(digest, ())) + [r for r in self._unwritten if r.key.digest() == digest]
+        return list(self._parsed([digest]).by_key.get(digest, ())) + [r for r in self._unwritten if r.key.digest() == digest]
 
     def records_by_point(self, key: TuningKey) -> dict[str, list[TuningRecord]]:
         """The records of this key's work in ANY search space, by point id (``record.point`` names the values).
@@ -141,13 +172,14 @@ class TuningDB:
         out: dict[str, list[TuningRecord]] = {}
         digest = key.point_digest()
         kept = [r for r in self._unwritten if r.key.point_digest() == digest]
-        for record in list(self._refresh().by_work.get(digest, ())) + kept:
+        for record in list(self._parsed(None).by_work.get(digest, ())) + kept:
             out.setdefault(record.point_id, []).append(record)
         return out
 
     def empty(self) -> bool:
         """No readable record: a caller need not compute a key (a logic hash, a device identity) to look one up."""
-        return not self._refresh().records and not self._unwritten
+        index = self._refresh()
+        return not index.records and not index.pending and not self._unwritten
 
     def best(self, key: TuningKey) -> Optional[TuningRecord]:
         """The ok record of this key with the lowest median (ties: the earliest), or None.
@@ -183,11 +215,23 @@ class TuningDB:
             self._parse(index, data)
             return index
 
+    def _parsed(self, digests: Optional[list[str]]) -> _Index:
+        """The index with the pending lines of these key digests parsed (None: every one)."""
+        index = self._refresh()
+        with self._lock:
+            skipped = index.parse(list(index.pending) if digests is None else [d for d in digests if d in index.pending])
+        if skipped:
+            log.warning("%s: skipped %d line(s) that are not tuning records", self.path, skipped)
+        return index
+
     def _parse(self, index: _Index, data: bytes) -> None:
         end = data.rfind(b"\n") + 1
         skipped = 0
         for n, line in enumerate(data[:end].split(b"\n")[:-1], index.lines + 1):
-            if line.strip():
+            keyed = _KEYED_LINE.match(line)
+            if keyed is not None:  # parsed when its key is asked for
+                index.pending.setdefault(keyed.group(1).decode("ascii"), []).append((n, line))
+            elif line.strip():
                 record = _record_of(line)
                 if record is None:
                     skipped += 1
