@@ -25,8 +25,7 @@ from septran import env, progress
 from septran.mapping import shape_points
 from septran.mapping.schema import Mapping
 from septran.mapping.space import SearchSpace
-from septran.records import TuningDB, TuningKey, TuningRecord, best_of, default_db, device_identity, shipped
-from septran.records import device
+from septran.records import TuningDB, TuningKey, TuningRecord, best_of, default_db, device, device_identity, shipped
 from septran.records.shown import shown
 from septran.runtime.dynamic_dims import masked
 
@@ -121,8 +120,9 @@ def _threads() -> int:
 
 
 def bucket(kernel, spec) -> Optional[int]:
-    """Which ``shape_points`` entry the call's shapes fall in (None: none, or no entries). A kernel with dynamic
-    dimensions keeps one variant per bucket: a decode step's one row runs the decode point, not the prefill's."""
+    """Which ``shape_points`` entry the call falls in (its shapes, its program types, this host's CPU flags; None:
+    none, or no entries). A kernel with dynamic dimensions keeps one variant per bucket: a decode step's one row
+    runs the decode point, not the prefill's."""
     entries = kernel.mapping.shape_points if kernel.mapping.space is not None else ()
     if not entries:
         return None
