@@ -51,9 +51,7 @@ class ShapePoint:
         for name, want in self.dtypes.items():
             if not dtypes:
                 return False  # (a caller that names no types asks about shapes only)
-            if name not in dtypes:
-                raise MappingError(f"shape_points names {name!r}, which is not a parameter of the entry task",
-                                   self.loc, hint=f"parameters: {', '.join(dtypes)}")
+            self._check_named(name, dtypes)
             if dtypes[name] != want:
                 return False
         return all(f in cpu_flags for f in self.cpu_flags) and self.holds(shapes)
@@ -63,12 +61,15 @@ class ShapePoint:
         entry's place in the list, so that an entry inserted before it leaves its records where they were."""
         return int(hashlib.sha256(self.bounds_text().encode()).hexdigest()[:12], 16)
 
+    def _check_named(self, name: str, params: TMapping[str, object]) -> None:
+        if name not in params:
+            raise MappingError(f"shape_points names {name!r}, which is not a parameter of the entry task",
+                               self.loc, hint=f"parameters: {', '.join(params)}")
+
     def holds(self, shapes: TMapping[str, tuple]) -> bool:
         """Whether every bounded dimension of ``shapes`` (parameter -> sizes) is within its bound."""
         for name, bounds in self.when.items():
-            if name not in shapes:
-                raise MappingError(f"shape_points names {name!r}, which is not a parameter of the entry task",
-                                   self.loc, hint=f"parameters: {', '.join(shapes)}")
+            self._check_named(name, shapes)
             shape = shapes[name]
             for axis, bound in enumerate(bounds):
                 if bound is not None and axis < len(shape) and shape[axis] > bound:

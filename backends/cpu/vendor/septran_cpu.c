@@ -9,6 +9,7 @@
  */
 #include "septran_cpu.h"
 #include "septran_cpu_gemv.h"
+#include "septran_cpu_scratch.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -278,22 +279,24 @@ REDUCE_HALF(septran_cpu_reduce_sum_half, row_sum, add2, 0.0f)
 /* One row (or one column) of C is a matrix-vector product: sgemv reads the matrix once, where OpenBLAS 0.3's
  * sgemm packs it first (2.5 times sgemv's time for 1 x 4096 x 4096 on one core, measured). */
 
-/* The float16 or bfloat16 operands converted to float32: one buffer per thread, grown as needed and kept
- * (a kernel calls the leaf once per tile; the OpenMP threads live as long as the process). */
-static _Thread_local float* scratch;
-static _Thread_local size_t scratch_floats;
+/* septran_cpu_scratch.h: here the float16 or bfloat16 operands converted to float32; septran_cpu_bf16.c packs
+ * the matrix units' operands into the same buffer. */
+static _Thread_local void* scratch;
+static _Thread_local size_t scratch_bytes;
 
-static float* scratch_for(size_t floats) {
-  if (floats > scratch_floats) {
-    size_t bytes = (floats * sizeof(float) + 63) & ~(size_t)63;
-    float* grown = aligned_alloc(64, bytes);
+void* septran_cpu_scratch(size_t bytes) {
+  if (bytes > scratch_bytes) {
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void* grown = aligned_alloc(64, rounded);
     if (!grown) return NULL;
     free(scratch);
     scratch = grown;
-    scratch_floats = bytes / sizeof(float);
+    scratch_bytes = rounded;
   }
   return scratch;
 }
+
+static float* scratch_for(size_t floats) { return septran_cpu_scratch(floats * sizeof(float)); }
 
 /* A rows x cols matrix of float16 or bfloat16 (row stride ld) as dense float32 at d. */
 static void widen(float* d, const void* s, int32_t dtype, int32_t rows, int32_t cols, int32_t ld) {

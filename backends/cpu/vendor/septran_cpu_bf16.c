@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE /* syscall() and sched_yield() under -std=c11 */
 #include "septran_cpu.h"
+#include "septran_cpu_scratch.h"
 
 #include <sched.h>
 #include <stdint.h>
@@ -118,26 +119,10 @@ static int32_t gemm_args(gemm_t* g, float* c, uint16_t* a, uint16_t* b, int32_t 
 
 #if SEPTRAN_UNITS
 
-/* ---- shared: the scratch and the packing ---------------------------------------------------------------- */
-
-/* The packed operands: one buffer per thread, grown as needed and kept (a kernel calls the leaf once per
- * tile, on OpenMP threads that live as long as the process), as septran_cpu.c's float16 scratch. */
-static _Thread_local unsigned char* scratch;
-static _Thread_local size_t scratch_bytes;
+/* ---- shared: the packing (into the library's per-thread scratch, septran_cpu_scratch.h) ------------------ */
 
 static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 static int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
-
-static unsigned char* scratch_for(size_t bytes) {
-  if (bytes > scratch_bytes) {
-    unsigned char* grown = aligned_alloc(64, round64(bytes));
-    if (!grown) return NULL;
-    free(scratch);
-    scratch = grown;
-    scratch_bytes = round64(bytes);
-  }
-  return scratch;
-}
 
 /* op(A) (m x k) in blocks of R rows; a block's k in kg groups of G elements, each group R rows of G: element
  * (i, kk) at ((i / R * kg + kk / G) * R + i % R) * G + kk % G. Zeros past m and k. The AVX512 kernel's G = 2
@@ -281,7 +266,7 @@ static AVX512BF16_FN void avx512_block(const uint32_t* a, const uint32_t* b, int
 static int32_t avx512_gemm(const gemm_t* g) {
   int64_t qp = ceil_div(g->k, 2), mb = ceil_div(g->m, V_MR), nb = ceil_div(g->n, V_NR);
   size_t a_bytes = round64((size_t)(mb * V_MR * qp) * 4), b_bytes = (size_t)(nb * V_NR * qp) * 4;
-  unsigned char* s = scratch_for(a_bytes + b_bytes);
+  unsigned char* s = septran_cpu_scratch(a_bytes + b_bytes);
   if (!s) return SEPTRAN_CPU_E_NOMEM;
   const uint32_t *pa = (const uint32_t*)s, *pb = (const uint32_t*)(s + a_bytes);
   pack_a((uint16_t*)s, g, V_MR, 2, qp);
@@ -428,7 +413,7 @@ static AMX_FN void amx_block(const uint16_t* a0, const uint16_t* a1, const uint3
 static AMX_FN int32_t amx_gemm(const gemm_t* g) {
   int64_t kt = ceil_div(g->k, T_K), mt = ceil_div(g->m, T_M), nt = ceil_div(g->n, T_N);
   size_t a_bytes = round64((size_t)(mt * kt * T_A) * 2), b_bytes = (size_t)(nt * kt * T_B) * 4;
-  unsigned char* s = scratch_for(a_bytes + b_bytes);
+  unsigned char* s = septran_cpu_scratch(a_bytes + b_bytes);
   if (!s) return SEPTRAN_CPU_E_NOMEM;
   const uint16_t* pa = (const uint16_t*)s;
   const uint32_t* pb = (const uint32_t*)(s + a_bytes);
