@@ -28,7 +28,8 @@ def _leaf(variant) -> str:
     return variant.choice.point["task_mappings.gemm_block_cpu.leaf_task_bindings.gemm_leaf_logic"]
 
 
-def test_bfloat16_reaches_the_program_as_uint16_bits():
+def test_bfloat16_reaches_the_program_as_uint16_bits(monkeypatch):
+    _with_flags(monkeypatch, {"avx2"})  # the widening leaf: the one every host has
     kernel = septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu"))
     src = kernel.specialize(**BF16).tilelang_source
     for name in ("A", "B", "C"):
@@ -47,7 +48,11 @@ def test_shape_points_send_bfloat16_to_the_unit_the_cpu_has(monkeypatch):
     k = septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu"))
     amx = k.specialize(**BF16)
     assert _leaf(amx) == "gemm_leaf_amx" and "septran_cpu_gemm_amx_bf16" in amx.tilelang_source
-    assert "shape_points entry 1" in amx.choice.source
+    assert "shape_points entry 7" in amx.choice.source  # after the few-row entries: those stream B
+    # a decode step's few rows stream B through the widening leaf (the units' leaves pack all of B per call)
+    for rows in (1, 16):
+        dec = k.specialize(A=((rows, 50), "bfloat16"), B=((50, 29), "bfloat16"))
+        assert "septran_cpu_gemm_bf16_bf16" in dec.tilelang_source and "avx512bf16" not in dec.tilelang_source, rows
     # float32 calls never reach a unit's leaf
     f32 = k.specialize(A=((37, 50), "float32"), B=((50, 29), "float32"))
     assert "bf16" not in f32.tilelang_source and "uint16" not in f32.tilelang_source
@@ -157,7 +162,7 @@ def test_the_units_leaves_are_right_where_the_cpu_has_them(tmp_path, leaf, flags
         pytest.skip(f"this CPU lacks {', '.join(flags)}")
     kernel = septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu"))
     g = torch.Generator().manual_seed(7)
-    for m, k, n in ((37, 50, 29), (1, 97, 65), (300, 1031, 257)):
+    for m, k, n in ((37, 50, 29), (17, 97, 65), (300, 1031, 257)):  # more than 16 rows: fewer stream B (shape_points)
         a = torch.randn(m, k, generator=g).to(torch.bfloat16)
         b = torch.randn(k, n, generator=g).to(torch.bfloat16)
         out = kernel(a, b)

@@ -101,10 +101,10 @@ def test_a_dynamic_kernel_keeps_one_variant_per_bucket():
         a = torch.randn(m, 32)
         torch.testing.assert_close(k(a, w), a @ w, rtol=1e-4, atol=1e-4)
         sources.append(k.tuning["source"])
-    # (entries 1 and 2: a bfloat16 call on a CPU with a matrix unit)
-    assert "shape_points entry 3" in sources[0]  # one row
+    # (entries 7 and 8, after these: a bfloat16 call of more rows on a CPU with a matrix unit)
+    assert "shape_points entry 1" in sources[0]  # one row
     assert sources[1] == sources[3] and "first point" in sources[1]
-    assert sources[2] == sources[0] and "shape_points entry 7" in sources[4]  # three rows: a small call
+    assert sources[2] == sources[0] and "shape_points entry 5" in sources[4]  # three rows: a small call
     assert len(k.variants) == 3
 
 
@@ -118,22 +118,22 @@ def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
         units = sum(1 for e in m.shape_points if e.cpu_flags)
         assert units == 2
 
-        # first, in gemm.yaml: a bfloat16 call on a CPU with a matrix unit (entries of dtypes and cpu_flags, which
-        # a caller naming no types never falls in); then one row, small or not (a GEMV: tiles as wide as C, up to
-        # one program as wide as B), then a small call, then a few rows
+        # one row, small or not (a GEMV: tiles as wide as C, up to one program as wide as B), then a small call,
+        # then a few rows; last, a bfloat16 call of more rows on a CPU with a matrix unit (entries of dtypes and
+        # cpu_flags, which a caller naming no types never falls in)
         assert shape_points.bucket(m.shape_points, {"A": (1, 4096), "B": (4096, 11008), "C": (1, 11008),
-                                                    "bias": (11008,)}) == 3 + units
-        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 256), "C": (1, 256), "bias": (256,)}) == 0 + units
-        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 768), "C": (1, 768), "bias": (768,)}) == 1 + units
+                                                    "bias": (11008,)}) == 3
+        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 256), "C": (1, 256), "bias": (256,)}) == 0
+        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 768), "C": (1, 768), "bias": (768,)}) == 1
         assert shape_points.bucket(m.shape_points, {"A": (1, 4096), "B": (4096, 4096), "C": (1, 4096),
-                                                    "bias": (4096,)}) == 2 + units
-        assert shape_points.bucket(m.shape_points, {"A": (16, 16), "B": (16, 16), "C": (16, 16), "bias": (16,)}) == 4 + units
+                                                    "bias": (4096,)}) == 2
+        assert shape_points.bucket(m.shape_points, {"A": (16, 16), "B": (16, 16), "C": (16, 16), "bias": (16,)}) == 4
         assert shape_points.bucket(m.shape_points, {"A": (4, 4096), "B": (4096, 4096), "C": (4, 4096),
-                                                    "bias": (4096,)}) == 5 + units
+                                                    "bias": (4096,)}) == 5
         assert shape_points.bucket(m.shape_points, {"A": (512, 512), "B": (512, 512), "C": (512, 512), "bias": (512,)}) is None
         if k is not None:
             assert points.bucket(k, type("Spec", (), {"shapes": {"A": (1, 8), "B": (8, 8), "C": (1, 8)},
-                                                "dtypes": {"A": "float32", "B": "float32", "C": "float32"}})()) == 0 + units
+                                                "dtypes": {"A": "float32", "B": "float32", "C": "float32"}})()) == 0
 
 
 def test_a_dynamic_kernel_keeps_tuning_records_per_bucket():

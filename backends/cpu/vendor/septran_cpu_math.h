@@ -100,11 +100,27 @@ static inline float septran_expf(float x) {
   return septran_exp_scaled(n, r);
 }
 
+/* 2^f on [-0.5, 0.5], minimax for relative error. exp2 evaluates it at f = x - n, which is exact: e^r at
+ * r = f ln2 (the product rounded) was up to 2 ulp off (measured on an EPYC Zen 4), this is within 1. */
+static inline float septran_exp2_poly(float f) {
+  float p = 1.534581243e-4f;
+  p = p * f + 1.339993091e-3f;
+  p = p * f + 9.618489072e-3f;
+  p = p * f + 5.550328642e-2f;
+  p = p * f + 2.402264625e-1f;
+  p = p * f + 6.931471825e-1f;
+  return p * f + 1.0f;
+}
+
 static inline float septran_exp2f(float x) {
   float xc = septran_clamp(x, -151.0f, 128.0f);
   float n = (xc + 12582912.0f) - 12582912.0f;
-  float r = (xc - n) * 0.693147180559945309f;
-  return septran_exp_scaled(n, r);
+  float p = septran_exp2_poly(xc - n);
+  int32_t ni = (int32_t)n, h = ni >> 1;
+  union { int32_t i; float f; } s1, s2;
+  s1.i = (h + 127) << 23;
+  s2.i = (ni - h + 127) << 23;
+  return p * s1.f * s2.f;
 }
 #ifdef __cplusplus
 }
