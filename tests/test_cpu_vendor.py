@@ -169,6 +169,24 @@ def test_one_row_split_over_threads(lib, threads, trans_a, trans_b, n, k):
         lib.septran_cpu_gemv_split(ctypes.c_int64(0))  # SEPTRAN_CPU_GEMV_SPLIT or the default again
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("m", [2, 16])
+def test_few_rows_split_over_threads(lib, threads, m):
+    """Up to 16 rows of C (a batch's decode step) split B's columns over the threads as one row does (each share
+    one sgemm); 17 rows do not. Odd sizes leave a tail chunk; both transposes."""
+    lib.septran_cpu_gemv_split(ctypes.c_int64(65536))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for trans_a, trans_b in ((0, 0), (1, 1)):
+            for dtype in (torch.float32, torch.bfloat16):
+                check_gemm(lib, dtype, m, 1031, 261, trans_a, trans_b, pads=(0, 3, 5), seed=m)
+        check_gemm(lib, torch.float32, 17, 1031, 261, 0, 1, pads=(0, 3, 5), seed=17)
+    finally:
+        torch.set_num_threads(before)
+        lib.septran_cpu_gemv_split(ctypes.c_int64(0))
+
+
 @pytest.mark.parametrize("m,n,k", [(5, 7, 0), (0, 7, 3), (5, 0, 3)])
 def test_gemm_with_an_empty_dimension_leaves_c_alone(lib, m, n, k):
     c = torch.randn(max(m, 1), max(n, 1))

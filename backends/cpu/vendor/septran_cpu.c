@@ -12,6 +12,7 @@
 #include "septran_cpu_scratch.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__AVX512F__) || defined(__F16C__) || defined(__AVX2__)
@@ -330,6 +331,15 @@ static int ld_ok(int32_t* ld, int32_t rows, int32_t cols) {
   return *ld >= cols;
 }
 
+enum { FEW_ROWS = 16 };
+
+static void sgemm_part(float* C, const float* a, const float* b, int32_t m, int32_t n, int32_t k, int32_t ldc,
+                       int32_t lda, int32_t ldb, int32_t trans_a, int32_t trans_b) {
+  if (!blas_warm) warm_blas_buffer();
+  scipy_cblas_sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS,
+                    m, n, k, 1.0f, a, lda, b, ldb, 1.0f, C, ldc);
+}
+
 int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, int32_t n, int32_t k,
                          int32_t ldc, int32_t lda, int32_t ldb, int32_t trans_a, int32_t trans_b) {
   if (!elem_size(dtype) || m < 0 || n < 0 || k < 0) return SEPTRAN_CPU_E_ARGS;
@@ -358,10 +368,19 @@ int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, i
   } else if (n == 1) { /* a column of C: op(A) b */
     scipy_cblas_sgemv(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, a_rows, a_cols, 1.0f, a, lda, b,
                       trans_b ? 1 : ldb, 1.0f, C, ldc);
+  } else if (m <= FEW_ROWS && septran_cpu_split_threads(n, k) > 1) {
+    /* a few rows (a batch's decode step) as the kernel's one program: B's columns split over the threads, as a
+     * row's are (OpenBLAS runs one thread per call). 16 x 4096 x 4096 at 2 threads 13.1 -> 7.2 ms (torch 8.6),
+     * AMD EPYC Zen 4. */
+#pragma omp parallel num_threads(septran_cpu_split_threads(n, k))
+    {
+      int32_t start, end;
+      septran_cpu_split_share(n, omp_get_thread_num(), omp_get_num_threads(), &start, &end);
+      if (end > start) sgemm_part(C + start, a, trans_b ? b + (size_t)start * ldb : b + start, m, end - start, k, ldc,
+                                  lda, ldb, trans_a, trans_b);
+    }
   } else {
-    if (!blas_warm) warm_blas_buffer();
-    scipy_cblas_sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS,
-                      m, n, k, 1.0f, a, lda, b, ldb, 1.0f, C, ldc);
+    sgemm_part(C, a, b, m, n, k, ldc, lda, ldb, trans_a, trans_b);
   }
   return 0;
 }

@@ -180,18 +180,58 @@ static void add_valid(float* c, int64_t ldc, const float* sums, int ld_sums, int
 /* ---- AVX512-BF16: the lowest layer ---------------------------------------------------------------------- */
 
 #if !defined(SEPTRAN_CPU_EMULATE_UNITS)
-#define AVX512BF16_FN __attribute__((target("avx512f,avx512bf16")))
-#define AVX512BF16_OP static inline __attribute__((always_inline, target("avx512f,avx512bf16")))
+#define AVX512BF16_FN __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define AVX512BF16_OP static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512bf16")))
 typedef __m512 vacc;     /* 16 float32 sums */
 typedef __m512bh vpairs; /* 16 pairs of bfloat16 */
 AVX512BF16_OP vacc vacc_zero(void) { return _mm512_setzero_ps(); }
 AVX512BF16_OP vacc vacc_load(const float* p) { return _mm512_loadu_ps(p); }
 AVX512BF16_OP void vacc_store(float* p, vacc v) { _mm512_storeu_ps(p, v); }
 AVX512BF16_OP vacc vacc_add(vacc x, vacc y) { return _mm512_add_ps(x, y); }
-AVX512BF16_OP vpairs vpairs_load(const uint32_t* p) { return (vpairs)_mm512_loadu_si512(p); }
-AVX512BF16_OP vpairs vpairs_bcast(const uint32_t* p) { return (vpairs)_mm512_set1_epi32((int)*p); }
+AVX512BF16_OP vpairs vpairs_load(const uint32_t* p) { return (vpairs)_mm512_load_si512(p); }
+/* p: two bfloat16, 2-byte aligned (a row of A with an odd stride) */
+AVX512BF16_OP vpairs vpairs_bcast(const uint16_t* p) {
+  int w;
+  memcpy(&w, p, 4);
+  return (vpairs)_mm512_set1_epi32(w);
+}
 AVX512BF16_OP vacc vdot(vacc acc, vpairs x, vpairs y) { return _mm512_dpbf16_ps(acc, x, y); }
+AVX512BF16_OP void prefetch(const void* p) { _mm_prefetch(p, _MM_HINT_T0); }
+/* d[j] = lo[j] | hi[j] << 16, j < 32 (two rows of B into 32 pairs) */
+AVX512BF16_OP void pairs_interleave32(uint32_t* d, const uint16_t* lo, const uint16_t* hi) {
+  static const uint16_t idx[64] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                   8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47,
+                                   16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                   24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  __m512i l = _mm512_loadu_si512(lo), h = _mm512_loadu_si512(hi);
+  _mm512_store_si512(d, _mm512_permutex2var_epi16(l, _mm512_loadu_si512(idx), h));
+  _mm512_store_si512(d + 16, _mm512_permutex2var_epi16(l, _mm512_loadu_si512(idx + 32), h));
+}
+/* d[c * ldd + r] = the 32-bit word at s + r * lds + 2c, r, c < 16 (B stored n x k: its pairs transposed) */
+AVX512BF16_OP void pairs_transpose16(uint32_t* d, int64_t ldd, const uint16_t* s, int64_t lds) {
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(s + i * lds);
+  for (int i = 0; i < 16; i += 2)
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  for (int g = 0; g < 16; g += 4) { /* r[g + c], lane L: rows g..g+3 of column 4L + c */
+    r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]), r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]), r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int c = 0; c < 4; c++) {
+    __m512i v0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88), v1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);
+    __m512i w0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88), w1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
+    _mm512_storeu_si512(d + c * ldd, _mm512_shuffle_i32x4(v0, w0, 0x88));
+    _mm512_storeu_si512(d + (4 + c) * ldd, _mm512_shuffle_i32x4(v1, w1, 0x88));
+    _mm512_storeu_si512(d + (8 + c) * ldd, _mm512_shuffle_i32x4(v0, w0, 0xdd));
+    _mm512_storeu_si512(d + (12 + c) * ldd, _mm512_shuffle_i32x4(v1, w1, 0xdd));
+  }
+}
 #else
+/* What the hardware would fault on (#UD, #GP) aborts. */
+static void emu_check(int ok) {
+  if (!ok) abort();
+}
+
 /* A bfloat16's value: exact in float32 (so are the products of two). */
 static float bf16_value(uint32_t bits) {
   uint32_t u = bits << 16;
@@ -211,10 +251,16 @@ AVX512BF16_OP vacc vacc_add(vacc x, vacc y) {
   for (int i = 0; i < 16; i++) x.f[i] += y.f[i];
   return x;
 }
-AVX512BF16_OP vpairs vpairs_load(const uint32_t* p) { vpairs v; memcpy(v.w, p, sizeof v.w); return v; }
-AVX512BF16_OP vpairs vpairs_bcast(const uint32_t* p) {
+AVX512BF16_OP vpairs vpairs_load(const uint32_t* p) {
+  emu_check(((uintptr_t)p & 63) == 0); /* VMOVDQA32 faults otherwise */
   vpairs v;
-  for (int i = 0; i < 16; i++) v.w[i] = *p;
+  memcpy(v.w, p, sizeof v.w);
+  return v;
+}
+AVX512BF16_OP vpairs vpairs_bcast(const uint16_t* p) {
+  vpairs v;
+  uint32_t w = p[0] | (uint32_t)p[1] << 16;
+  for (int i = 0; i < 16; i++) v.w[i] = w;
   return v;
 }
 /* VDPBF16PS: per lane, the odd pair's exact product added, then the even one's (Intel's pseudo-code order). */
@@ -225,28 +271,54 @@ AVX512BF16_OP vacc vdot(vacc acc, vpairs x, vpairs y) {
   }
   return acc;
 }
+AVX512BF16_OP void prefetch(const void* p) { (void)p; }
+AVX512BF16_OP void pairs_interleave32(uint32_t* d, const uint16_t* lo, const uint16_t* hi) {
+  emu_check(((uintptr_t)d & 63) == 0);
+  for (int j = 0; j < 32; j++) d[j] = lo[j] | (uint32_t)hi[j] << 16;
+}
+AVX512BF16_OP void pairs_transpose16(uint32_t* d, int64_t ldd, const uint16_t* s, int64_t lds) {
+  for (int r = 0; r < 16; r++)
+    for (int c = 0; c < 16; c++) d[c * ldd + r] = s[r * lds + 2 * c] | (uint32_t)s[r * lds + 2 * c + 1] << 16;
+}
 #endif
 
 /* ---- AVX512-BF16: the kernel ---------------------------------------------------------------------------- */
 
-/* 8 rows x 32 columns of float32 sums: 16 of the 32 zmm registers, 16 VDPBF16PS per two loads of B and 8
- * broadcasts of A. V_KC pairs of k at a time: a B panel's slice (32 KB) stays in L1 across the row blocks. */
-enum { V_MR = 8, V_NR = 32, V_KC = 256 };
+/* 8 rows x 32 columns of float32 sums: 16 of the 32 zmm registers (VDPBF16PS: 1 a cycle, 6 cycles' latency on
+ * Zen 4), 16 VDPBF16PS per two loads of B and 8 broadcasts of A. V_KC pairs of k at a time: a B slice (16 KB)
+ * stays in L1 across the row blocks, with an A block's 8 rows (4 KB) streaming past it. */
+#ifndef XNODEF
+#define XPFC
+#define XPFA
+#endif
+#ifndef XKC
+#define XKC 256
+#endif
+enum { V_MR = 8, V_NR = 32, V_KC = XKC };
 
-/* C[rows x cols] += an A block (kc pairs x V_MR rows) times a B panel's slice (kc pairs x V_NR columns). */
-static AVX512BF16_FN void avx512_block(const uint32_t* a, const uint32_t* b, int64_t kc, float* c, int64_t ldc,
-                                       int rows, int cols) {
+/* C[rows x cols] += A's pairs (pair q of row r at a + r * ar + q * aq, in bfloat16 elements) times kc pair-rows
+ * of a B slice (V_NR words each). Inlined into two callers: A packed (ar, aq constant) or read in place. */
+static inline __attribute__((always_inline)) AVX512BF16_FN void
+avx512_block(const uint16_t* a, int64_t ar, int64_t aq, const uint32_t* b, int64_t kc, float* c, int64_t ldc,
+             int rows, int cols, const uint16_t* next) {
   vacc acc[V_MR][2];
 #pragma GCC unroll 8
   for (int r = 0; r < V_MR; r++) acc[r][0] = acc[r][1] = vacc_zero();
-  for (int64_t q = 0; q < kc; q++, a += V_MR, b += V_NR) {
+#ifdef XPFC
+#pragma GCC unroll 8
+  for (int r = 0; r < rows; r++) prefetch(c + r * ldc), prefetch(c + r * ldc + V_NR - 1);
+#endif
+  for (int64_t q = 0; q < kc; q++, a += aq, b += V_NR) {
     vpairs b0 = vpairs_load(b), b1 = vpairs_load(b + 16);
 #pragma GCC unroll 8
     for (int r = 0; r < V_MR; r++) {
-      vpairs ar = vpairs_bcast(a + r);
-      acc[r][0] = vdot(acc[r][0], ar, b0);
-      acc[r][1] = vdot(acc[r][1], ar, b1);
+      vpairs ar_ = vpairs_bcast(a + r * ar);
+      acc[r][0] = vdot(acc[r][0], ar_, b0);
+      acc[r][1] = vdot(acc[r][1], ar_, b1);
     }
+#ifdef XPFA
+    if (next) prefetch(next + (q & 7) * ar + (q >> 3) * 16);
+#endif
   }
   if (rows == V_MR && cols == V_NR) {
 #pragma GCC unroll 8
@@ -263,20 +335,100 @@ static AVX512BF16_FN void avx512_block(const uint32_t* a, const uint32_t* b, int
   add_valid(c, ldc, &sums[0][0], V_NR, rows, cols);
 }
 
+static AVX512BF16_FN void avx512_block_packed(const uint16_t* a, const uint32_t* b, int64_t kc, float* c,
+                                              int64_t ldc, int rows, int cols) {
+  avx512_block(a, 2, 2 * V_MR, b, kc, c, ldc, rows, cols, NULL);
+}
+
+static AVX512BF16_FN void avx512_block_direct(const uint16_t* a, int64_t lda, const uint32_t* b, int64_t kc,
+                                              float* c, int64_t ldc, const uint16_t* next) {
+  avx512_block(a, lda, 2, b, kc, c, ldc, V_MR, V_NR, next);
+}
+
+/* Pair-rows q0 .. q0 + kc of the B panel at column j0 (w valid columns) into d (kc x V_NR words): whole
+ * pairs of a whole panel with vector shuffles, the rest (past n, past k, an odd k's last) as pack_pair_row. */
+static AVX512BF16_FN void avx512_pack_slice(uint32_t* d, const gemm_t* g, int64_t q0, int64_t kc, int64_t j0,
+                                            int64_t w) {
+  int64_t whole = w < V_NR ? 0 : min64(kc, g->k / 2 - q0), q = 0; /* pairs with both halves inside k */
+  if (whole > 0 && !g->trans_b)
+    for (; q < whole; q++) {
+      const uint16_t* lo = g->b + 2 * (q0 + q) * g->ldb + j0;
+      pairs_interleave32(d + q * V_NR, lo, lo + g->ldb);
+    }
+  else if (whole > 0)
+    for (; q + 16 <= whole; q += 16)
+      for (int64_t j = 0; j < V_NR; j += 16)
+        pairs_transpose16(d + q * V_NR + j, V_NR, g->b + (j0 + j) * g->ldb + 2 * (q0 + q), g->ldb);
+  for (; q < kc; q++) pack_pair_row(d + q * V_NR, g, q0 + q, j0, w, V_NR);
+}
+
+/* For each k block: each B panel's slice packed into an L1 buffer, then every row block of A past it. A stays
+ * where it is (trans_a = 0, k even: a row's pair is one 32-bit word to broadcast) except an m edge's rows, which
+ * are packed zero-padded; otherwise (trans_a, odd k) A is packed whole. */
 static int32_t avx512_gemm(const gemm_t* g) {
   int64_t qp = ceil_div(g->k, 2), mb = ceil_div(g->m, V_MR), nb = ceil_div(g->n, V_NR);
-  size_t a_bytes = round64((size_t)(mb * V_MR * qp) * 4), b_bytes = (size_t)(nb * V_NR * qp) * 4;
-  unsigned char* s = septran_cpu_scratch(a_bytes + b_bytes);
+#ifdef XPACKA
+  int direct = 0;
+#else
+  int direct = !g->trans_a && g->k % 2 == 0;
+#endif
+  int64_t mfull = direct ? g->m / V_MR : 0; /* row blocks read in place */
+  size_t b_bytes = (size_t)V_KC * V_NR * 4, a_bytes = round64((size_t)((mb - mfull) * V_MR * qp) * 2 * 2);
+  unsigned char* s = septran_cpu_scratch(b_bytes + a_bytes);
   if (!s) return SEPTRAN_CPU_E_NOMEM;
-  const uint32_t *pa = (const uint32_t*)s, *pb = (const uint32_t*)(s + a_bytes);
-  pack_a((uint16_t*)s, g, V_MR, 2, qp);
-  pack_b((uint32_t*)(s + a_bytes), g, V_NR, qp);
-  for (int64_t q0 = 0; q0 < qp; q0 += V_KC)
-    for (int64_t jb = 0; jb < nb; jb++)
+  uint32_t* pb = (uint32_t*)s;
+  uint16_t* pa = (uint16_t*)(s + b_bytes); /* row blocks mfull .. mb */
+  if (mfull < mb) {
+    gemm_t rest = *g;
+    rest.m = g->m - mfull * V_MR;
+    rest.a = g->trans_a ? g->a + mfull * V_MR : g->a + mfull * V_MR * g->lda;
+    pack_a(pa, &rest, V_MR, 2, qp);
+  }
+#ifdef XORDER
+  if (mfull == mb && g->n % V_NR == 0) {
+    uint32_t* bb = septran_cpu_scratch(nb * qp * V_NR * 4);
+#ifdef XROWPACK
+    if (!g->trans_b) {
+      for (int64_t q = 0; q < qp; q++)
+        for (int64_t jb = 0; jb < nb; jb++) {
+          const uint16_t* lo = g->b + 2 * q * g->ldb + jb * V_NR;
+          pairs_interleave32(bb + (jb * qp + q) * V_NR, lo, lo + g->ldb);
+        }
+    } else
+#endif
+    for (int64_t jb = 0; jb < nb; jb++) avx512_pack_slice(bb + jb * qp * V_NR, g, 0, qp, jb * V_NR, V_NR);
+    for (int64_t q0 = 0; q0 < qp; q0 += V_KC) {
+      int64_t kc = min64(V_KC, qp - q0);
       for (int64_t ib = 0; ib < mb; ib++)
-        avx512_block(pa + (ib * qp + q0) * V_MR, pb + (jb * qp + q0) * V_NR, min64(V_KC, qp - q0),
-                     g->c + ib * V_MR * g->ldc + jb * V_NR, g->ldc, (int)min64(V_MR, g->m - ib * V_MR),
-                     (int)min64(V_NR, g->n - jb * V_NR));
+        for (int64_t jb = 0; jb < nb; jb++)
+          avx512_block_direct(g->a + ib * V_MR * g->lda + 2 * q0, g->lda, bb + (jb * qp + q0) * V_NR, kc, g->c + jb * V_NR + ib * V_MR * g->ldc, g->ldc, jb == nb - 1 ? g->a + (ib + 1 < mfull ? ib + 1 : 0) * V_MR * g->lda + 2 * q0 : NULL);
+    }
+    return 0;
+  }
+#endif
+  for (int64_t q0 = 0; q0 < qp; q0 += V_KC) {
+    int64_t kc = min64(V_KC, qp - q0);
+    for (int64_t jb = 0; jb < nb; jb++) {
+      int64_t j0 = jb * V_NR;
+      int cols = (int)min64(V_NR, g->n - j0);
+#ifndef XNOPACK
+      avx512_pack_slice(pb, g, q0, kc, j0, cols);
+#endif
+      float* c = g->c + j0;
+      int64_t ib = 0;
+      if (cols == V_NR)
+        for (; ib < mfull; ib++)
+          avx512_block_direct(g->a + ib * V_MR * g->lda + 2 * q0, g->lda, pb, kc, c + ib * V_MR * g->ldc, g->ldc,
+                              g->a + (ib + 1 < mfull ? ib + 1 : 0) * V_MR * g->lda + 2 * q0);
+      for (; ib < mb; ib++)
+        if (ib < mfull) /* an n edge read in place: its padding columns go through add_valid */
+          avx512_block(g->a + ib * V_MR * g->lda + 2 * q0, g->lda, 2, pb, kc, c + ib * V_MR * g->ldc, g->ldc,
+                       V_MR, cols, NULL);
+        else
+          avx512_block_packed(pa + ((ib - mfull) * qp + q0) * V_MR * 2, pb, kc, c + ib * V_MR * g->ldc, g->ldc,
+                              (int)min64(V_MR, g->m - ib * V_MR), cols);
+    }
+  }
   return 0;
 }
 
@@ -302,10 +454,6 @@ static _Thread_local struct {
   int rows[8], colsb[8];
   unsigned char t[8][16][64];
 } tiles;
-
-static void emu_check(int ok) {
-  if (!ok) abort();
-}
 
 static void emu_config(const unsigned char* cfg) {
   emu_check(cfg[0] == 1); /* palette 1 */

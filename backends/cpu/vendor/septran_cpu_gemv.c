@@ -227,6 +227,12 @@ static int threads_for(int32_t n, int32_t k) {
   return t < most ? t : most;
 }
 
+int septran_cpu_split_threads(int32_t n, int32_t k) { return threads_for(n, k); }
+
+void septran_cpu_split_share(int32_t n, int t, int threads, int32_t* start, int32_t* end) {
+  share(n, t, threads, start, end);
+}
+
 void septran_cpu_row_gemm(float* c, const float* a, int32_t inc_a, const float* b, int32_t k, int32_t n,
                           int32_t ldb, int32_t trans_b) {
   int threads = threads_for(n, k);

@@ -14,6 +14,10 @@ void septran_cpu_row_gemm(float* c, const float* a, int32_t inc_a, const float* 
 void septran_cpu_row_gemm_16(float* c, const float* a, int32_t inc_a, const uint16_t* b, int32_t bf16, int32_t k,
                              int32_t n, int32_t ldb, int32_t trans_b);
 
+/* How many threads a call with n columns of C and depth k splits over (1 inside a parallel region or below the
+ * split size), and thread t's columns [start, end) of n, in 256-byte chunks: for septran_cpu_gemm's few rows. */
+int septran_cpu_split_threads(int32_t n, int32_t k);
+void septran_cpu_split_share(int32_t n, int t, int threads, int32_t* start, int32_t* end);
 /* From this many elements of B a call outside a parallel region splits over the threads; 0: SEPTRAN_CPU_GEMV_SPLIT
  * or the default again (for the tests). */
 void septran_cpu_gemv_split(int64_t elements);
