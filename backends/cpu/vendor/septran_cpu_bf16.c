@@ -3,14 +3,15 @@
  *
  * Both kernels share everything above the instructions: the argument rules (septran_cpu_gemm_tiles's), a
  * per-thread scratch, the packing of A and B into zero-padded blocks (so that every edge block computes as a
- * full one and only its valid part is added into C) and the loops over the blocks. Only the lowest layer
- * differs between builds: the intrinsics, or, with -DSEPTRAN_CPU_EMULATE_UNITS, plain C with the same
- * semantics, so that the packing, blocking and edge logic runs (and is tested) on CPUs with neither unit.
+ * full one and only its valid part is added into C). The AVX512 kernel packs less (A read in place where it
+ * can be, B a slice at a time, mostly while computing): see its section. Only the lowest layer differs between
+ * builds: the intrinsics, or, with -DSEPTRAN_CPU_EMULATE_UNITS, plain C with the same semantics, so that the
+ * packing, blocking and edge logic runs (and is tested) on CPUs with neither unit.
  *
  * Each unit's code is compiled for it through target attributes, so the library builds with -march=native on
- * any x86-64 CPU and runs that code only where septran_cpu_units() finds the unit. Not measured (no such CPU
- * was at hand): either kernel's speed, and the real instructions' results (the emulation follows Intel's
- * pseudo-code, without its denormal flushing: DAZ on inputs, FTZ on results).
+ * any x86-64 CPU and runs that code only where septran_cpu_units() finds the unit. The AVX512-BF16 kernel is
+ * measured on an AMD EPYC Zen 4 (README); AMX's speed is not (no such CPU was at hand), nor are its real
+ * instructions' results (the emulation follows Intel's pseudo-code, without its denormal flushing).
  */
 #define _GNU_SOURCE /* syscall() and sched_yield() under -std=c11 */
 #include "septran_cpu.h"
@@ -197,16 +198,14 @@ AVX512BF16_OP vpairs vpairs_bcast(const uint16_t* p) {
 }
 AVX512BF16_OP vacc vdot(vacc acc, vpairs x, vpairs y) { return _mm512_dpbf16_ps(acc, x, y); }
 AVX512BF16_OP void prefetch(const void* p) { _mm_prefetch(p, _MM_HINT_T0); }
-/* d[j] = lo[j] | hi[j] << 16, j < 32 (two rows of B into 32 pairs) */
-AVX512BF16_OP void pairs_interleave32(uint32_t* d, const uint16_t* lo, const uint16_t* hi) {
-  static const uint16_t idx[64] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                   8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47,
-                                   16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-                                   24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+/* Two rows of B (32 columns each) as 32 pairs: x0 = columns 0-15, x1 = 16-31, lo[j] | hi[j] << 16. */
+AVX512BF16_OP void vpairs_rows(const uint16_t* lo, const uint16_t* hi, vpairs* x0, vpairs* x1) {
   __m512i l = _mm512_loadu_si512(lo), h = _mm512_loadu_si512(hi);
-  _mm512_store_si512(d, _mm512_permutex2var_epi16(l, _mm512_loadu_si512(idx), h));
-  _mm512_store_si512(d + 16, _mm512_permutex2var_epi16(l, _mm512_loadu_si512(idx + 32), h));
+  __m512i a = _mm512_unpacklo_epi16(l, h), b = _mm512_unpackhi_epi16(l, h); /* 128-bit lanes of columns */
+  *x0 = (vpairs)_mm512_permutex2var_epi64(a, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), b);
+  *x1 = (vpairs)_mm512_permutex2var_epi64(a, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), b);
 }
+AVX512BF16_OP void vpairs_store(uint32_t* p, vpairs x) { _mm512_store_si512(p, (__m512i)x); }
 /* d[c * ldd + r] = the 32-bit word at s + r * lds + 2c, r, c < 16 (B stored n x k: its pairs transposed) */
 AVX512BF16_OP void pairs_transpose16(uint32_t* d, int64_t ldd, const uint16_t* s, int64_t lds) {
   __m512i r[16], t[16];
@@ -272,9 +271,13 @@ AVX512BF16_OP vacc vdot(vacc acc, vpairs x, vpairs y) {
   return acc;
 }
 AVX512BF16_OP void prefetch(const void* p) { (void)p; }
-AVX512BF16_OP void pairs_interleave32(uint32_t* d, const uint16_t* lo, const uint16_t* hi) {
-  emu_check(((uintptr_t)d & 63) == 0);
-  for (int j = 0; j < 32; j++) d[j] = lo[j] | (uint32_t)hi[j] << 16;
+AVX512BF16_OP void vpairs_rows(const uint16_t* lo, const uint16_t* hi, vpairs* x0, vpairs* x1) {
+  for (int j = 0; j < 16; j++)
+    x0->w[j] = lo[j] | (uint32_t)hi[j] << 16, x1->w[j] = lo[16 + j] | (uint32_t)hi[16 + j] << 16;
+}
+AVX512BF16_OP void vpairs_store(uint32_t* p, vpairs x) {
+  emu_check(((uintptr_t)p & 63) == 0);
+  memcpy(p, x.w, sizeof x.w);
 }
 AVX512BF16_OP void pairs_transpose16(uint32_t* d, int64_t ldd, const uint16_t* s, int64_t lds) {
   for (int r = 0; r < 16; r++)
@@ -284,42 +287,67 @@ AVX512BF16_OP void pairs_transpose16(uint32_t* d, int64_t ldd, const uint16_t* s
 
 /* ---- AVX512-BF16: the kernel ---------------------------------------------------------------------------- */
 
-/* 8 rows x 32 columns of float32 sums: 16 of the 32 zmm registers (VDPBF16PS: 1 a cycle, 6 cycles' latency on
- * Zen 4), 16 VDPBF16PS per two loads of B and 8 broadcasts of A. V_KC pairs of k at a time: a B slice (16 KB)
- * stays in L1 across the row blocks, with an A block's 8 rows (4 KB) streaming past it. */
-#ifndef XNODEF
-#define XPFC
-#define XPFA
-#endif
-#ifndef XKC
-#define XKC 256
-#endif
-enum { V_MR = 8, V_NR = 32, V_KC = XKC };
+/* 8 rows x 32 columns of float32 sums: 16 of the 32 zmm registers, 16 VDPBF16PS per two loads of B and 8
+ * broadcasts of A. On Zen 4 VDPBF16PS zmm issues 1 a cycle with 6 cycles' latency (measured): 16 chains hide
+ * it, and from L1 this loop runs at the instruction's peak (about 230 GFLOP/s a core). V_KC = 256 pairs: the
+ * whole k of the mapping's 256 x 256 x 512 call, so C is read and written once per call (128 and 64 measured
+ * 2% and 4% slower, though their slice would stay in L1). */
+enum { V_MR = 8, V_NR = 32, V_KC = 256 };
+
+/* Row r of an 8-row block as a, a3 = a + 3 ar or a6 = a + 6 ar plus 0, 1, 2 or 4 ar: x86 addressing's scaled
+ * index, three bases and one stride instead of eight pointers (which spilled). */
+#define ROW8(a, a3, a6, ar, r)                                                                              \
+  ((r) == 0 ? (a) : (r) == 1 ? (a) + (ar) : (r) == 2 ? (a) + 2 * (ar) : (r) == 3 ? (a3) : (r) == 4 ? (a) + 4 * (ar) \
+   : (r) == 5 ? (a3) + 2 * (ar) : (r) == 6 ? (a6) : (a3) + 4 * (ar))
+
+/* One pair-row q of a block: B's two vectors (loaded from the slice, or, packing, made from B's rows at src
+ * and stored into the slice), 16 VDPBF16PS with A's 8 broadcasts. */
+static inline __attribute__((always_inline)) AVX512BF16_FN void
+avx512_step(vacc acc[V_MR][2], const uint16_t* a, const uint16_t* a3, const uint16_t* a6, int64_t ar, uint32_t* b,
+            int pack, const uint16_t* src, int64_t ldb) {
+  vpairs b0, b1;
+  if (pack) {
+    prefetch(src + 32 * ldb), prefetch(src + 33 * ldb); /* 16 pair-rows ahead: B's rows are far apart */
+    vpairs_rows(src, src + ldb, &b0, &b1);
+    vpairs_store(b, b0), vpairs_store(b + 16, b1);
+  } else {
+    b0 = vpairs_load(b), b1 = vpairs_load(b + 16);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < V_MR; r++) {
+    vpairs x = vpairs_bcast(ROW8(a, a3, a6, ar, r));
+    acc[r][0] = vdot(acc[r][0], x, b0);
+    acc[r][1] = vdot(acc[r][1], x, b1);
+  }
+}
 
 /* C[rows x cols] += A's pairs (pair q of row r at a + r * ar + q * aq, in bfloat16 elements) times kc pair-rows
- * of a B slice (V_NR words each). Inlined into two callers: A packed (ar, aq constant) or read in place. */
+ * of a B slice b (V_NR words each). pack: the pairs come from B's rows (2q, 2q + 1 at src + 2q * ldb; a whole
+ * panel, inside k) and are stored into b on the way: the slice's packing rides on the first row block's
+ * arithmetic instead of a pass of its own. next (A read in place): the row block after this one, each of its
+ * rows' lines prefetched twice. Inlined with pack, ar, aq, next's presence constant. */
 static inline __attribute__((always_inline)) AVX512BF16_FN void
-avx512_block(const uint16_t* a, int64_t ar, int64_t aq, const uint32_t* b, int64_t kc, float* c, int64_t ldc,
-             int rows, int cols, const uint16_t* next) {
+avx512_block(const uint16_t* a, int64_t ar, int64_t aq, uint32_t* b, int64_t kc, float* c, int64_t ldc, int rows,
+             int cols, int pack, const uint16_t* src, int64_t ldb, const uint16_t* next) {
   vacc acc[V_MR][2];
 #pragma GCC unroll 8
   for (int r = 0; r < V_MR; r++) acc[r][0] = acc[r][1] = vacc_zero();
-#ifdef XPFC
+  for (int r = 0; r < rows; r++) prefetch(c + r * ldc), prefetch(c + r * ldc + V_NR - 1); /* needed at the end */
+  const uint16_t *a3 = a + 3 * ar, *a6 = a + 6 * ar;
+  int64_t q = 0;
+  if (next) { /* 8 steps, each prefetching a line of one of next's rows */
+    const uint16_t *n3 = next + 3 * ar, *n6 = next + 6 * ar;
+    for (; q + 8 <= kc; q += 8) {
 #pragma GCC unroll 8
-  for (int r = 0; r < rows; r++) prefetch(c + r * ldc), prefetch(c + r * ldc + V_NR - 1);
-#endif
-  for (int64_t q = 0; q < kc; q++, a += aq, b += V_NR) {
-    vpairs b0 = vpairs_load(b), b1 = vpairs_load(b + 16);
-#pragma GCC unroll 8
-    for (int r = 0; r < V_MR; r++) {
-      vpairs ar_ = vpairs_bcast(a + r * ar);
-      acc[r][0] = vdot(acc[r][0], ar_, b0);
-      acc[r][1] = vdot(acc[r][1], ar_, b1);
+      for (int u = 0; u < 8; u++) {
+        int64_t o = (q + u) * aq;
+        avx512_step(acc, a + o, a3 + o, a6 + o, ar, b + (q + u) * V_NR, 0, NULL, 0);
+        prefetch(ROW8(next, n3, n6, ar, u) + 2 * q);
+      }
     }
-#ifdef XPFA
-    if (next) prefetch(next + (q & 7) * ar + (q >> 3) * 16);
-#endif
   }
+  for (; q < kc; q++, src += 2 * ldb)
+    avx512_step(acc, a + q * aq, a3 + q * aq, a6 + q * aq, ar, b + q * V_NR, pack, src, ldb);
   if (rows == V_MR && cols == V_NR) {
 #pragma GCC unroll 8
     for (int r = 0; r < V_MR; r++) {
@@ -335,25 +363,42 @@ avx512_block(const uint16_t* a, int64_t ar, int64_t aq, const uint32_t* b, int64
   add_valid(c, ldc, &sums[0][0], V_NR, rows, cols);
 }
 
-static AVX512BF16_FN void avx512_block_packed(const uint16_t* a, const uint32_t* b, int64_t kc, float* c,
-                                              int64_t ldc, int rows, int cols) {
-  avx512_block(a, 2, 2 * V_MR, b, kc, c, ldc, rows, cols, NULL);
+/* A packed (pack_a's layout, G = 2): edge rows, trans_a, odd k. */
+static AVX512BF16_FN void avx512_block_packed(const uint16_t* a, uint32_t* b, int64_t kc, float* c, int64_t ldc,
+                                              int rows, int cols) {
+  avx512_block(a, 2, 2 * V_MR, b, kc, c, ldc, rows, cols, 0, NULL, 0, NULL);
 }
 
-static AVX512BF16_FN void avx512_block_direct(const uint16_t* a, int64_t lda, const uint32_t* b, int64_t kc,
-                                              float* c, int64_t ldc, const uint16_t* next) {
-  avx512_block(a, lda, 2, b, kc, c, ldc, V_MR, V_NR, next);
+/* A read in place: a whole row block (its rows lda apart), whole panel; next prefetched. */
+static AVX512BF16_FN void avx512_block_direct(const uint16_t* a, int64_t lda, uint32_t* b, int64_t kc, float* c,
+                                              int64_t ldc, const uint16_t* next) {
+  avx512_block(a, lda, 2, b, kc, c, ldc, V_MR, V_NR, 0, NULL, 0, next);
 }
 
-/* Pair-rows q0 .. q0 + kc of the B panel at column j0 (w valid columns) into d (kc x V_NR words): whole
- * pairs of a whole panel with vector shuffles, the rest (past n, past k, an odd k's last) as pack_pair_row. */
+/* The same, packing the slice from B's rows as it goes (the first row block of a whole panel). */
+static AVX512BF16_FN void avx512_block_direct_packing(const uint16_t* a, int64_t lda, uint32_t* b, int64_t kc,
+                                                      float* c, int64_t ldc, const uint16_t* src, int64_t ldb) {
+  avx512_block(a, lda, 2, b, kc, c, ldc, V_MR, V_NR, 1, src, ldb, NULL);
+}
+
+/* A read in place, an n edge (cols < V_NR). */
+static AVX512BF16_FN void avx512_block_direct_edge(const uint16_t* a, int64_t lda, uint32_t* b, int64_t kc,
+                                                   float* c, int64_t ldc, int cols) {
+  avx512_block(a, lda, 2, b, kc, c, ldc, V_MR, cols, 0, NULL, 0, NULL);
+}
+
+/* Pair-rows q0 .. q0 + kc of the B panel at column j0 (w valid columns) into d (kc x V_NR words): whole pairs
+ * of a whole panel with vector shuffles (B stored n x k: 16 x 16 transposes of its pairs), the rest (past n,
+ * past k, an odd k's last) as pack_pair_row. */
 static AVX512BF16_FN void avx512_pack_slice(uint32_t* d, const gemm_t* g, int64_t q0, int64_t kc, int64_t j0,
                                             int64_t w) {
   int64_t whole = w < V_NR ? 0 : min64(kc, g->k / 2 - q0), q = 0; /* pairs with both halves inside k */
   if (whole > 0 && !g->trans_b)
     for (; q < whole; q++) {
       const uint16_t* lo = g->b + 2 * (q0 + q) * g->ldb + j0;
-      pairs_interleave32(d + q * V_NR, lo, lo + g->ldb);
+      vpairs x0, x1;
+      vpairs_rows(lo, lo + g->ldb, &x0, &x1);
+      vpairs_store(d + q * V_NR, x0), vpairs_store(d + q * V_NR + 16, x1);
     }
   else if (whole > 0)
     for (; q + 16 <= whole; q += 16)
@@ -362,18 +407,14 @@ static AVX512BF16_FN void avx512_pack_slice(uint32_t* d, const gemm_t* g, int64_
   for (; q < kc; q++) pack_pair_row(d + q * V_NR, g, q0 + q, j0, w, V_NR);
 }
 
-/* For each k block: each B panel's slice packed into an L1 buffer, then every row block of A past it. A stays
- * where it is (trans_a = 0, k even: a row's pair is one 32-bit word to broadcast) except an m edge's rows, which
- * are packed zero-padded; otherwise (trans_a, odd k) A is packed whole. */
+/* For each k block, each B panel: its slice (kc x V_NR words, 32 KB) packed into one buffer (by the first row
+ * block where it can be), which every row block of A then passes. A stays where it is when trans_a = 0 and k
+ * is even (a row's pair is one 32-bit word to broadcast), except the rows of an m edge, packed zero-padded;
+ * otherwise A is packed whole (pack_a). */
 static int32_t avx512_gemm(const gemm_t* g) {
   int64_t qp = ceil_div(g->k, 2), mb = ceil_div(g->m, V_MR), nb = ceil_div(g->n, V_NR);
-#ifdef XPACKA
-  int direct = 0;
-#else
-  int direct = !g->trans_a && g->k % 2 == 0;
-#endif
-  int64_t mfull = direct ? g->m / V_MR : 0; /* row blocks read in place */
-  size_t b_bytes = (size_t)V_KC * V_NR * 4, a_bytes = round64((size_t)((mb - mfull) * V_MR * qp) * 2 * 2);
+  int64_t mfull = !g->trans_a && g->k % 2 == 0 ? g->m / V_MR : 0; /* row blocks read in place */
+  size_t b_bytes = (size_t)V_KC * V_NR * 4, a_bytes = round64((size_t)((mb - mfull) * V_MR * qp) * 4);
   unsigned char* s = septran_cpu_scratch(b_bytes + a_bytes);
   if (!s) return SEPTRAN_CPU_E_NOMEM;
   uint32_t* pb = (uint32_t*)s;
@@ -384,49 +425,28 @@ static int32_t avx512_gemm(const gemm_t* g) {
     rest.a = g->trans_a ? g->a + mfull * V_MR : g->a + mfull * V_MR * g->lda;
     pack_a(pa, &rest, V_MR, 2, qp);
   }
-#ifdef XORDER
-  if (mfull == mb && g->n % V_NR == 0) {
-    uint32_t* bb = septran_cpu_scratch(nb * qp * V_NR * 4);
-#ifdef XROWPACK
-    if (!g->trans_b) {
-      for (int64_t q = 0; q < qp; q++)
-        for (int64_t jb = 0; jb < nb; jb++) {
-          const uint16_t* lo = g->b + 2 * q * g->ldb + jb * V_NR;
-          pairs_interleave32(bb + (jb * qp + q) * V_NR, lo, lo + g->ldb);
-        }
-    } else
-#endif
-    for (int64_t jb = 0; jb < nb; jb++) avx512_pack_slice(bb + jb * qp * V_NR, g, 0, qp, jb * V_NR, V_NR);
-    for (int64_t q0 = 0; q0 < qp; q0 += V_KC) {
-      int64_t kc = min64(V_KC, qp - q0);
-      for (int64_t ib = 0; ib < mb; ib++)
-        for (int64_t jb = 0; jb < nb; jb++)
-          avx512_block_direct(g->a + ib * V_MR * g->lda + 2 * q0, g->lda, bb + (jb * qp + q0) * V_NR, kc, g->c + jb * V_NR + ib * V_MR * g->ldc, g->ldc, jb == nb - 1 ? g->a + (ib + 1 < mfull ? ib + 1 : 0) * V_MR * g->lda + 2 * q0 : NULL);
-    }
-    return 0;
-  }
-#endif
   for (int64_t q0 = 0; q0 < qp; q0 += V_KC) {
     int64_t kc = min64(V_KC, qp - q0);
     for (int64_t jb = 0; jb < nb; jb++) {
-      int64_t j0 = jb * V_NR;
+      int64_t j0 = jb * V_NR, ib = 0;
       int cols = (int)min64(V_NR, g->n - j0);
-#ifndef XNOPACK
-      avx512_pack_slice(pb, g, q0, kc, j0, cols);
-#endif
       float* c = g->c + j0;
-      int64_t ib = 0;
-      if (cols == V_NR)
-        for (; ib < mfull; ib++)
-          avx512_block_direct(g->a + ib * V_MR * g->lda + 2 * q0, g->lda, pb, kc, c + ib * V_MR * g->ldc, g->ldc,
-                              g->a + (ib + 1 < mfull ? ib + 1 : 0) * V_MR * g->lda + 2 * q0);
-      for (; ib < mb; ib++)
-        if (ib < mfull) /* an n edge read in place: its padding columns go through add_valid */
-          avx512_block(g->a + ib * V_MR * g->lda + 2 * q0, g->lda, 2, pb, kc, c + ib * V_MR * g->ldc, g->ldc,
-                       V_MR, cols, NULL);
+      const uint16_t* a = g->a + 2 * q0; /* row block ib at a + ib * V_MR * lda */
+      if (mfull && cols == V_NR && !g->trans_b && 2 * (q0 + kc) <= g->k) {
+        avx512_block_direct_packing(a, g->lda, pb, kc, c, g->ldc, g->b + 2 * q0 * g->ldb + j0, g->ldb);
+        ib = 1;
+      } else {
+        avx512_pack_slice(pb, g, q0, kc, j0, cols);
+      }
+      for (; ib < mfull; ib++)
+        if (cols == V_NR) /* prefetching the next row block, or the first again for the next panel */
+          avx512_block_direct(a + ib * V_MR * g->lda, g->lda, pb, kc, c + ib * V_MR * g->ldc, g->ldc,
+                              a + (ib + 1 < mfull ? ib + 1 : 0) * V_MR * g->lda);
         else
-          avx512_block_packed(pa + ((ib - mfull) * qp + q0) * V_MR * 2, pb, kc, c + ib * V_MR * g->ldc, g->ldc,
-                              (int)min64(V_MR, g->m - ib * V_MR), cols);
+          avx512_block_direct_edge(a + ib * V_MR * g->lda, g->lda, pb, kc, c + ib * V_MR * g->ldc, g->ldc, cols);
+      for (; ib < mb; ib++)
+        avx512_block_packed(pa + ((ib - mfull) * qp + q0) * V_MR * 2, pb, kc, c + ib * V_MR * g->ldc, g->ldc,
+                            (int)min64(V_MR, g->m - ib * V_MR), cols);
     }
   }
   return 0;
