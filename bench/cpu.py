@@ -406,8 +406,11 @@ def main(argv=None) -> int:
           "other: cores other processes used meanwhile (!: memory stalls)\n")
     print_rows(rows)
     if "bf16" in wanted:
-        print("\ngemm bf16: " + (f"this CPU has {', '.join(info['matrix_units'])}: the gemm mapping's shape_points run "
-                                "bf16 GEMMs on it (gemm_leaf_amx / gemm_leaf_avx512bf16; the row's point column names it)"
+        print("\ngemm bf16: " + (f"this CPU has {', '.join(info['matrix_units'])}"
+                                + ("" if "amx_bf16" in info["matrix_units"] else " and lacks AMX")
+                                + ": the gemm mapping's shape_points run bf16 GEMMs of more than 16 rows on it "
+                                "(gemm_leaf_amx / gemm_leaf_avx512bf16; the row's point column names it; fewer rows stream "
+                                "B through the widening leaf)"
                                 if info["matrix_units"]
                                 else "this CPU lacks AMX and AVX512-BF16 (no bf16 matrix unit): the gemm mapping keeps bf16 "
                                 "tensors (keep_dtypes) and OpenBLAS's leaf widens each tile to fp32; the row times that "
