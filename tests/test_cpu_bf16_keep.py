@@ -53,6 +53,10 @@ def test_shape_points_send_bfloat16_to_the_unit_the_cpu_has(monkeypatch):
     for rows in (1, 16):
         dec = k.specialize(A=((rows, 50), "bfloat16"), B=((50, 29), "bfloat16"))
         assert "septran_cpu_gemm_bf16_bf16" in dec.tilelang_source and "avx512bf16" not in dec.tilelang_source, rows
+    bmm = septran.compile(logic_file=REPO / "examples" / "bmm" / "bmm.py", mapping_file=mapping_path("cpu", "bmm"))
+    for rows, unit in ((1, False), (16, False), (17, True)):
+        src = bmm.specialize(A=((3, rows, 40), "bfloat16"), B=((3, 40, 24), "bfloat16")).tilelang_source
+        assert ("septran_cpu_gemm_amx_bf16" in src) == unit and ("septran_cpu_gemm_bf16_bf16" in src) != unit, rows
     # float32 calls never reach a unit's leaf
     f32 = k.specialize(A=((37, 50), "float32"), B=((50, 29), "float32"))
     assert "bf16" not in f32.tilelang_source and "uint16" not in f32.tilelang_source
