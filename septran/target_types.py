@@ -16,7 +16,8 @@ class TargetError(SepTranError):
     stage = "target"
 
 
-VENDOR_OPS = ("load", "store", "fill_zero", "sync", "declare", "release")
+VENDOR_OPS = ("load", "store", "fill_zero", "sync", "declare", "release",
+              "store_evict_first")  # a store whose lines the caches need not keep (copy eviction_policy: evict_first)
 
 
 @dataclass(frozen=True)

@@ -315,12 +315,34 @@ def test_store_writes_only_the_valid_part(lib, dst_dtype, src_dtype, rows, cols,
     torch.testing.assert_close(dst, want, rtol=0, atol=0, equal_nan=True)
 
 
+@settings(max_examples=40, **SETTINGS)
+@given(dtypes=st.sampled_from([(torch.float32, torch.float32), (torch.float16, torch.float32), (torch.float32, torch.bfloat16)]),
+       rows=st.integers(1, 6), cols=st.integers(1, 90), offset=st.integers(0, 9), pad_dst=st.sampled_from([0, 3]),
+       pad_src=st.sampled_from([0, 5]))
+def test_stream_writes_what_store_writes(lib, dtypes, rows, cols, offset, pad_dst, pad_src):
+    """septran_cpu_stream (a store past the caches: copy eviction_policy evict_first) writes exactly the valid part,
+    from any alignment of the destination (non-temporal stores need 32-byte aligned addresses: the head and tail of
+    a row are plain stores); other types than float32 to float32 are septran_cpu_store's."""
+    dst_dtype, src_dtype = dtypes
+    gen = torch.Generator().manual_seed(rows * 1000 + cols * 10 + offset)
+    src, ld_src = strided(rows, cols, pad_src, src_dtype, gen)
+    whole = torch.full(((rows + 2) * (cols + pad_dst + 2) + offset,), 7.0, dtype=dst_dtype)
+    dst = whole[offset:].view(rows + 2, cols + pad_dst + 2)
+    assert call(lib, "septran_cpu_stream", dst, CODES[dst_dtype], src, CODES[src_dtype], rows, cols, dst.stride(0), ld_src) == 0
+    want = torch.full_like(dst, 7.0)
+    want[:rows, :cols] = src.to(dst_dtype)
+    torch.testing.assert_close(dst, want, rtol=0, atol=0, equal_nan=True)
+    assert (whole[:offset] == 7).all()
+
+
 def test_store_of_nothing_and_bad_arguments(lib):
     dst, src = torch.full((4, 4), 7.0), torch.zeros(4, 4)
     assert call(lib, "septran_cpu_store", dst, 0, src, 0, 0, 4, 4, 4) == 0
     assert call(lib, "septran_cpu_store", dst, 0, src, 0, 4, -3, 4, 4) == 0
     assert call(lib, "septran_cpu_store", dst, 7, src, 0, 4, 4, 4, 4) == -1  # 7: no dtype
     assert call(lib, "septran_cpu_load", dst, 0, src, 0, -1, 4, 4, 4, 4, 4) == -1
+    assert call(lib, "septran_cpu_stream", dst, 0, src, 0, 0, 4, 4, 4) == 0
+    assert call(lib, "septran_cpu_stream", dst, 0, src, 0, 4, 4, -4, 4) == -1
     assert (dst == 7).all()
 
 

@@ -75,11 +75,30 @@ def _line_of(path: Path, needle: str) -> int:
 
 def test_copy_option_the_target_does_not_take(tmp_path, monkeypatch):
     forbid_tilelang(monkeypatch, "refused before TileLang")
-    path = edited_mapping(tmp_path, "cpu", "gemm", ("    leaf_task_bindings:", "    copy: {A: {eviction_policy: evict_first}}\n    leaf_task_bindings:"))
+    path = edited_mapping(tmp_path, "cpu", "gemm", ("    leaf_task_bindings:", "    copy: {A: {disable_tma: true}}\n    leaf_task_bindings:"))
     with pytest.raises(MappingError) as info:
         septran.compile(logic_file=GEMM_LOGIC, mapping_file=path)
-    assert info.value.loc.line == _line_of(path, "eviction_policy")
-    assert "cpu does not take the copy option 'eviction_policy'" in str(info.value)
+    assert info.value.loc.line == _line_of(path, "disable_tma")
+    assert "cpu does not take the copy option 'disable_tma'" in str(info.value) and "eviction_policy" in str(info.value)
+
+
+@pytest.mark.build
+def test_cpu_store_evict_first_streams_past_the_caches(tmp_path):
+    """On cpu a store out of LOCAL with ``eviction_policy: evict_first`` is the vendor's non-temporal store
+    (septran_cpu_stream_*); evict_normal and no option are the plain store; the results are the same."""
+    import torch
+
+    logic = REPO / "examples" / "layernorm" / "layernorm.py"
+    x, w, b = torch.randn(37, 1031), torch.randn(1031), torch.randn(1031)
+    want = torch.nn.functional.layer_norm(x.double(), (1031,), w.double(), b.double(), 1e-5)
+    for policy, fn in (("evict_first", "septran_cpu_stream_f32_f32"), ("evict_normal", "septran_cpu_store_f32_f32")):
+        path = edited_mapping(tmp_path, "cpu", "layernorm", ("{Y: GLOBAL, X: GLOBAL, W: GLOBAL, B: GLOBAL, mean: LOCAL",
+                                                             "{Y: LOCAL, X: GLOBAL, W: GLOBAL, B: GLOBAL, mean: LOCAL"),
+                              ("copy: {Y: {eviction_policy: evict_first}}", f"copy: {{Y: {{eviction_policy: {policy}}}}}"))
+        kernel = septran.compile(logic_file=logic, mapping_file=path)
+        y = kernel(x, w, b, eps=1e-5)
+        assert fn in kernel.latest.tilelang_source
+        torch.testing.assert_close(y.double(), want, rtol=1e-4, atol=1e-4)
 
 
 def test_accumulator_a_vendor_unit_cannot_take(tmp_path):

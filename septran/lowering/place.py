@@ -94,15 +94,13 @@ def _rewrite(stmts: list, bufs, target, pending: set, dtypes) -> tuple[list, set
                     _has_ops_for(dst if load else src, dtypes[s.src.of], dtypes[s.dst.of])):
                 load = store = False  # a type the vendor has no copy for (int64, bool): TileLang's T.copy
             if load or store:
-                if s.options:
-                    raise LoweringError(f"copy options {dict(s.options)} are TileLang's; {(dst if load else src).name} "
-                                        "moves data with vendor calls", s.why.mapping)
                 op, mem = ("load", dst) if load else ("store", src)
+                template = mem.ops[_with_options(op, mem, dict(s.options), s.why)]
                 if op == "load":
                     pending.add(mem.name)
                 else:
                     stored.append(mem.name)
-                out.append(ir.VendorOp(op, mem.ops[op], (("dst", s.dst), ("src", s.src)), s.why))
+                out.append(ir.VendorOp(op, template, (("dst", s.dst), ("src", s.src)), s.why))
                 continue
         out.append(s)
     for name in sorted(set(stored)):  # results must have left the device before the program ends or the tile is reused
@@ -110,6 +108,15 @@ def _rewrite(stmts: list, bufs, target, pending: set, dtypes) -> tuple[list, set
         if "sync" in mem.ops:
             out.append(ir.VendorOp("sync", mem.ops["sync"], (), Why(f"wait for the transfers out of {name}")))
     return out, pending
+
+
+def _with_options(op: str, mem, options: dict, why) -> str:
+    """The memory's op (its key in ``ops``) a copy's options pick: ``eviction_policy`` names a variant of the op where the memory has one
+    (``store_evict_first``: written past the caches), else the op itself; other options are TileLang's."""
+    policy = options.pop("eviction_policy", None)
+    if options:
+        raise LoweringError(f"copy options {options} are TileLang's; {mem.name} moves data with vendor calls", why.mapping)
+    return f"{op}_{policy}" if policy is not None and f"{op}_{policy}" in mem.ops else op
 
 
 def _has_ops_for(mem, *dtypes) -> bool:

@@ -21,6 +21,7 @@ def rmsnorm_sums(
         rstd = T.alloc_local((BM,), "float32")
         s = T.alloc_local((BM,), "float32")
         S = T.alloc_local((BM, BN), "float32")
+        Y_local = T.alloc_local((BM, BN), "float32")
         T.call_extern("int32", "septran_cpu_fill_zero_f32", rstd.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1))
         for k in T.serial(T.ceildiv(X_dim1, BN)):
             for a, b in T.grid(BM, BN):
@@ -31,5 +32,6 @@ def rmsnorm_sums(
         for a in T.grid(BM):
             rstd[a] = T.rsqrt(rstd[a] / T.float32(X_dim1) + T.float32(1e-06))
         for k_2 in T.serial(T.ceildiv(X_dim1, BN)):
-            for i, j in T.grid(BM, T.min(BN, X_dim1 - k_2 * BN)):
-                Y[bx * BM + i, k_2 * BN + j] = X[bx * BM + i, k_2 * BN + j] * rstd[i] * W[k_2 * BN + j]
+            for i, j in T.grid(BM, BN):
+                Y_local[i, j] = T.if_then_else((k_2 * BN + j) < X_dim1, X[bx * BM + i, k_2 * BN + j], T.float32(0.0)) * rstd[i] * T.if_then_else((k_2 * BN + j) < X_dim1, W[k_2 * BN + j], T.float32(0.0))
+            T.call_extern("int32", "septran_cpu_stream_f32_f32", Y.access_ptr("rw", offset=k_2 * BN + bx * BM * X_dim1), Y_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1 - k_2 * BN)), T.Cast("int64", X_dim1), T.Cast("int64", BN))

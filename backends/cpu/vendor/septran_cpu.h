@@ -60,6 +60,12 @@ int32_t septran_cpu_load(void* dst, int32_t dst_dtype, void* src, int32_t src_dt
 int32_t septran_cpu_store(void* dst, int32_t dst_dtype, void* src, int32_t src_dtype, int32_t valid_rows,
                           int32_t valid_cols, int32_t ld_dst, int32_t ld_src);
 
+/* The same as septran_cpu_store, written past the caches where both are float32 (non-temporal stores, then a
+ * store fence): an output much larger than the caches that nothing reads soon then costs no read of each of its
+ * lines before the write. Other types: septran_cpu_store. The mapping asks for it (copy eviction_policy evict_first). */
+int32_t septran_cpu_stream(void* dst, int32_t dst_dtype, void* src, int32_t src_dtype, int32_t valid_rows,
+                           int32_t valid_cols, int32_t ld_dst, int32_t ld_src);
+
 /* dst[i*ld + j] = 0 for i < rows, j < cols. */
 int32_t septran_cpu_fill_zero(void* dst, int32_t dtype, int32_t rows, int32_t cols, int32_t ld);
 

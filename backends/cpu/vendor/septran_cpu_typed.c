@@ -24,6 +24,10 @@ typedef int64_t i64;
   int32_t septran_cpu_store_##D##_##S(D* dst, S* src, i64 valid_rows, i64 valid_cols, i64 ld_dst, \
                                       i64 ld_src) {                                                       \
     return septran_cpu_store(dst, DC, src, SC, valid_rows, valid_cols, ld_dst, ld_src);                       \
+  }                                                                                                           \
+  int32_t septran_cpu_stream_##D##_##S(D* dst, S* src, i64 valid_rows, i64 valid_cols, i64 ld_dst,           \
+                                       i64 ld_src) {                                                          \
+    return septran_cpu_stream(dst, DC, src, SC, valid_rows, valid_cols, ld_dst, ld_src);                      \
   }
 
 LOAD(f32, f32, SEPTRAN_CPU_F32, SEPTRAN_CPU_F32)
