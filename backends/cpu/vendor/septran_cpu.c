@@ -356,6 +356,8 @@ static int ld_ok(int32_t* ld, int32_t rows, int32_t cols) {
 }
 
 enum { FEW_ROWS = 16 };
+/* From this many elements of B a few rows stream it (septran_cpu_few_rows_gemm) rather than call sgemm */
+enum { FEW_ROWS_STREAMED_FROM = 1 << 16 };
 
 static void sgemm_part(float* C, const float* a, const float* b, int32_t m, int32_t n, int32_t k, int32_t ldc,
                        int32_t lda, int32_t ldb, int32_t trans_a, int32_t trans_b) {
@@ -392,10 +394,12 @@ int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, i
   } else if (n == 1) { /* a column of C: op(A) b */
     scipy_cblas_sgemv(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, a_rows, a_cols, 1.0f, a, lda, b,
                       trans_b ? 1 : ldb, 1.0f, C, ldc);
+  } else if (m <= SEPTRAN_CPU_FEW_ROWS && !trans_b && (int64_t)n * k >= FEW_ROWS_STREAMED_FROM) {
+    septran_cpu_few_rows_gemm(C, ldc, a, lda, trans_a, m, b, k, n, ldb); /* B read once (septran_cpu_gemv.c) */
   } else if (m <= FEW_ROWS && septran_cpu_split_threads(n, k) > 1) {
-    /* a few rows (a batch's decode step) as the kernel's one program: B's columns split over the threads, as a
-     * row's are (OpenBLAS runs one thread per call). 16 x 4096 x 4096 at 2 threads 13.1 -> 7.2 ms (torch 8.6),
-     * AMD EPYC Zen 4. */
+    /* a few rows of a transposed B (a Linear's weight) as the kernel's one program: B's columns split over the
+     * threads, as a row's are (OpenBLAS runs one thread per call). Measured when the
+     * untransposed B went this way too: 16 x 4096 x 4096 at 2 threads 13.1 -> 7.2 ms (torch 8.6), AMD EPYC Zen 4. */
 #pragma omp parallel num_threads(septran_cpu_split_threads(n, k))
     {
       int32_t start, end;
