@@ -111,11 +111,13 @@ def _rewrite(stmts: list, bufs, target, pending: set, dtypes) -> tuple[list, set
 
 
 def _with_options(op: str, mem, options: dict, why) -> str:
-    """The memory's op (its key in ``ops``) a copy's options pick: ``eviction_policy`` names a variant of the op where the memory has one
-    (``store_evict_first``: written past the caches), else the op itself; other options are TileLang's."""
+    """The memory's op (its key in ``ops``) a copy's options pick: ``eviction_policy`` names a variant of the op
+    where the memory has one (``store_evict_first``: written past the caches), else the op itself; other options
+    are TileLang's."""
     policy = options.pop("eviction_policy", None)
     if options:
-        raise LoweringError(f"copy options {options} are TileLang's; {mem.name} moves data with vendor calls", why.mapping)
+        raise LoweringError(f"copy options {options} are TileLang's; {mem.name} moves data with vendor calls",
+                            why.mapping)
     return f"{op}_{policy}" if policy is not None and f"{op}_{policy}" in mem.ops else op
 
 

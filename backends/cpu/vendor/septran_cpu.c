@@ -355,7 +355,6 @@ static int ld_ok(int32_t* ld, int32_t rows, int32_t cols) {
   return *ld >= cols;
 }
 
-enum { FEW_ROWS = 16 };
 /* From this many elements of B a few rows stream it (septran_cpu_few_rows_gemm) rather than call sgemm */
 enum { FEW_ROWS_STREAMED_FROM = 1 << 16 };
 
@@ -374,6 +373,7 @@ int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, i
   if (!ld_ok(&ldc, m, n) || !ld_ok(&lda, a_rows, a_cols) || !ld_ok(&ldb, b_rows, b_cols)) return SEPTRAN_CPU_E_ARGS;
   const float* a = A;
   const float* b = B;
+  int threads;
   if (dtype != SEPTRAN_CPU_F32 && m == 1) { /* a decode step: only a is widened, B streams once as it is */
     float* s = scratch_for((size_t)k);
     if (!s) return SEPTRAN_CPU_E_NOMEM;
@@ -396,11 +396,11 @@ int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, i
                       trans_b ? 1 : ldb, 1.0f, C, ldc);
   } else if (m <= SEPTRAN_CPU_FEW_ROWS && !trans_b && (int64_t)n * k >= FEW_ROWS_STREAMED_FROM) {
     septran_cpu_few_rows_gemm(C, ldc, a, lda, trans_a, m, b, k, n, ldb); /* B read once (septran_cpu_gemv.c) */
-  } else if (m <= FEW_ROWS && septran_cpu_split_threads(n, k) > 1) {
+  } else if (m <= SEPTRAN_CPU_FEW_ROWS && (threads = septran_cpu_split_threads(n, k)) > 1) {
     /* a few rows of a transposed B (a Linear's weight) as the kernel's one program: B's columns split over the
      * threads, as a row's are (OpenBLAS runs one thread per call). Measured when the
      * untransposed B went this way too: 16 x 4096 x 4096 at 2 threads 13.1 -> 7.2 ms (torch 8.6), AMD EPYC Zen 4. */
-#pragma omp parallel num_threads(septran_cpu_split_threads(n, k))
+#pragma omp parallel num_threads(threads)
     {
       int32_t start, end;
       septran_cpu_split_share(n, omp_get_thread_num(), omp_get_num_threads(), &start, &end);
