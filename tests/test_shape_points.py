@@ -65,6 +65,9 @@ def test_the_first_entry_whose_bounds_hold(shapes, want):
     ("shape_points:\n  - {when: {A: [-1]}, point: {gemm_host.tunables.BM: 16}}\n", "must be a size"),
     ("shape_points:\n  - {when: {A: [16]}, point: {gemm_host.tunables.BK: 64}}\n", "not a !tune dimension"),
     ("shape_points:\n  - {when: {A: [16]}, point: {gemm_host.tunables.BM: 32}}\n", "not a choice"),
+    ("shape_points:\n  - {threads: 0, point: {gemm_host.tunables.BM: 16}}\n", "`threads` is the most threads"),
+    ("shape_points:\n  - {threads: true, point: {gemm_host.tunables.BM: 16}}\n", "`threads` is the most threads"),
+    ("shape_points:\n  - {threads: [1], point: {gemm_host.tunables.BM: 16}}\n", "`threads` is the most threads"),
 ])
 def test_bad_entries_are_located_errors(tail, message):
     with pytest.raises(MappingError, match=message) as err:
@@ -163,3 +166,48 @@ def test_a_bucket_names_its_tuning_records_by_its_bounds():
         shapes = {"A": ((rows, 32), "float32"), "B": ((32, 24), "float32"), "C": ((rows, 24), "float32")}
         scalars = dict(k.tuning_key(k.specialization(shapes, {})).scalars)
         assert float.fromhex(scalars[points.BUCKET]) == entries[bounds]
+
+
+THREADS = SPACE + """shape_points:
+  - {when: {A: [16]}, point: {gemm_host.tunables.BM: 16}}
+  - {threads: 1, point: {gemm_host.tunables.BN: 16}}
+"""
+
+
+def test_an_entry_with_threads_holds_for_at_most_that_many():
+    from septran.mapping import shape_points
+
+    m = parse_mapping(THREADS, "m.yaml")
+    big = {"A": (40, 8), "B": (8, 40), "C": (40, 40)}
+    assert shape_points.asks_threads(m.shape_points)
+    assert [shape_points.bucket(m.shape_points, big, threads=t) for t in (1, 2, None)] == [1, None, None]
+    assert shape_points.bucket(m.shape_points, {"A": (4, 8), "B": (8, 40), "C": (4, 40)}, threads=1) == 0
+    assert m.shape_points[1].bounds_text() == "threads<=1"  # (a bucket's records are named by it)
+    assert not shape_points.asks_threads(parse_mapping(BUCKETS, "m.yaml").shape_points)
+
+
+@pytest.mark.build
+def test_a_kernel_runs_the_point_of_the_thread_count_at_each_call(tmp_path):
+    """The point follows torch.set_num_threads between calls, through Python and through the C entry alike."""
+    import torch
+
+    from septran.build import pyext
+    from septran.runtime import fast_call
+
+    pyext.start()
+    pyext.module(wait=None)
+    path = tmp_path / "m.yaml"
+    path.write_text(THREADS)
+    k = septran.compile(logic_file=REPO / "examples" / "gemm" / "gemm.py", mapping_file=path)
+    a, b = torch.randn(40, 24), torch.randn(24, 40)
+    before = torch.get_num_threads()
+    try:
+        for threads in (2, 1, 2, 1):
+            torch.set_num_threads(threads)
+            for _ in range(fast_call.CALLS_BEFORE + 2):
+                torch.testing.assert_close(k(a, b), a @ b, rtol=1e-4, atol=1e-4)
+                want = "shape_points entry 2" if threads == 1 else "first point"
+                assert want in k.latest.choice.source, threads
+    finally:
+        torch.set_num_threads(before)
+    assert len(k.variants) == 2 and k._fast is not None and k._fast.size() == 2

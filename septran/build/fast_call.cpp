@@ -15,6 +15,7 @@
 #include <structmember.h>
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/TensorBase.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/core/InferenceMode.h>
@@ -89,6 +90,7 @@ struct Entry {
   std::vector<int> results;
   bool single = false;
   bool release_gil = false;
+  int threads = -1;                 // the thread count the plan was chosen for (torch's), -1: any
   PyObject* variant = nullptr;      // owned
   PyObject* name = nullptr;         // owned: the function's name, for the error
   PyObject* plan = nullptr;         // owned: keeps the library loaded
@@ -221,6 +223,7 @@ bool reusable(PyObject* obj, const Allocation& al) {
 PyObject* run(Calls* self, Entry* e, PyObject* const* args, Py_ssize_t npos, const Keywords& kwargs) {
   if (npos != e->npos) return Py_NotImplemented;
   if (kwargs.size() != e->nkw) return Py_NotImplemented;
+  if (e->threads >= 0 && at::get_num_threads() != e->threads) return Py_NotImplemented;
   PyObject* given[kMaxArgs * 2];
   c10::TensorImpl* impls[kMaxArgs * 2];
   int nslots = (int)e->slots.size();
@@ -361,18 +364,20 @@ bool ints(PyObject* seq, std::vector<T>& out) {
   return true;
 }
 
-// add(args, kwargs, take, nbytes, overlap, allocate, fn, order, dims, results, single, variant, name, plan):
-// the plan of the call (args, kwargs), taken if the call is one the C entry can check (True), else False.
+// add(args, kwargs, take, nbytes, overlap, allocate, fn, order, dims, results, single, variant, name, plan[, threads]):
+// the plan of the call (args, kwargs), taken if the call is one the C entry can check (True), else False;
+// threads: the plan runs only while torch's thread count is that (-1, the default: at any).
 // take: the passed tensors' places (positions or keywords); allocate: (zero, shape, a tensor of the dtype);
 // dims: (pool index, axis, 64-bit); the rest as in Plan's Layout.
 PyObject* calls_add(PyObject* pyself, PyObject* a) {
   Calls* self = (Calls*)pyself;
   PyObject *args, *kwargs, *take, *nbytes, *overlap, *allocate, *fnaddr, *order, *dims, *results, *variant, *name, *plan;
-  int single;
-  if (!PyArg_ParseTuple(a, "O!O!OOOOOOOOpOUO", &PyTuple_Type, &args, &PyDict_Type, &kwargs, &take, &nbytes, &overlap,
-                        &allocate, &fnaddr, &order, &dims, &results, &single, &variant, &name, &plan))
+  int single, threads = -1;
+  if (!PyArg_ParseTuple(a, "O!O!OOOOOOOOpOUO|i", &PyTuple_Type, &args, &PyDict_Type, &kwargs, &take, &nbytes, &overlap,
+                        &allocate, &fnaddr, &order, &dims, &results, &single, &variant, &name, &plan, &threads))
     return nullptr;
   auto* e = new Entry();
+  e->threads = threads;
   bool ok = true;
   auto refuse = [&]() -> PyObject* {
     clear_entry(e);
@@ -497,10 +502,11 @@ PyObject* calls_add(PyObject* pyself, PyObject* a) {
   e->name = Py_NewRef(name);
   e->plan = Py_NewRef(plan);
   auto& entries = *self->entries;
-  // the same signature again (a plan made anew): replaced
+  // the same signature (and thread count) again (a plan made anew): replaced
   for (size_t i = 0; i < entries.size(); i++) {
     Entry* old = entries[i];
-    bool same = old->npos == e->npos && old->nkw == e->nkw && old->slots.size() == e->slots.size();
+    bool same = old->npos == e->npos && old->nkw == e->nkw && old->slots.size() == e->slots.size() &&
+                old->threads == e->threads;
     for (size_t k = 0; same && k < e->slots.size(); k++) {
       const Slot &x = old->slots[k], &y = e->slots[k];
       same = x.tensor == y.tensor && x.dtype == y.dtype && x.sizes == y.sizes &&

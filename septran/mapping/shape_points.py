@@ -10,8 +10,10 @@ the first entry whose bounds every named dimension meets is the call's point::
 
 ``when`` names entry parameters, each with a list of upper bounds by axis (``null``: any size; axes past the
 list: any size). An entry may also ask for element types and CPU features, e.g. a bfloat16 GEMM on a CPU with
-AMX (``dtypes: {A: bfloat16}``: the program's type of A; ``cpu_flags: [amx_bf16]``: /proc/cpuinfo's flags);
-``when`` may then be left out. ``point`` gives values of the space's ``!tune`` dimensions by path (``task_mappings.`` may be
+AMX (``dtypes: {A: bfloat16}``: the program's type of A; ``cpu_flags: [amx_bf16]``: /proc/cpuinfo's flags),
+and for at most so many threads (``threads: 1``: the thread count the kernels run on at the call, torch's; a
+grid on one thread runs its programs one after another, so larger tiles cost it no parallelism); ``when`` may
+then be left out. ``point`` gives values of the space's ``!tune`` dimensions by path (``task_mappings.`` may be
 left out); the others keep their first values. A tuning record for the exact shapes still comes first (see
 ``septran.runtime.points``); a kernel with dynamic dimensions builds one variant per bucket.
 """
@@ -38,16 +40,22 @@ class ShapePoint:
     loc: SourceLoc
     dtypes: TMapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # parameter -> the program's element type of it
     cpu_flags: tuple[str, ...] = ()  # features the host CPU must report
+    threads: Optional[int] = None  # at most this many threads (torch's count at the call); None: any
 
     def bounds_text(self) -> str:
         """The bounds as one line: ``A<=[1]; C<=[*, 256]`` (then ``A:bfloat16``, ``cpu:amx_bf16`` where asked)."""
         parts = [f"{name}<=[{', '.join('*' if b is None else str(b) for b in bounds)}]"
                  for name, bounds in sorted(self.when.items())]
         parts += [f"{name}:{d}" for name, d in sorted(self.dtypes.items())] + [f"cpu:{f}" for f in self.cpu_flags]
+        parts += [] if self.threads is None else [f"threads<={self.threads}"]
         return "; ".join(parts)
 
-    def matches(self, shapes: TMapping[str, tuple], dtypes: TMapping[str, str], cpu_flags) -> bool:
-        """Whether a call of these shapes and program types, on a CPU with these flags, falls in this entry."""
+    def matches(self, shapes: TMapping[str, tuple], dtypes: TMapping[str, str], cpu_flags,
+                threads: Optional[int] = None) -> bool:
+        """Whether a call of these shapes and program types, on a CPU with these flags and ``threads`` threads (None:
+        a caller that does not say, which an entry with a thread bound never matches), falls in this entry."""
+        if self.threads is not None and (threads is None or threads > self.threads):
+            return False
         for name, want in self.dtypes.items():
             if not dtypes:
                 return False  # (a caller that names no types asks about shapes only)
@@ -95,7 +103,7 @@ def _entry(item: Located, dims: dict) -> ShapePoint:
     keys = set(d) if isinstance(d, LocatedDict) else set()
     if "point" not in keys or not keys & _CONDITIONS or keys - _CONDITIONS - {"point"}:
         raise MappingError("a shape_points entry has the key `point` and one or more of `when`, `dtypes`, "
-                           "`cpu_flags`", item.loc,
+                           "`cpu_flags`, `threads`", item.loc,
                            hint="e.g. `- {when: {A: [16]}, point: {gemm_host.tunables.BM: 16}}`")
     when_val, point_val = d.get("when", Located(LocatedDict({}, {}, item.loc), item.loc)), d["point"]
     if not isinstance(when_val.value, LocatedDict) or not isinstance(point_val.value, LocatedDict):
@@ -124,10 +132,10 @@ def _entry(item: Located, dims: dict) -> ShapePoint:
                                value.loc, hint="add it to the !tune's list")
         point[path] = value.value
     return ShapePoint(MappingProxyType(when), MappingProxyType(point), item.loc, _dtypes(d.get("dtypes")),
-                      _flags(d.get("cpu_flags")))
+                      _flags(d.get("cpu_flags")), _threads(d.get("threads")))
 
 
-_CONDITIONS = {"when", "dtypes", "cpu_flags"}
+_CONDITIONS = {"when", "dtypes", "cpu_flags", "threads"}
 
 
 def _dtypes(val: Optional[Located]) -> TMapping[str, str]:
@@ -153,7 +161,22 @@ def _flags(val: Optional[Located]) -> tuple[str, ...]:
     return tuple(f.value for f in items)
 
 
+def _threads(val: Optional[Located]) -> Optional[int]:
+    if val is None:
+        return None
+    v = val.value
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 2**16:
+        raise MappingError(f"shape_points: `threads` is the most threads the entry serves (an integer from 1), got {v!r}",
+                           val.loc, hint="e.g. `threads: 1`: calls that run on one thread")
+    return v
+
+
+def asks_threads(entries: tuple[ShapePoint, ...]) -> bool:
+    """Whether the bucket of a call depends on the thread count it runs on."""
+    return any(e.threads is not None for e in entries)
+
+
 def bucket(entries: tuple[ShapePoint, ...], shapes: TMapping[str, tuple], dtypes: TMapping[str, str] = MappingProxyType({}),
-           cpu_flags=frozenset()) -> Optional[int]:
+           cpu_flags=frozenset(), threads: Optional[int] = None) -> Optional[int]:
     """The index of the first entry whose conditions a call meets, else None."""
-    return next((k for k, e in enumerate(entries) if e.matches(shapes, dtypes, cpu_flags)), None)
+    return next((k for k, e in enumerate(entries) if e.matches(shapes, dtypes, cpu_flags, threads)), None)

@@ -69,7 +69,7 @@ def hold(kernel, plan, args: tuple, kwargs: dict, mod=None) -> bool:
     took = calls.add(args, kwargs, lay.take, lay.nbytes, lay.overlap_pairs, allocate,
                      ctypes.cast(fn.function, ctypes.c_void_p).value, tuple(fn.order), dims,
                      tuple(i for i, _ in lay.results), plan._single is not None, plan.variant,
-                     getattr(fn.function, "__name__", "the kernel"), plan)
+                     getattr(fn.function, "__name__", "the kernel"), plan, plan.threads)
     if took:
         kernel._fast = calls
         _install(type(kernel), mod)

@@ -19,6 +19,7 @@ from septran.frontend.ir import Privilege, TaskGraph
 from septran.frontend.shapes import ShapeRelations
 from septran.lowering import Specialization
 from septran.lowering.bind import check_mapping
+from septran.mapping import shape_points
 from septran.mapping.schema import Mapping
 from septran.records import TuningKey
 from septran.runtime import binding, dynamic_dims, notebook, observers, optional, outputs as passed_outputs, points, workspaces
@@ -43,6 +44,10 @@ def _user_line() -> Optional[SourceLoc]:
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _torch_threads() -> int:
+    return points._threads()
 
 
 def _dtype_name(dtype) -> str:
@@ -93,6 +98,9 @@ class Kernel:
         self._last: Optional[Variant] = None
         self._plans: dict[tuple, Plan] = {}  # call signature -> what to pass, allocate and run
         self._fast = None  # the C entry of calls (runtime/fast_call.py): the plans it holds, checked and run in C
+        # A mapping whose shape_points ask for a thread count (``threads: 1``): the point, so the variant and the plan,
+        # depend on torch's thread count at the call, which then joins their keys (the C entry checks it too).
+        self._by_threads = mapping.space is not None and shape_points.asks_threads(mapping.shape_points)
 
     def signature(self) -> str:
         """``entry(inputs, M=None, eps=1e-05) -> (outputs)``: how it is called."""
@@ -212,6 +220,8 @@ class Kernel:
             dynamic_dims.check_sizes(spec.shapes, self.dynamic)
             key = tuple(sorted(dynamic_dims.masked_described(described, self.dynamic).items())) + key[len(described):] \
                 + (("shape_points", points.bucket(self, spec)),)
+        elif self._by_threads:
+            key = key + (("shape_points", points.bucket(self, spec)),)
         variant = self._variants.get(key)
         if variant is None:
             choice = points.choose(self, spec, described, self.tuner, self._first_point_warning)
@@ -253,6 +263,8 @@ class Kernel:
                 return out
         try:
             key = call_key(args, kwargs)
+            if self._by_threads:
+                key = (key, _torch_threads())
             plan = self._plans.get(key)
         except TypeError:  # an unhashable argument: binding says what is wrong with it
             key = plan = None
@@ -281,6 +293,8 @@ class Kernel:
         if self.optional and not without_optional:
             return None
         key = call_key(args, kwargs)
+        if self._by_threads:
+            key = (key, _torch_threads())
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = self.plan(args, kwargs)
@@ -314,7 +328,10 @@ class Kernel:
         vendor_lib = self.target.vendor
         check = (lambda: vendor.check_errors(self.target, variant.program.name)) \
             if vendor_lib is not None and vendor_lib.take_error is not None else None
-        return Plan(layout, variant.build(), device, workspaces.shapes(variant.program), check, variant)
+        plan = Plan(layout, variant.build(), device, workspaces.shapes(variant.program), check, variant)
+        if self._by_threads:
+            plan.threads = _torch_threads()  # the C entry runs it only at this count
+        return plan
 
     def _variant_key(self, key: tuple, spec: Specialization, described: dict, scalars: dict) -> tuple:
         """A call that passes outputs the inputs already determine (same shapes, same types) runs the variant of

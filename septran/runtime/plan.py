@@ -65,6 +65,7 @@ class Plan:
         self.layout, self.fn, self.device, self.variant = layout, fn, device, variant
         self.workspaces = workspaces  # (shape, torch dtype): zero-filled per call
         self.check_errors = check_errors
+        self.threads = -1  # the thread count the plan was chosen for (Kernel._by_threads), -1: any
         lay = layout
         # the passed tensors are the call's first positional arguments, in order (a positional call)
         self._leading = len(lay.take) if lay.take == tuple(range(len(lay.take))) else None
