@@ -159,3 +159,10 @@ def test_run_for_a_gpu_target_without_one_says_so(capsys, monkeypatch):
     _refused(capsys, ["run", str(LOGIC), str(DESIGN / "gemm_on_nvidia_gpu.mapping.yaml"), "--target", "sm90",
                       "--input", "A=256x256:float16", "--input", "B=256x256:float16"],
              "target sm90 runs on a CUDA device, and torch sees none here")
+
+
+def test_tune_for_a_gpu_target_without_one_says_so(capsys, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    _refused(capsys, ["tune", str(REPO / "examples" / "gemm" / "gemm.py"), str(REPO / "mappings" / "sm90" / "gemm.yaml"),
+                      "--input", "A=256x256:float16", "--input", "B=256x256:float16"],
+             "target sm90 runs on a CUDA device and torch sees none here")

@@ -58,7 +58,7 @@ def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_poi
     mapping = kernel.mapping
     if mapping.space is None:
         return Choice(mapping, {}, "the mapping has no !tune", checked=True)
-    if _device_present(kernel.target):
+    if device_present(kernel.target):
         db, ship = default_db(), shipped.shipped_db(kernel.target.name)
         key = None if db.empty() and ship is None else record_key(kernel, spec)
         record = None if db.empty() else best_in_space(db, key, mapping.space)
@@ -167,7 +167,7 @@ def _choice(mapping: Mapping, point: dict, source: str) -> Choice:
     return Choice(mapping.at(point), point, source, checked=point == mapping.space.first)
 
 
-def _device_present(target) -> bool:
+def device_present(target) -> bool:
     """Records are kept per device: only a target whose device is here can use or make them."""
     if target.torch_device != "cuda":
         return True  # the host itself

@@ -17,10 +17,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Optional
 
-from septran.errors import InternalError, MappingError, SepTranError
+from septran.errors import DeviceError, InternalError, MappingError, SepTranError
 from septran.records.db import TuningDB, default_db
 from septran.records.record import Timing, TuningRecord, point_id
-from septran.runtime.points import Tuned, best_in_space
+from septran.runtime.points import Tuned, best_in_space, device_present
 from septran.tuning import measure as ms
 from septran.tuning.measurer import Measurer
 from septran.tuning.prune import Candidate, most_common_rule, prune_resources, prune_static
@@ -79,6 +79,11 @@ class _Tuner:
         if kernel.mapping.space is None:
             raise MappingError("this mapping has no !tune: there is nothing to tune", kernel.mapping.target.loc,
                                hint="write !tune [..] where a value should be searched")
+        if not device_present(kernel.target):
+            raise DeviceError(f"target {kernel.target.name} runs on a CUDA device and torch sees none here: a search "
+                              f"measures every point it keeps", kernel.mapping.target.loc,
+                              hint="tune on a machine with the GPU; `septran compile` builds without running, "
+                                   "`septran explain` shows the lowering")
         self.kernel, self.db, self.progress, self.seed = kernel, db, progress, seed
         self.jobs = jobs or os.cpu_count() or 1
         self.described = {n: _describe(v) for n, v in inputs.items()}
