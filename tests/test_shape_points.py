@@ -100,10 +100,15 @@ def test_a_dynamic_kernel_keeps_one_variant_per_bucket():
     k = gemm_kernel("cpu", "none", False, True)
     w = torch.randn(32, 24)
     sources = []
-    for m in (1, 40, 1, 40, 3):
-        a = torch.randn(m, 32)
-        torch.testing.assert_close(k(a, w), a @ w, rtol=1e-4, atol=1e-4)
-        sources.append(k.tuning["source"])
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)  # more threads than any entry's `threads` bound: a prefill falls in none
+    try:
+        for m in (1, 40, 1, 40, 3):
+            a = torch.randn(m, 32)
+            torch.testing.assert_close(k(a, w), a @ w, rtol=1e-4, atol=1e-4)
+            sources.append(k.tuning["source"])
+    finally:
+        torch.set_num_threads(before)
     # (entries 7 and 8, after these: a bfloat16 call of more rows on a CPU with a matrix unit)
     assert "shape_points entry 1" in sources[0]  # one row
     assert sources[1] == sources[3] and "first point" in sources[1]
