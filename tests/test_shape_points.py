@@ -216,3 +216,28 @@ def test_a_kernel_runs_the_point_of_the_thread_count_at_each_call(tmp_path):
     finally:
         torch.set_num_threads(before)
     assert len(k.variants) == 2 and k._fast is not None and k._fast.size() == 2
+
+
+def test_the_shipped_gemm_and_bmm_points_by_thread_count():
+    """One thread: float32 calls of more than 384 rows and columns run 512 x 512 tiles; two threads: only where
+    the larger tiles still share out evenly (a gemm C of 769 to 1024 each way; bmm batches 2 tiles each); more
+    threads, and other types, keep the first point."""
+    from septran.mapping import shape_points
+
+    def point(name, shapes, threads, dtype="float32"):
+        m = parse_mapping((REPO / "mappings" / "cpu" / f"{name}.yaml").read_text(), f"{name}.yaml")
+        k = shape_points.bucket(m.shape_points, shapes, {"A": dtype, "B": dtype, "C": dtype}, frozenset(), threads)
+        return {p.rsplit(".", 1)[1]: v for p, v in m.shape_points[k].point.items()} if k is not None else None
+
+    def gemm(m, n, k=1000):
+        return {"A": (m, k), "B": (k, n), "C": (m, n)}
+
+    big = {"BM": 512, "BN": 512}
+    assert point("gemm", gemm(1000, 1000), 1) == big and point("gemm", gemm(5000, 3000), 1) == big
+    assert point("gemm", gemm(300, 5000), 1) == {"BM": 256} and point("gemm", gemm(5000, 300), 1) == {"BM": 256}
+    assert point("gemm", gemm(1000, 1000), 2) == big and point("gemm", gemm(1024, 769), 2) == big
+    assert point("gemm", gemm(1500, 1500), 2) is None and point("gemm", gemm(700, 1000), 2) == {"BM": 256}
+    assert point("gemm", gemm(1000, 1000), 3) is None and point("gemm", gemm(1000, 1000), 1, "float16") is None
+    bmm = lambda b, m, n: {"A": (b, m, 64), "B": (b, 64, n), "C": (b, m, n)}  # noqa: E731
+    assert point("bmm", bmm(8, 512, 512), 1) == big and point("bmm", bmm(3, 512, 512), 2) == {"BN": 512}
+    assert point("bmm", bmm(3, 200, 512), 2) == {"BM": 256} and point("bmm", bmm(3, 1024, 1024), 2) is None
