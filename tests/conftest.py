@@ -122,9 +122,19 @@ def _checked(item, result):
     return result
 
 
+GOLDEN_THREADS = 3  # more than any shipped shape_points entry's `threads` bound: goldens show the mapping's own point
+
+
 @pytest.fixture
 def golden(request):
-    """``golden("name.py", text)``: compares text with tests/golden/name.py (or rewrites it with --update-golden)."""
+    """``golden("name.py", text)``: compares text with tests/golden/name.py (or rewrites it with --update-golden).
+    The test runs on GOLDEN_THREADS threads (torch's count, restored after), so that its programs, whose point may
+    depend on the count (``shape_points: threads``), do not depend on the machine's cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(GOLDEN_THREADS)
+    request.addfinalizer(lambda: torch.set_num_threads(before))
 
     def check(name: str, text: str) -> None:
         path = GOLDEN / name

@@ -170,11 +170,13 @@ VERSUS_ROUNDS = 11  # interleaved rounds of the tuned point against the mapping'
 
 
 def mapping_point(kernel, spec) -> dict:
-    """The point the kernel runs with no tuning database: its shape bucket's, else the space's first."""
+    """The point the kernel runs with no tuning database: its shape bucket's (an entry names some dimensions; the
+    others keep their first values), else the space's first: a whole point, as records hold them."""
     from septran.runtime import points
 
     k = points.bucket(kernel, spec)
-    return dict(kernel.mapping.shape_points[k].point) if k is not None else dict(kernel.mapping.space.first)
+    first = dict(kernel.mapping.space.first)
+    return {**first, **kernel.mapping.shape_points[k].point} if k is not None else first
 
 
 def against_mapping(kernel, described: dict, scalars: dict, db, result) -> Optional[dict]:

@@ -9,7 +9,8 @@ the first entry whose bounds every named dimension meets is the call's point::
         point: {gemm_host.tunables.BM: 16, gemm_host.tunables.BK: 4096}
 
 ``when`` names entry parameters, each with a list of upper bounds by axis (``null``: any size; axes past the
-list: any size). An entry may also ask for element types and CPU features, e.g. a bfloat16 GEMM on a CPU with
+list: any size); ``above`` the same with lower bounds, which the sizes must exceed (``above: {C: [384, 384]}``:
+more than 384 rows and columns). An entry may also ask for element types and CPU features, e.g. a bfloat16 GEMM on a CPU with
 AMX (``dtypes: {A: bfloat16}``: the program's type of A; ``cpu_flags: [amx_bf16]``: /proc/cpuinfo's flags),
 and for at most so many threads (``threads: 1``: the thread count the kernels run on at the call, torch's; a
 grid on one thread runs its programs one after another, so larger tiles cost it no parallelism); ``when`` may
@@ -41,11 +42,14 @@ class ShapePoint:
     dtypes: TMapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # parameter -> the program's element type of it
     cpu_flags: tuple[str, ...] = ()  # features the host CPU must report
     threads: Optional[int] = None  # at most this many threads (torch's count at the call); None: any
+    above: TMapping[str, tuple[Optional[int], ...]] = field(default_factory=lambda: MappingProxyType({}))  # lower bounds
 
     def bounds_text(self) -> str:
         """The bounds as one line: ``A<=[1]; C<=[*, 256]`` (then ``A:bfloat16``, ``cpu:amx_bf16`` where asked)."""
         parts = [f"{name}<=[{', '.join('*' if b is None else str(b) for b in bounds)}]"
                  for name, bounds in sorted(self.when.items())]
+        parts += [f"{name}>[{', '.join('*' if b is None else str(b) for b in bounds)}]"
+                  for name, bounds in sorted(self.above.items())]
         parts += [f"{name}:{d}" for name, d in sorted(self.dtypes.items())] + [f"cpu:{f}" for f in self.cpu_flags]
         parts += [] if self.threads is None else [f"threads<={self.threads}"]
         return "; ".join(parts)
@@ -75,13 +79,14 @@ class ShapePoint:
                                self.loc, hint=f"parameters: {', '.join(params)}")
 
     def holds(self, shapes: TMapping[str, tuple]) -> bool:
-        """Whether every bounded dimension of ``shapes`` (parameter -> sizes) is within its bound."""
-        for name, bounds in self.when.items():
-            self._check_named(name, shapes)
-            shape = shapes[name]
-            for axis, bound in enumerate(bounds):
-                if bound is not None and axis < len(shape) and shape[axis] > bound:
-                    return False
+        """Whether every bounded dimension of ``shapes`` (parameter -> sizes) is within its bounds."""
+        for bounds_by_name, above in ((self.when, False), (self.above, True)):
+            for name, bounds in bounds_by_name.items():
+                self._check_named(name, shapes)
+                shape = shapes[name]
+                for axis, bound in enumerate(bounds):
+                    if bound is not None and axis < len(shape) and (shape[axis] <= bound if above else shape[axis] > bound):
+                        return False
         return True
 
 
@@ -102,24 +107,13 @@ def _entry(item: Located, dims: dict) -> ShapePoint:
     d = item.value
     keys = set(d) if isinstance(d, LocatedDict) else set()
     if "point" not in keys or not keys & _CONDITIONS or keys - _CONDITIONS - {"point"}:
-        raise MappingError("a shape_points entry has the key `point` and one or more of `when`, `dtypes`, "
-                           "`cpu_flags`, `threads`", item.loc,
+        raise MappingError("a shape_points entry has the key `point` and one or more of `when`, `above`, "
+                           "`dtypes`, `cpu_flags`, `threads`", item.loc,
                            hint="e.g. `- {when: {A: [16]}, point: {gemm_host.tunables.BM: 16}}`")
-    when_val, point_val = d.get("when", Located(LocatedDict({}, {}, item.loc), item.loc)), d["point"]
-    if not isinstance(when_val.value, LocatedDict) or not isinstance(point_val.value, LocatedDict):
+    point_val = d["point"]
+    if not isinstance(point_val.value, LocatedDict):
         raise MappingError("shape_points: `when` and `point` are mappings", item.loc)
-    when = {}
-    for name, bounds in when_val.value.items():
-        items = bounds.value if isinstance(bounds.value, list) else None
-        if not items:
-            raise MappingError(f"shape_points: when.{name} must be a list of upper bounds by axis (null: any)",
-                               bounds.loc, hint=f"e.g. `{name}: [16]`: at most 16 along axis 0")
-        for b in items:
-            v = b.value
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_BOUND):
-                raise MappingError(f"shape_points: a bound of when.{name} must be a size (an integer from 0) or null, "
-                                   f"got {v!r}", b.loc)
-        when[name] = tuple(b.value for b in items)
+    when, above = _bounds(d.get("when"), "when", item), _bounds(d.get("above"), "above", item)
     point = {}
     for key, value in point_val.value.items():
         path = key if key.startswith("task_mappings.") else f"task_mappings.{key}"
@@ -132,10 +126,33 @@ def _entry(item: Located, dims: dict) -> ShapePoint:
                                value.loc, hint="add it to the !tune's list")
         point[path] = value.value
     return ShapePoint(MappingProxyType(when), MappingProxyType(point), item.loc, _dtypes(d.get("dtypes")),
-                      _flags(d.get("cpu_flags")), _threads(d.get("threads")))
+                      _flags(d.get("cpu_flags")), _threads(d.get("threads")), MappingProxyType(above))
 
 
-_CONDITIONS = {"when", "dtypes", "cpu_flags", "threads"}
+_CONDITIONS = {"when", "above", "dtypes", "cpu_flags", "threads"}
+
+
+def _bounds(val: Optional[Located], key: str, item: Located) -> dict:
+    """``when``'s upper bounds or ``above``'s lower ones: parameter -> a size or None per axis."""
+    if val is None:
+        return {}
+    if not isinstance(val.value, LocatedDict):
+        raise MappingError(f"shape_points: `{key}` and `point` are mappings", item.loc)
+    what = "upper" if key == "when" else "lower"
+    out = {}
+    for name, bounds in val.value.items():
+        items = bounds.value if isinstance(bounds.value, list) else None
+        if not items:
+            raise MappingError(f"shape_points: {key}.{name} must be a list of {what} bounds by axis (null: any)",
+                               bounds.loc, hint=f"e.g. `{name}: [16]`: " + ("at most" if key == "when" else "more than")
+                               + " 16 along axis 0")
+        for b in items:
+            v = b.value
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_BOUND):
+                raise MappingError(f"shape_points: a bound of {key}.{name} must be a size (an integer from 0) or null, "
+                                   f"got {v!r}", b.loc)
+        out[name] = tuple(b.value for b in items)
+    return out
 
 
 def _dtypes(val: Optional[Located]) -> TMapping[str, str]:
