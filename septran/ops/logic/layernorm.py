@@ -232,8 +232,8 @@ def _layernorm_sums(axis: int, rank: int):
         @task.define(leaf=True)
         def ln_sums_add_square_dev(s, var, Y, X, mean):  # Y's part inside the tensor = (x - mean)^2, summed
             # The write pass overwrites Y. Through a tile S (a select per element past the row's end) this cost a
-            # store and a load per element, and at 4097 columns X's row, W, B, S and Y's staging tile overflowed
-            # L1: 512x4097 at 2 threads 0.50 -> 0.40 ms, 4096x1024 at 1 thread 1.28 -> 1.00 (Zen 4).
+            # store and a load per element, and 16 KB more of a 4097-column program's working set (with Y's tile
+            # staged: 80 KB): 512x4097 at 2 threads 0.50 -> 0.40 ms, 4096x1024 at 1 thread 1.28 -> 1.00 (Zen 4).
             task.compute(Y, elem(lambda *ix: (X[ix] - mean[drop(ix)]) * (X[ix] - mean[drop(ix)])))
             add_sum(s, var, Y)
     else:
