@@ -45,7 +45,8 @@ class ShapePoint:
     above: TMapping[str, tuple[Optional[int], ...]] = field(default_factory=lambda: MappingProxyType({}))  # lower bounds
 
     def bounds_text(self) -> str:
-        """The bounds as one line: ``A<=[1]; C<=[*, 256]`` (then ``A:bfloat16``, ``cpu:amx_bf16`` where asked)."""
+        """The bounds as one line: ``A<=[1]; C<=[*, 256]`` (then ``C>[384, 384]``, ``A:bfloat16``, ``cpu:amx_bf16``,
+        ``threads<=1`` where asked)."""
         parts = [f"{name}<=[{', '.join('*' if b is None else str(b) for b in bounds)}]"
                  for name, bounds in sorted(self.when.items())]
         parts += [f"{name}>[{', '.join('*' if b is None else str(b) for b in bounds)}]"
