@@ -46,10 +46,6 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _torch_threads() -> int:
-    return points._threads()
-
-
 def _dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -262,9 +258,7 @@ class Kernel:
                 self._last = kernel.latest
                 return out
         try:
-            key = call_key(args, kwargs)
-            if self._by_threads:
-                key = (key, _torch_threads())
+            key = self._plan_key(args, kwargs)
             plan = self._plans.get(key)
         except TypeError:  # an unhashable argument: binding says what is wrong with it
             key = plan = None
@@ -292,13 +286,17 @@ class Kernel:
         call passes none of them and leaves their places out (``kernel(q, k, v, sm_scale)``)."""
         if self.optional and not without_optional:
             return None
-        key = call_key(args, kwargs)
-        if self._by_threads:
-            key = (key, _torch_threads())
+        key = self._plan_key(args, kwargs)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = self.plan(args, kwargs)
         return plan
+
+    def _plan_key(self, args: tuple, kwargs: dict) -> tuple:
+        """The key of the plan of a call like this one: its signature, and torch's thread count where the point
+        depends on it (TypeError for an unhashable argument, as ``call_key``)."""
+        key = call_key(args, kwargs)
+        return (key, points.current_threads()) if self._by_threads else key
 
     def plan(self, args: tuple, kwargs: dict) -> Plan:
         """The plan of a call like this one: its arguments bound and checked, its variant chosen and built."""
@@ -330,7 +328,7 @@ class Kernel:
             if vendor_lib is not None and vendor_lib.take_error is not None else None
         plan = Plan(layout, variant.build(), device, workspaces.shapes(variant.program), check, variant)
         if self._by_threads:
-            plan.threads = _torch_threads()  # the C entry runs it only at this count
+            plan.threads = points.current_threads()  # the C entry runs it only at this count
         return plan
 
     def _variant_key(self, key: tuple, spec: Specialization, described: dict, scalars: dict) -> tuple:

@@ -65,7 +65,7 @@ def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_poi
         if record is not None:
             return _choice(mapping, dict(record.point), f"the tuning database ({shown(env.tuning_db())}): "
                                                         f"{record.median_s * 1e3:.4g} ms, recorded {shown(record.created)}")
-        record = None if ship is None else best_in_space(ship, key, mapping.space, threads=_threads())
+        record = None if ship is None else best_in_space(ship, key, mapping.space, threads=current_threads())
         if record is not None:  # after the user's: a point tuned on this machine wins over the shipped one
             return _choice(mapping, dict(record.point), f"the shipped tuning database ({shipped.shipped_name(ship)}): "
                                                         f"{record.median_s * 1e3:.4g} ms on this CPU model, recorded "
@@ -112,7 +112,7 @@ def best_in_space(db: TuningDB, key: TuningKey, space: SearchSpace, threads: Opt
 _WARNED: set[str] = set()  # records already warned about (file:line), once per process
 
 
-def _threads() -> int:
+def current_threads() -> int:
     """The thread count the kernels run on now (torch's, which their OpenMP runtime follows)."""
     import torch
 
@@ -127,7 +127,7 @@ def bucket(kernel, spec) -> Optional[int]:
     if not entries:
         return None
     flags = device.host_flags() if any(e.cpu_flags for e in entries) else frozenset()
-    threads = _threads() if shape_points.asks_threads(entries) else None
+    threads = current_threads() if shape_points.asks_threads(entries) else None
     return shape_points.bucket(entries, spec.shapes, spec.dtypes, flags, threads)
 
 
