@@ -68,6 +68,8 @@ def test_the_first_entry_whose_bounds_hold(shapes, want):
     ("shape_points:\n  - {threads: 0, point: {gemm_host.tunables.BM: 16}}\n", "`threads` is the most threads"),
     ("shape_points:\n  - {above: {A: 16}, point: {gemm_host.tunables.BM: 16}}\n", "list of lower bounds"),
     ("shape_points:\n  - {above: {A: [1.5]}, point: {gemm_host.tunables.BM: 16}}\n", "must be a size"),
+    ("shape_points:\n  - {above: {A: [null, 64]}, when: {A: [null, 64]}, point: {gemm_host.tunables.BM: 16}}\n",
+     "A's axis 1 must be above 64 and at most 64: no size is"),
     ("shape_points:\n  - {threads: true, point: {gemm_host.tunables.BM: 16}}\n", "`threads` is the most threads"),
     ("shape_points:\n  - {threads: [1], point: {gemm_host.tunables.BM: 16}}\n", "`threads` is the most threads"),
 ])

@@ -115,6 +115,12 @@ def _entry(item: Located, dims: dict) -> ShapePoint:
     if not isinstance(point_val.value, LocatedDict):
         raise MappingError("shape_points: `when` and `point` are mappings", item.loc)
     when, above = _bounds(d.get("when"), "when", item), _bounds(d.get("above"), "above", item)
+    for name in set(when) & set(above):
+        for axis, (hi, lo) in enumerate(zip(when[name], above[name])):
+            if hi is not None and lo is not None and lo >= hi:
+                raise MappingError(f"shape_points: {name}'s axis {axis} must be above {lo} and at most {hi}: no size is",
+                                   d["above"].loc,
+                                   hint="an `above` bound must be below the `when` bound of the same axis")
     point = {}
     for key, value in point_val.value.items():
         path = key if key.startswith("task_mappings.") else f"task_mappings.{key}"
