@@ -156,8 +156,11 @@ def covering(sizes: list[int]) -> list[tuple[int, int, int]]:
 
 
 # Whole blocks (AVX512: 8 x 32, AMX: 2 x 2 tiles of 16 x 16 over 32 k), one short of and one past them, and a k
-# past the AVX512 kernel's k blocking (256 pairs).
-SHAPES = covering(SIZES) + [(1, 1, 1), (8, 32, 2), (32, 32, 64), (9, 33, 65), (16, 16, 32), (47, 63, 1031)]
+# past the AVX512 kernel's k blocking (256 pairs). AMX reads A in place when k is a multiple of 32 (the m edge's
+# tile rows packed: 49 and 63 rows pair a tile row in place with a packed one, 100 ends on a packed row alone),
+# and packs B's whole pairs with shuffles (two panels at once from its rows; 16 x 16 transposes when stored n x k).
+SHAPES = covering(SIZES) + [(1, 1, 1), (8, 32, 2), (32, 32, 64), (9, 33, 65), (16, 16, 32), (47, 63, 1031),
+                            (49, 48, 64), (100, 96, 96), (63, 80, 160), (129, 33, 32)]
 
 
 @pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])

@@ -9,7 +9,7 @@ B_dim1 = 777  # problem size C.shape[1], B.shape[1]
 A_dim1 = 520  # problem size A.shape[1], B.shape[0]
 BM = 256  # tunable BM = 256 (mappings/cpu/gemm.yaml:10)
 BN = 256  # tunable BN = 256 (mappings/cpu/gemm.yaml:10)
-BK = 512  # tunable BK = 512 (mappings/cpu/gemm.yaml:10)
+BK = 1024  # tunable BK = 1024 (mappings/cpu/gemm.yaml:10)
 
 
 @T.prim_func

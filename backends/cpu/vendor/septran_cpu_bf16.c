@@ -10,8 +10,9 @@
  *
  * Each unit's code is compiled for it through target attributes, so the library builds with -march=native on
  * any x86-64 CPU and runs that code only where septran_cpu_units() finds the unit. The AVX512-BF16 kernel is
- * measured on an AMD EPYC Zen 4 (README); AMX's speed is not (no such CPU was at hand), nor are its real
- * instructions' results (the emulation follows Intel's pseudo-code, without its denormal flushing).
+ * measured on an AMD EPYC Zen 4, the AMX kernel on an Intel Xeon (family 6, model 207: the host of a lent GPU
+ * machine), where its native tests pass too (README; the emulation follows Intel's pseudo-code, without its
+ * denormal flushing).
  */
 #define _GNU_SOURCE /* syscall() and sched_yield() under -std=c11 */
 #include "septran_cpu.h"
@@ -160,16 +161,6 @@ static void pack_pair_row(uint32_t* row, const gemm_t* g, int64_t q, int64_t j0,
     for (; j < w; j++, s += g->ldb) row[j] = s[0] | (both ? (uint32_t)s[1] << 16 : 0);
   }
   for (; j < W; j++) row[j] = 0;
-}
-
-/* op(B) (k x n) in panels of W columns, each qp (>= ceil(k / 2)) pair-rows of W words: the pair (2q, 2q + 1)
- * of column j at (j / W * qp + q) * W + j % W, the even k in the low half (the units' VNNI layout). Packed
- * once per call: every row block of A reads it. */
-static void pack_b(uint32_t* d, const gemm_t* g, int W, int64_t qp) {
-  for (int64_t p = 0; p < ceil_div(g->n, W); p++) {
-    int64_t j0 = p * W, w = min64(W, g->n - j0);
-    for (int64_t q = 0; q < qp; q++, d += W) pack_pair_row(d, g, q, j0, w, W);
-  }
 }
 
 /* A block's sums (rows x cols valid, row stride ld_sums) added into C. */
@@ -537,8 +528,9 @@ static void emu_dp(int c, int a, int b) {
 /* ---- AMX: the kernel ------------------------------------------------------------------------------------ */
 
 /* Tiles: C 16 x 16 float32; A 16 rows x 32 k; B 16 pair-rows (32 k) x 16 columns. Every tile register is
- * configured 16 rows x 64 bytes: the packing pads m and n to 16 and k to 32, so no block needs another shape.
- * Registers: 0-3 a 2 x 2 block of C tiles (32 x 32), 4-5 its two A tiles, 6-7 its two B tiles. */
+ * configured 16 rows x 64 bytes: A is read where it lies only in whole tiles (16 rows, k a multiple of 32), the
+ * packing pads the rest with zeros, so no block needs another shape. Registers: 0-3 a 2 x 2 block of C tiles
+ * (32 x 32), 4-5 its two A tiles, 6-7 its two B tiles (oneDNN's brgemm blocking: 4 products per 4 loads). */
 enum { T_M = 16, T_N = 16, T_K = 32, T_A = T_M * T_K /* bf16 */, T_B = T_K / 2 * T_N /* words */ };
 
 static AMX_FN void amx_configure(void) {
@@ -547,53 +539,122 @@ static AMX_FN void amx_configure(void) {
   TILE_CONFIG(cfg);
 }
 
-/* C[rows x cols] += (a0; a1) . (b0 b1) over kt steps of 32 k; a1 or b1 NULL where the block has only one tile
- * row or column (rows or cols <= 16). The sums leave the tiles through a float32 block, which only its valid
- * part leaves. */
-static AMX_FN void amx_block(const uint16_t* a0, const uint16_t* a1, const uint32_t* b0, const uint32_t* b1,
-                             int64_t kt, float* c, int64_t ldc, int rows, int cols) {
-  TILE_ZERO(0);
-  TILE_ZERO(1);
-  TILE_ZERO(2);
-  TILE_ZERO(3);
+/* op(A)'s tiles: tile (i, s) at a + i * row_step + s * k_step (bfloat16 elements), its rows stride bytes apart:
+ * A itself (its rows, 32 k a step) or pack_a's copy (1 KB tiles one after another). */
+typedef struct {
+  const uint16_t* a;
+  int64_t row_step, k_step, stride;
+} a_tiles;
+
+/* C[rows x cols] += (A tiles i0, i0 + 1) . (B panels b0, b1) over kt steps of 32 k; two_a / b1 say whether the
+ * block has a second tile row / column. A whole 32 x 32 block keeps its sums in C itself (loaded into the
+ * tiles, stored back); an edge block's sums leave the tiles through a float32 block, of which only the valid
+ * part is added into C. */
+static AMX_FN void amx_block(a_tiles A, int64_t i0, int two_a, const uint32_t* b0, const uint32_t* b1, int64_t kt,
+                             float* c, int64_t ldc, int rows, int cols) {
+  const uint16_t *a0 = A.a + i0 * A.row_step, *a1 = a0 + A.row_step;
+  int whole = rows == 2 * T_M && cols == 2 * T_N;
+  if (whole) {
+    TILE_LOAD(0, c, ldc * 4);
+    TILE_LOAD(1, c + T_N, ldc * 4);
+    TILE_LOAD(2, c + T_M * ldc, ldc * 4);
+    TILE_LOAD(3, c + T_M * ldc + T_N, ldc * 4);
+  } else {
+    TILE_ZERO(0);
+    TILE_ZERO(1);
+    TILE_ZERO(2);
+    TILE_ZERO(3);
+  }
   for (int64_t s = 0; s < kt; s++) {
-    TILE_LOAD(4, a0 + s * T_A, 64);
+    TILE_LOAD(4, a0 + s * A.k_step, A.stride);
     TILE_LOAD(6, b0 + s * T_B, 64);
     TILE_DP(0, 4, 6);
     if (b1) {
       TILE_LOAD(7, b1 + s * T_B, 64);
       TILE_DP(1, 4, 7);
     }
-    if (a1) {
-      TILE_LOAD(5, a1 + s * T_A, 64);
+    if (two_a) {
+      TILE_LOAD(5, a1 + s * A.k_step, A.stride);
       TILE_DP(2, 5, 6);
       if (b1) TILE_DP(3, 5, 7);
     }
   }
+  if (whole) {
+    TILE_STORE(0, c, ldc * 4);
+    TILE_STORE(1, c + T_N, ldc * 4);
+    TILE_STORE(2, c + T_M * ldc, ldc * 4);
+    TILE_STORE(3, c + T_M * ldc + T_N, ldc * 4);
+    return;
+  }
   float sums[2 * T_M][2 * T_N];
   TILE_STORE(0, &sums[0][0], sizeof sums[0]);
   if (b1) TILE_STORE(1, &sums[0][T_N], sizeof sums[0]);
-  if (a1) TILE_STORE(2, &sums[T_M][0], sizeof sums[0]);
-  if (a1 && b1) TILE_STORE(3, &sums[T_M][T_N], sizeof sums[0]);
+  if (two_a) TILE_STORE(2, &sums[T_M][0], sizeof sums[0]);
+  if (two_a && b1) TILE_STORE(3, &sums[T_M][T_N], sizeof sums[0]);
   add_valid(c, ldc, &sums[0][0], 2 * T_N, rows, cols);
 }
 
+/* op(B) (k x n) as B tiles: panels of 16 columns, each qp (>= ceil(k / 2)) pair-rows of 16 words: the pair
+ * (2q, 2q + 1) of column j at (j / 16 * qp + q) * 16 + j % 16, the even k in the low half (the units' VNNI
+ * layout), zeros past k and n. The whole pairs of two whole panels at once from B's rows, or of one whole panel
+ * from B stored n x k (16 x 16 transposes of its pairs), with vector shuffles; the rest (past n, past k, an odd
+ * k's last pair) as pack_pair_row. Packed once per call: every row block of A reads it. */
+static AVX512BF16_FN void amx_pack_b(uint32_t* d, const gemm_t* g, int64_t qp) {
+  int64_t np = ceil_div(g->n, T_N), pairs = g->k / 2; /* pair-rows with both halves inside k */
+  for (int64_t p = 0; p < np; p++) {
+    int64_t j0 = p * T_N, w = min64(T_N, g->n - j0), q = 0;
+    uint32_t* dp = d + p * qp * T_N;
+    if (!g->trans_b && j0 + (p % 2 ? T_N : 2 * T_N) <= g->n) {
+      /* panels p and p + 1 (p even) from the same two rows of B; an odd panel's pairs went with its partner's */
+      for (; p % 2 == 0 && q < pairs; q++) {
+        const uint16_t* lo = g->b + 2 * q * g->ldb + j0;
+        vpairs x0, x1;
+        vpairs_rows(lo, lo + g->ldb, &x0, &x1);
+        vpairs_store(dp + q * T_N, x0), vpairs_store(dp + (qp + q) * T_N, x1);
+      }
+      q = pairs;
+    } else if (g->trans_b && w == T_N) {
+      for (; q + 16 <= pairs; q += 16) pairs_transpose16(dp + q * T_N, T_N, g->b + j0 * g->ldb + 2 * q, g->ldb);
+    }
+    for (; q < qp; q++) pack_pair_row(dp + q * T_N, g, q, j0, w, T_N);
+  }
+}
+
+/* A is read where it lies when trans_a = 0 and k is a multiple of 32 (its rows, 32 k at a time, are whole A
+ * tiles), except the rows of an m edge, packed zero-padded; otherwise A is packed whole. B is packed whole (the
+ * units' pair layout). Two B panels (2 x kt KB) stay in cache while every row block of A passes them. */
 static AMX_FN int32_t amx_gemm(const gemm_t* g) {
   int64_t kt = ceil_div(g->k, T_K), mt = ceil_div(g->m, T_M), nt = ceil_div(g->n, T_N);
-  size_t a_bytes = round64((size_t)(mt * kt * T_A) * 2), b_bytes = (size_t)(nt * kt * T_B) * 4;
-  unsigned char* s = septran_cpu_scratch(a_bytes + b_bytes);
+  int64_t mfull = !g->trans_a && g->k % T_K == 0 ? g->m / T_M : 0; /* tile rows read in place */
+  size_t b_bytes = round64((size_t)(nt * kt * T_B) * 4), a_bytes = (size_t)((mt - mfull) * kt * T_A) * 2;
+  unsigned char* s = septran_cpu_scratch(b_bytes + a_bytes);
   if (!s) return SEPTRAN_CPU_E_NOMEM;
-  const uint16_t* pa = (const uint16_t*)s;
-  const uint32_t* pb = (const uint32_t*)(s + a_bytes);
-  pack_a((uint16_t*)s, g, T_M, T_K, kt);                  /* tile (i, s) at pa + (i * kt + s) * T_A */
-  pack_b((uint32_t*)(s + a_bytes), g, T_N, kt * T_K / 2); /* tile (j, s) at pb + (j * kt + s) * T_B */
+  const uint32_t* pb = (const uint32_t*)s;
+  uint16_t* pa = (uint16_t*)(s + b_bytes);
+  amx_pack_b((uint32_t*)s, g, kt * T_K / 2); /* tile (j, s) at pb + (j * kt + s) * T_B */
+  if (mfull < mt) {
+    gemm_t rest = *g;
+    rest.m = g->m - mfull * T_M;
+    rest.a = g->trans_a ? g->a + mfull * T_M : g->a + mfull * T_M * g->lda;
+    pack_a(pa, &rest, T_M, T_K, kt); /* tile (mfull + i, s) at pa + (i * kt + s) * T_A */
+  }
+  a_tiles in_place = {g->a, T_M * g->lda, T_K, g->lda * 2}, packed = {pa, kt * T_A, T_A, 64};
   amx_configure();
-  /* two B panels (2 x kt KB) stay in cache while every row block of A passes them */
-  for (int64_t j = 0; j < nt; j += 2)
-    for (int64_t i = 0; i < mt; i += 2)
-      amx_block(pa + i * kt * T_A, i + 1 < mt ? pa + (i + 1) * kt * T_A : NULL, pb + j * kt * T_B,
-                j + 1 < nt ? pb + (j + 1) * kt * T_B : NULL, kt, g->c + i * T_M * g->ldc + j * T_N, g->ldc,
-                (int)min64(2 * T_M, g->m - i * T_M), (int)min64(2 * T_N, g->n - j * T_N));
+  for (int64_t j = 0; j < nt; j += 2) {
+    const uint32_t* b1 = j + 1 < nt ? pb + (j + 1) * kt * T_B : NULL;
+    for (int64_t i = 0; i < mt; i += 2) {
+      /* a pair of tile rows both in place, or both packed (an in-place row next to a packed one: two blocks) */
+      int two = i + 1 < mt && (i + 1 < mfull || i >= mfull);
+      float* c = g->c + i * T_M * g->ldc + j * T_N;
+      int cols = (int)min64(2 * T_N, g->n - j * T_N);
+      amx_block(i < mfull ? in_place : packed, i < mfull ? i : i - mfull, two, pb + j * kt * T_B, b1, kt, c, g->ldc,
+                (int)min64(two ? 2 * T_M : T_M, g->m - i * T_M), cols);
+      if (i + 1 < mt && !two) {
+        amx_block(packed, 0, 0, pb + j * kt * T_B, b1, kt, c + T_M * g->ldc, g->ldc,
+                  (int)min64(T_M, g->m - (i + 1) * T_M), cols);
+      }
+    }
+  }
   TILE_RELEASE();
   return 0;
 }
