@@ -199,3 +199,46 @@ def test_bfloat16_linear_layers_are_right_and_keep_their_type(act, w_transposed)
         out = torch.ops.septran.gemm_residual(x, w, bias, r, w_transposed)
         ref = x.double() @ wt.double() + bias.double() + r.double()
         assert_flash_rule(out, ref, x @ wt + bias + r, "gemm_residual")
+
+
+def _swiglu_leaves(variant) -> set:
+    p = variant.choice.point
+    return {p[f"task_mappings.swiglu_block_cpu.leaf_task_bindings.swiglu_{g}"] for g in ("gate", "up")}
+
+
+def test_swiglu_sends_bfloat16_to_the_unit_the_cpu_has(monkeypatch):
+    """The SwiGLU MLP's gate and up GEMMs, as gemm's (mappings/cpu/swiglu_mlp.yaml): the unit's leaf for more than 16
+    rows of bfloat16, the widening leaf for a decode step's rows and where the CPU has no unit."""
+    from septran.ops.logic.swiglu_mlp import swiglu_mlp
+
+    def variant(rows, flags, dtype="bfloat16"):
+        _with_flags(monkeypatch, flags)
+        kernel = septran.compile(swiglu_mlp(transpose_b=True), mapping_file=mapping_path("cpu", "swiglu_mlp"))
+        return kernel.specialize(X=((rows, 40), dtype), Wg=((24, 40), dtype), Wu=((24, 40), dtype))
+
+    assert _swiglu_leaves(variant(37, {"avx2"})) == {"gemm_leaf_blas"}
+    assert _swiglu_leaves(variant(37, {"avx2", "avx512_bf16"})) == {"gemm_leaf_avx512bf16"}
+    amx = variant(37, AMX)
+    assert _swiglu_leaves(amx) == {"gemm_leaf_amx"} and "septran_cpu_gemm_amx_bf16" in amx.tilelang_source
+    for rows in (1, 16):  # the few-row entries come first: they stream the weights through the widening leaf
+        src = variant(rows, AMX).tilelang_source
+        assert "septran_cpu_gemm_bf16_bf16" in src and "amx" not in src, rows
+    assert "bf16" not in variant(37, AMX, "float32").tilelang_source
+
+
+@pytest.mark.build
+def test_bfloat16_swiglu_is_right_on_the_unit_the_cpu_has():
+    """The flash rule against float64 on odd shapes through the shipped mapping's bfloat16 point (the unit's leaf
+    where this CPU has one, else the widening one), the weights (N, K) read in place."""
+    from septran.ops.logic.swiglu_mlp import swiglu_mlp
+
+    kernel = septran.compile(swiglu_mlp(transpose_b=True), mapping_file=mapping_path("cpu", "swiglu_mlp"))
+    g = torch.Generator().manual_seed(11)
+    for m, k, n in ((37, 50, 29), (130, 97, 65), (17, 256, 688)):
+        x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+        wg, wu = (torch.randn(n, k, generator=g).to(torch.bfloat16) for _ in range(2))
+        out = kernel(x, wg, wu)
+        assert out.dtype == torch.bfloat16
+        silu = torch.nn.functional.silu
+        assert_flash_rule(out, silu(x.double() @ wg.double().T) * (x.double() @ wu.double().T),
+                          silu(x @ wg.T) * (x @ wu.T), f"swiglu {m}x{k}x{n} {_swiglu_leaves(kernel.latest)}")
