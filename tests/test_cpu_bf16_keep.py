@@ -242,3 +242,21 @@ def test_bfloat16_swiglu_is_right_on_the_unit_the_cpu_has():
         silu = torch.nn.functional.silu
         assert_flash_rule(out, silu(x.double() @ wg.double().T) * (x.double() @ wu.double().T),
                           silu(x @ wg.T) * (x @ wu.T), f"swiglu {m}x{k}x{n} {_swiglu_leaves(kernel.latest)}")
+
+
+def test_a_small_bfloat16_prefill_gets_small_tiles_on_the_unit(monkeypatch):
+    """gemm_epilogue.yaml: a bfloat16 C of at most 256 x 1024 (a small model's prefill) runs the unit's leaf in 128 x 128
+    tiles, so that both cores get programs; a larger C the unit's leaf at the first point's tiles."""
+    from septran.ops.logic.gemm_epilogue import gemm_epilogue
+
+    def point(rows, cols, flags):
+        _with_flags(monkeypatch, flags)
+        k = septran.compile(gemm_epilogue("gelu"), mapping_file=mapping_path("cpu", "gemm_epilogue"))
+        v = k.specialize(A=((rows, 64), "bfloat16"), B=((64, cols), "bfloat16"), bias=((cols,), "bfloat16"))
+        p = v.choice.point
+        return (p["task_mappings.epi_block_cpu.leaf_task_bindings.epi_gemm_leaf"],
+                p.get("task_mappings.epi_host.tunables.BM"), p.get("task_mappings.epi_host.tunables.BN"))
+
+    for flags, leaf in (({"avx2", "avx512_bf16"}, "gemm_leaf_avx512bf16"), (AMX, "gemm_leaf_amx")):
+        assert point(128, 1024, flags) == (leaf, 128, 128)
+        assert point(300, 1024, flags)[0] == leaf and point(300, 1024, flags)[1:] != (128, 128)
