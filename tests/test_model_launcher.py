@@ -204,3 +204,35 @@ def test_two_threads_share_a_compiled_decode(monkeypatch):
     for i in range(2):
         torch.testing.assert_close(got[i], want[i], rtol=1e-4, atol=1e-4)
     assert made[-1].segments and all(s.fn is not None for s in made[-1].segments)
+
+
+@pytest.mark.parametrize("which", ["llama", "gpt2"])
+def test_bfloat16_decode_launches_with_its_conversions_and_matches_the_steps(monkeypatch, which):
+    """A bf16 block's norms, RoPE, attention and elementwise kernels compute in float32 copies (their plans convert):
+    the launcher widens their inputs into scratch copies before each call and narrows their outputs after it, as
+    the plans do, so every decode segment launches, and its outputs and KV caches are bit for bit those of the
+    same compiled block running its steps from Python (odd sizes, 6 decode steps)."""
+    def run(launch: bool):
+        torch._dynamo.reset()
+        model = (llama.build(llama.LlamaConfig(**ODD), dtype=torch.bfloat16) if which == "llama" else
+                 gpt2.build(gpt2.GPT2Config(hidden=48, heads=3, mlp=100, max_len=24), dtype=torch.bfloat16))
+        fn, made = _compiled(model, monkeypatch, launch=launch)
+        gen = torch.Generator().manual_seed(5)
+        caches, pos, outs = model.new_cache(dtype=torch.bfloat16), 0, []
+        with torch.no_grad():
+            for i in range(7):
+                x = torch.randn(1, 5 if i == 0 else 1, 48, generator=gen).to(torch.bfloat16)
+                outs.append(fn(x, pos, *caches).clone())
+                pos += x.shape[1]
+        return outs, caches, made
+
+    launched, launched_caches, made = run(True)
+    decode = made[-1]
+    assert decode.segments and all(s.fn is not None for s in decode.segments), \
+        [(s, s.why_not) for s in decode.segments]
+    assert "st_bf16_f32" in "".join(s.source for s in decode.segments)
+    steps, step_caches, _ = run(False)
+    for a, b in zip(launched, steps):
+        assert a.dtype == torch.bfloat16 and torch.equal(a, b)
+    for a, b in zip(launched_caches, step_caches):
+        assert torch.equal(a, b)

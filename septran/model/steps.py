@@ -27,7 +27,8 @@ _RECORDING = threading.local()  # a list while a segment launcher records (septr
 
 @contextlib.contextmanager
 def recording(calls: list):
-    """Within: each kernel call a step makes appends (plan, kernel function, the tensors passed) to ``calls``."""
+    """Within: each kernel call a step makes appends (plan, kernel function, the tensors passed, the call's own
+    tensors) to ``calls``."""
     before = getattr(_RECORDING, "calls", None)
     _RECORDING.calls = calls
     try:
@@ -102,8 +103,10 @@ class Step:
 
 
 def _recorded(plan, args: tuple, kwargs: dict, calls: list):
-    """``plan.run`` with the tensors it hands its kernel written down."""
+    """``plan.run`` with the tensors it hands its kernel written down, and the call's own tensors (the plan's pool
+    before it converts any to the program's types)."""
     fn, seen = plan.fn, []
+    given = tuple(args[s] if isinstance(s, int) else kwargs[s] for s in plan.layout.take)
 
     def capture(*tensors):
         seen.append(tensors)
@@ -114,7 +117,7 @@ def _recorded(plan, args: tuple, kwargs: dict, calls: list):
         out = plan.run(args, kwargs)
     finally:
         plan.fn = fn
-    calls.extend((plan, fn, t) for t in seen)
+    calls.extend((plan, fn, t, given) for t in seen)
     return out
 
 

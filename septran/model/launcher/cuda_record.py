@@ -42,6 +42,11 @@ class CudaRecorder(Recorder):
             raise Unsupported(f"{n.name}: the launcher's glue runs on the host, not on a CUDA device")
         return False
 
+    @staticmethod
+    def _converts(lay) -> bool:
+        """The conversions around a kernel are host loops (record.Recorder._converted): not on a device."""
+        return False
+
     def _takes(self, fn) -> bool:
         adapter = getattr(fn, "adapter", None)
         return getattr(fn, "execution_backend", None) == "tvm_ffi" and adapter is not None and \

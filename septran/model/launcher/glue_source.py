@@ -21,6 +21,16 @@ CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": 
 
 PRELUDE = r"""#include <math.h>
 
+/* bfloat16 (its bits) <-> float32, as torch converts: widening is exact; narrowing rounds to nearest even, and a
+   NaN becomes 0x7FC0 (c10's round_to_nearest_even). A kernel that computes bfloat16 in float32 copies gets them
+   through these (record.Recorder._converted). */
+static inline float st_bf16_f32(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t st_f32_bf16(float f) {
+  if (f != f) return UINT16_C(0x7FC0);
+  uint32_t u; memcpy(&u, &f, 4);
+  return (uint16_t)((u + UINT32_C(0x7FFF) + ((u >> 16) & 1)) >> 16);
+}
+
 /* per index k (idx[k * istride], int64 or int32) the box of `rank` dimensions from src to dst: a gather reads
    src at idx[k] along its indexed dimension (stride s_dim) and writes dst at k (d_dim); a scatter the other way.
    Returns 1 where an index lies outside [0, limit) (nothing after it is copied), as torch raises. */
