@@ -24,6 +24,7 @@ import torch.fx as fx
 
 from septran.model import steps
 from septran.model.launcher.cexpr import Unsupported, expr, value
+from septran.model.launcher.conversions import Conversions
 from septran.model.launcher.glue import Glue
 from septran.model.launcher.source import Call, Copy, Program, Ptr, Zero
 from septran.model.launcher.split_calls import SplitCalls
@@ -32,7 +33,7 @@ from septran.model.launcher.views import Defer, Desc, Views, same, contiguous_st
 aten = torch.ops.aten
 
 
-class Recorder(Glue, SplitCalls, Views):
+class Recorder(Conversions, Glue, SplitCalls, Views):
     """One recording run of a segment's subgraph (``sub``: placeholders, nodes, one output tuple)."""
 
     def __init__(self, sub: fx.Graph, inputs: tuple):
@@ -203,23 +204,8 @@ class Recorder(Glue, SplitCalls, Views):
             raise Unsupported(f"{n.name}: its kernel's plan converts, zero-fills, reorders or takes workspaces "
                               f"(order {lay.order}, convert {lay.convert}, zero {lay.zero}, reshape {lay.reshape}, "
                               f"workspaces {plan.workspaces})")
-        # the call's own tensors where the plan converts: the values of the graph; the program's float32 copies
-        # become scratch buffers around the kernel's call (_converted)
-        tensors = list(kernel_tensors)
-        for i, _, _ in lay.convert:
-            tensors[i] = given[i]
+        tensors = self._graph_tensors(n, lay, kernel_tensors, given, result)
         taken = len(plan.layout.take)
-        for k, dtype in lay.results:  # an output the program computes in float32, returned narrowed (the step's
-            if dtype is not None:      # result: that buffer itself or a view of it, which _match follows)
-                t = kernel_tensors[k]
-                if not isinstance(result, torch.Tensor) or k < taken or len(lay.results) != 1 or \
-                        result.untyped_storage().nbytes() != t.numel() * result.element_size():
-                    raise Unsupported(f"{n.name}: its kernel's output is converted into a result the launcher "
-                                      f"cannot place")
-                narrowed = torch.empty(0, dtype=result.dtype).set_(result.untyped_storage(), 0, t.shape, t.stride())
-                if not torch.equal(narrowed, t.to(result.dtype)):  # (a copy of it in another layout: not placed)
-                    raise Unsupported(f"{n.name}: its result is not its kernel's output narrowed")
-                tensors[k] = narrowed
         readable = [a for a in n.all_input_nodes if a in self.descs]
         params: dict = {}
         fresh = list(range(taken, len(tensors)))  # outputs in memory the step made for this call
@@ -240,11 +226,9 @@ class Recorder(Glue, SplitCalls, Views):
         written = [k for k in range(len(tensors)) if k >= taken or plan.layout.roles[k] != "input"]
         home = next((k for k in written if tensors[k].data_ptr() == result.data_ptr()), None)
         sizes, strides = tuple(expr(s) for s in meta.shape), tuple(expr(s) for s in meta.stride())
-        if home is None:
-            if converts:
-                raise Unsupported(f"{n.name}: its result is not what its kernel wrote")
-            relaid = self._relayout(n, step, result, tensors, [k for k in written if k in fresh], sizes, strides,
-                                    params)
+        if home is None:  # (a converted output in another layout: no relayout, whose copy would skip the narrowing)
+            relaid = self._relayout(n, step, result, tensors, [k for k in written if k in fresh and not converts],
+                                    sizes, strides, params)
             self._zeros(n, lay, tensors, params)
             self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
             src, d = params[relaid], self.descs[n]
@@ -271,46 +255,6 @@ class Recorder(Glue, SplitCalls, Views):
             return self._converted(n, plan, fn, kernel_tensors, params)
         self._zeros(n, lay, tensors, params)
         self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
-
-    @staticmethod
-    def _converts(lay) -> bool:
-        """A plan the launcher calls with conversions around it: bfloat16 tensors the program computes in float32
-        copies (inputs widened before the call; outputs, and in-out tensors, written back narrowed after it),
-        otherwise as the plain plan (no reordering, reshape, or allocated result in another type)."""
-        narrowed = [dtype for _, dtype in lay.results if dtype is not None]
-        return bool(lay.convert or narrowed) and lay.order is None and not lay.reshape and \
-            all(dtype == torch.bfloat16 for dtype in narrowed) and \
-            all(dtype == torch.float32 for _, dtype, _ in lay.convert) and \
-            set(lay.write_back) <= {i for i, _, _ in lay.convert}
-
-    def _converted(self, n, plan, fn, kernel_tensors, params: dict) -> None:
-        """The kernel's call on float32 scratch copies of the converted tensors (``params`` describes the graph's
-        bfloat16 values): each input widened into its copy before the call, each written one narrowed back after
-        it, as ``Plan._run`` does."""
-        from septran.model.launcher.glue_source import Each, Load
-
-        lay, kparams, after = plan.layout, dict(params), []
-        # (index, widened before the call, narrowed after it)
-        moves = [(i, not fresh, i in lay.write_back) for i, _, fresh in lay.convert] + \
-            [(k, False, True) for k, dtype in lay.results if dtype is not None]
-        for i, widen, narrow in moves:
-            d, t = params[i], kernel_tensors[i]
-            if d.dtype != torch.bfloat16 or t.dtype != torch.float32 or not t.is_contiguous():
-                raise Unsupported(f"{n.name}: its plan converts {d.dtype} to {t.dtype}")
-            dense = contiguous_strides(d.sizes)
-            copy = Desc(self._tmp(math.prod(d.sizes, start=sympy.Integer(1)) * 4, t.data_ptr()), sympy.Integer(0),
-                        d.sizes, dense, torch.float32)
-            self._check(t, copy, f"{n.name} (a float32 copy of its parameter {i})")
-            kparams[i] = copy
-            if widen:
-                self.program.ops.append(Each(self._ptr(copy), d.sizes, dense, "float",
-                                             (Load(self._ptr(d), d.strides, "uint16_t"),), "st_bf16_f32(x0)"))
-            if narrow:
-                after.append(Each(self._ptr(d), d.sizes, d.strides, "uint16_t",
-                                  (Load(self._ptr(copy), dense, "float"),), "st_f32_bf16(x0)"))
-        self._zeros(n, lay, kernel_tensors, kparams)
-        self._call(n, plan, fn, [kparams[k] for k in range(len(kernel_tensors))])
-        self.program.ops.extend(after)
 
     def _zeros(self, n, lay, tensors, params: dict) -> None:
         for k in lay.zero:
