@@ -210,8 +210,9 @@ def test_two_threads_share_a_compiled_decode(monkeypatch):
 def test_bfloat16_decode_launches_with_its_conversions_and_matches_the_steps(monkeypatch, which):
     """A bf16 block's norms, RoPE, attention and elementwise kernels compute in float32 copies (their plans convert):
     the launcher widens their inputs into scratch copies before each call and narrows their outputs after it, as
-    the plans do, so every decode segment launches, and its outputs and KV caches are bit for bit those of the
-    same compiled block running its steps from Python (odd sizes, 6 decode steps)."""
+    the plans do, so every prefill and decode segment launches, and its outputs and KV caches are bit for bit those
+    of the same compiled block running its steps from Python (odd sizes, a prefill, 6 decode steps, a prefill
+    again)."""
     def run(launch: bool):
         torch._dynamo.reset()
         model = (llama.build(llama.LlamaConfig(**ODD), dtype=torch.bfloat16) if which == "llama" else
@@ -224,13 +225,16 @@ def test_bfloat16_decode_launches_with_its_conversions_and_matches_the_steps(mon
                 x = torch.randn(1, 5 if i == 0 else 1, 48, generator=gen).to(torch.bfloat16)
                 outs.append(fn(x, pos, *caches).clone())
                 pos += x.shape[1]
+            # a second prefill on fresh caches: the prefill graph's segments launch (its first call recorded them)
+            caches = caches + model.new_cache(dtype=torch.bfloat16)
+            outs.append(fn(torch.randn(1, 5, 48, generator=gen).to(torch.bfloat16), 0, *caches[2:]).clone())
         return outs, caches, made
 
     launched, launched_caches, made = run(True)
-    decode = made[-1]
-    assert decode.segments and all(s.fn is not None for s in decode.segments), \
-        [(s, s.why_not) for s in decode.segments]
-    assert "st_bf16_f32" in "".join(s.source for s in decode.segments)
+    for graph in (made[0], made[-1]):  # the prefill's (its attention's output relaid after narrowing) and the decode's
+        assert graph.segments and all(s.fn is not None for s in graph.segments), \
+            [(s, s.why_not) for s in graph.segments]
+        assert "st_bf16_f32" in "".join(s.source for s in graph.segments)
     steps, step_caches, _ = run(False)
     for a, b in zip(launched, steps):
         assert a.dtype == torch.bfloat16 and torch.equal(a, b)

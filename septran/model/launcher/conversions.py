@@ -32,7 +32,8 @@ class Conversions:
     def _graph_tensors(self, n, lay, kernel_tensors, given, result) -> list:
         """The tensors of the call as the graph holds them: the call's own where the plan converts (its float32
         copies become scratch buffers, ``_converted``), and an output returned narrowed as the step's result holds
-        it (that buffer itself or a view of it, which ``_match`` follows)."""
+        it (that buffer itself or a view of it, which ``_match`` follows), else as the narrowed output alone (a
+        result in another layout: ``Recorder._relayout`` checks that it is a copy of it)."""
         tensors = list(kernel_tensors)
         for i, _, _ in lay.convert:
             tensors[i] = given[i]
@@ -40,14 +41,23 @@ class Conversions:
             if dtype is None:
                 continue
             t = kernel_tensors[k]
-            if not isinstance(result, torch.Tensor) or k < len(lay.take) or len(lay.results) != 1 or \
-                    result.untyped_storage().nbytes() != t.numel() * result.element_size():
+            if not isinstance(result, torch.Tensor) or k < len(lay.take) or len(lay.results) != 1:
                 raise Unsupported(f"{n.name}: its kernel's output is converted into a result the launcher cannot place")
-            narrowed = torch.empty(0, dtype=result.dtype).set_(result.untyped_storage(), 0, t.shape, t.stride())
-            if not torch.equal(narrowed, t.to(result.dtype)):  # (a copy of it in another layout: not placed)
-                raise Unsupported(f"{n.name}: its result is not its kernel's output narrowed")
-            tensors[k] = narrowed
+            tensors[k] = want = t.to(result.dtype)
+            if result.untyped_storage().nbytes() == t.numel() * result.element_size():
+                narrowed = torch.empty(0, dtype=result.dtype).set_(result.untyped_storage(), 0, t.shape, t.stride())
+                if torch.equal(narrowed, want):
+                    tensors[k] = narrowed
         return tensors
+
+    def _planned_call(self, n, plan, fn, kernel_tensors, params: dict, converts: bool) -> None:
+        """The kernel's call as its plan makes it: accumulators zeroed, then the call; with the conversions around it
+        where the plan converts (``params``: the graph's tensors)."""
+        if converts:
+            self._converted(n, plan, fn, kernel_tensors, params)
+        else:
+            self._zeros(n, plan.layout, kernel_tensors, params)
+            self._call(n, plan, fn, [params[k] for k in range(len(kernel_tensors))])
 
     def _converted(self, n, plan, fn, kernel_tensors, params: dict) -> None:
         """The kernel's call on float32 scratch copies of the converted tensors (``params`` describes the graph's

@@ -226,11 +226,10 @@ class Recorder(Conversions, Glue, SplitCalls, Views):
         written = [k for k in range(len(tensors)) if k >= taken or plan.layout.roles[k] != "input"]
         home = next((k for k in written if tensors[k].data_ptr() == result.data_ptr()), None)
         sizes, strides = tuple(expr(s) for s in meta.shape), tuple(expr(s) for s in meta.stride())
-        if home is None:  # (a converted output in another layout: no relayout, whose copy would skip the narrowing)
-            relaid = self._relayout(n, step, result, tensors, [k for k in written if k in fresh and not converts],
-                                    sizes, strides, params)
-            self._zeros(n, lay, tensors, params)
-            self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
+        if home is None:
+            relaid = self._relayout(n, step, result, tensors, [k for k in written if k in fresh], sizes, strides,
+                                    params)
+            self._planned_call(n, plan, fn, kernel_tensors, params, converts)  # (narrowed first where it converts)
             src, d = params[relaid], self.descs[n]
             self.program.ops.append(Copy(self._ptr(d), self._ptr(src), sizes, d.strides, src.strides,
                                          result.element_size()))
@@ -251,10 +250,7 @@ class Recorder(Conversions, Glue, SplitCalls, Views):
             d = Desc(base, d.offset, d.sizes, d.strides, d.dtype)
             del self.ptrs[("pending",)]
         self.descs[n] = d
-        if converts:
-            return self._converted(n, plan, fn, kernel_tensors, params)
-        self._zeros(n, lay, tensors, params)
-        self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
+        self._planned_call(n, plan, fn, kernel_tensors, params, converts)
 
     def _zeros(self, n, lay, tensors, params: dict) -> None:
         for k in lay.zero:
