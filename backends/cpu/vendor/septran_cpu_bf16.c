@@ -378,23 +378,32 @@ static AVX512BF16_FN void avx512_block_direct_edge(const uint16_t* a, int64_t ld
   avx512_block(a, lda, 2, b, kc, c, ldc, V_MR, cols, 0, NULL, 0, NULL);
 }
 
+/* Pair-rows q0 .. q0 + n of B's 32 columns from j0 (B stored k x n, both halves of every pair inside k), with
+ * vector shuffles: pair-row q's columns j0 .. j0 + 15 at lo + q * ld, the next 16 at hi + q * ld (words). */
+static AVX512BF16_FN void pack_pair_rows32(uint32_t* lo, uint32_t* hi, int64_t ld, const gemm_t* g, int64_t q0,
+                                           int64_t n, int64_t j0) {
+  for (int64_t q = 0; q < n; q++) {
+    const uint16_t* row = g->b + 2 * (q0 + q) * g->ldb + j0;
+    vpairs x0, x1;
+    vpairs_rows(row, row + g->ldb, &x0, &x1);
+    vpairs_store(lo + q * ld, x0), vpairs_store(hi + q * ld, x1);
+  }
+}
+
 /* Pair-rows q0 .. q0 + kc of the B panel at column j0 (w valid columns) into d (kc x V_NR words): whole pairs
  * of a whole panel with vector shuffles (B stored n x k: 16 x 16 transposes of its pairs), the rest (past n,
  * past k, an odd k's last) as pack_pair_row. */
 static AVX512BF16_FN void avx512_pack_slice(uint32_t* d, const gemm_t* g, int64_t q0, int64_t kc, int64_t j0,
                                             int64_t w) {
   int64_t whole = w < V_NR ? 0 : min64(kc, g->k / 2 - q0), q = 0; /* pairs with both halves inside k */
-  if (whole > 0 && !g->trans_b)
-    for (; q < whole; q++) {
-      const uint16_t* lo = g->b + 2 * (q0 + q) * g->ldb + j0;
-      vpairs x0, x1;
-      vpairs_rows(lo, lo + g->ldb, &x0, &x1);
-      vpairs_store(d + q * V_NR, x0), vpairs_store(d + q * V_NR + 16, x1);
-    }
-  else if (whole > 0)
+  if (whole > 0 && !g->trans_b) {
+    pack_pair_rows32(d, d + 16, V_NR, g, q0, whole, j0);
+    q = whole;
+  } else if (whole > 0) {
     for (; q + 16 <= whole; q += 16)
       for (int64_t j = 0; j < V_NR; j += 16)
         pairs_transpose16(d + q * V_NR + j, V_NR, g->b + (j0 + j) * g->ldb + 2 * (q0 + q), g->ldb);
+  }
   for (; q < kc; q++) pack_pair_row(d + q * V_NR, g, q0 + q, j0, w, V_NR);
 }
 
@@ -606,12 +615,7 @@ static AVX512BF16_FN void amx_pack_b(uint32_t* d, const gemm_t* g, int64_t qp) {
     uint32_t* dp = d + p * qp * T_N;
     if (!g->trans_b && j0 + (p % 2 ? T_N : 2 * T_N) <= g->n) {
       /* panels p and p + 1 (p even) from the same two rows of B; an odd panel's pairs went with its partner's */
-      for (; p % 2 == 0 && q < pairs; q++) {
-        const uint16_t* lo = g->b + 2 * q * g->ldb + j0;
-        vpairs x0, x1;
-        vpairs_rows(lo, lo + g->ldb, &x0, &x1);
-        vpairs_store(dp + q * T_N, x0), vpairs_store(dp + (qp + q) * T_N, x1);
-      }
+      if (p % 2 == 0) pack_pair_rows32(dp, dp + qp * T_N, T_N, g, 0, pairs, j0);
       q = pairs;
     } else if (g->trans_b && w == T_N) {
       for (; q + 16 <= pairs; q += 16) pairs_transpose16(dp + q * T_N, T_N, g->b + j0 * g->ldb + 2 * q, g->ldb);

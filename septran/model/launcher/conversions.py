@@ -12,6 +12,7 @@ import sympy
 import torch
 
 from septran.model.launcher.cexpr import Unsupported
+from septran.model.launcher.glue_source import Each, Load
 from septran.model.launcher.views import Desc, contiguous_strides
 
 
@@ -63,8 +64,6 @@ class Conversions:
         """The kernel's call on float32 scratch copies of the converted tensors (``params`` describes the graph's
         bfloat16 values): each input widened into its copy before the call, each written one narrowed back after
         it, as ``Plan._run`` does."""
-        from septran.model.launcher.glue_source import Each, Load
-
         lay, kparams, after = plan.layout, dict(params), []
         # (index, widened before the call, narrowed after it)
         moves = [(i, not fresh, i in lay.write_back) for i, _, fresh in lay.convert] + \
@@ -74,8 +73,8 @@ class Conversions:
             if d.dtype != torch.bfloat16 or t.dtype != torch.float32 or not t.is_contiguous():
                 raise Unsupported(f"{n.name}: its plan converts {d.dtype} to {t.dtype}")
             dense = contiguous_strides(d.sizes)
-            copy = Desc(self._tmp(math.prod(d.sizes, start=sympy.Integer(1)) * 4, t.data_ptr()), sympy.Integer(0),
-                        d.sizes, dense, torch.float32)
+            nbytes = math.prod(d.sizes, start=sympy.Integer(1)) * t.element_size()
+            copy = Desc(self._tmp(nbytes, t.data_ptr()), sympy.Integer(0), d.sizes, dense, torch.float32)
             self._check(t, copy, f"{n.name} (a float32 copy of its parameter {i})")
             kparams[i] = copy
             if widen:

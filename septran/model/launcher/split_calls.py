@@ -26,21 +26,16 @@ class SplitCalls:
         readable = [self.descs[a] for a in n.all_input_nodes if a in self.descs]
         for plan, fn, kernel_tensors, given in calls:
             lay = plan.layout
-            if not self._takes(fn) or not (self._plain(lay) or self._converts(lay)) or plan.workspaces or \
+            converts = self._converts(lay)
+            if not self._takes(fn) or not (self._plain(lay) or converts) or plan.workspaces or \
                     lay.allocate or len(kernel_tensors) != len(lay.take):
                 raise Unsupported(f"{n.name}: a kernel call per block whose plan converts, allocates or reorders")
-            tensors = list(kernel_tensors)
-            for i, _, _ in lay.convert:  # the blocks themselves: the kernel's float32 copies are made around it
-                tensors[i] = given[i]
+            tensors = self._graph_tensors(n, lay, kernel_tensors, given, None)  # the blocks, not their float32 copies
             params = {}
             for k, t in enumerate(tensors):
                 inside = readable if lay.roles[k] == "input" else [d]
                 params[k] = next((p for p in (self._block(t, src, n.name) for src in inside) if p is not None), None)
                 if params[k] is None:
                     raise Unsupported(f"{n.name}: a kernel call per block on a tensor that is no block of its values")
-            if not self._plain(lay):
-                self._converted(n, plan, fn, kernel_tensors, params)
-                continue
-            self._zeros(n, lay, tensors, params)
-            self._call(n, plan, fn, [params[k] for k in range(len(tensors))])
+            self._planned_call(n, plan, fn, kernel_tensors, params, converts)
         self.descs[n] = d
