@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 from interleave import Others, interleaved, stats, wait_idle  # noqa: E402
-OPS = ("gemm", "decode", "bmm", "gemm_epilogue", "bf16", "softmax", "log_softmax", "layernorm", "rmsnorm", "attention",
+OPS = ("gemm", "decode", "bmm", "gemm_epilogue", "bf16", "fp16", "softmax", "log_softmax", "layernorm", "rmsnorm", "attention",
        "overhead")
 INDUCTOR: set = set()  # operators also timed against torch.compile (inductor) of the same torch code (--inductor)
 MATRIX_UNIT_FLAGS = ("amx_bf16", "avx512_bf16")  # what the bf16 GEMM leaves on the matrix units need (target.yaml cpu_flags)
@@ -95,6 +95,11 @@ def cases(small: bool) -> list[dict]:
     add("bf16", "linear+relu bf16 decode", f"{m}x{n}x{k}", ("gemm_epilogue", ("relu", False, True)),
         [(m, k), (n, k), (n,)], {"relu(linear)": lambda x, w, bias: F.relu(F.linear(x, w, bias))}, 2.0 * m * n * k,
         "GFLOP/s", atol=0.5, rtol=2e-2, dtype=torch.bfloat16)
+    # float16: torch's matmul is scalar code on a CPU without AVX512-FP16 (about 3 GFLOP/s on AMD EPYC Zen 4), so
+    # the shape stays small enough to time
+    n = 128 if small else 512
+    add("fp16", "gemm fp16", f"{n}^3", "gemm", [(n, n)] * 2, {"matmul": torch.matmul}, 2.0 * n ** 3, "GFLOP/s",
+        atol=0.5, rtol=2e-2, dtype=torch.float16)
     b, n = (2, 64) if small else (8, 512)
     add("bmm", "bmm", f"{b}x{n}x{n}x{n}", "bmm", [(b, n, n)] * 2, {"bmm": torch.bmm}, 2.0 * b * n ** 3, "GFLOP/s", atol=1e-3)
     n = 128 if small else 1024

@@ -119,15 +119,15 @@ def embed(used: torch.Tensor, told: tuple[int, int], pad: int, fill: float = flo
 
 
 def check_gemm(f, m: int, n: int, k: int, trans_a: int, trans_b: int, extra=(0, 0, 0, 0, 0, 0), pads=(0, 0, 0),
-               seed: int = 0) -> None:
+               seed: int = 0, dtype=torch.bfloat16) -> None:
     """C (m x n, on non-zero C) += op(A) @ op(B) with each operand told it holds more than the product uses
     (extra: C's rows, C's columns, op(A)'s rows, op(A)'s columns, op(B)'s rows, op(B)'s columns; of each pair
     that bounds m, n or k at most one is more), inside tensors of NaN (A, B) and -0.0 (C) with rows `pads` longer
-    than the tile."""
+    than the tile; A and B of `dtype`, C float32."""
     gen = torch.Generator().manual_seed(seed)
     ec_r, ec_c, ea_r, ea_c, eb_r, eb_c = extra
-    op_a = torch.randn(m, k, generator=gen).to(torch.bfloat16)
-    op_b = torch.randn(k, n, generator=gen).to(torch.bfloat16)
+    op_a = torch.randn(m, k, generator=gen).to(dtype)
+    op_b = torch.randn(k, n, generator=gen).to(dtype)
     c0 = torch.randn(m, n, generator=gen)
     a_told, b_told = (m + ea_r, k + ea_c), (k + eb_r, n + eb_c)
     a_big, a, lda = embed(op_a.T.contiguous() if trans_a else op_a, a_told[::-1] if trans_a else a_told, pads[1])

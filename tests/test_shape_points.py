@@ -72,6 +72,8 @@ def test_the_first_entry_whose_bounds_hold(shapes, want):
      "A's axis 1 must be above 64 and at most 64: no size is"),
     ("shape_points:\n  - {threads: true, point: {gemm_host.tunables.BM: 16}}\n", "`threads` is the most threads"),
     ("shape_points:\n  - {threads: [1], point: {gemm_host.tunables.BM: 16}}\n", "`threads` is the most threads"),
+    ("shape_points:\n  - {cpu_vendor: [GenuineIntel], point: {gemm_host.tunables.BM: 16}}\n", "`cpu_vendor` is a /proc/cpuinfo"),
+    ("shape_points:\n  - {cpu_vendor: Intel Inc, point: {gemm_host.tunables.BM: 16}}\n", "`cpu_vendor` is a /proc/cpuinfo"),
 ])
 def test_bad_entries_are_located_errors(tail, message):
     with pytest.raises(MappingError, match=message) as err:
@@ -187,6 +189,11 @@ def test_an_entry_with_threads_holds_for_at_most_that_many():
     assert [shape_points.bucket(m.shape_points, big, threads=t) for t in (1, 2, None)] == [1, None, None]
     assert shape_points.bucket(m.shape_points, {"A": (4, 8), "B": (8, 40), "C": (4, 40)}, threads=1) == 0
     assert m.shape_points[1].bounds_text() == "threads<=1"  # (a bucket's records are named by it)
+    intel = parse_mapping(SPACE + "shape_points:\n  - {cpu_vendor: GenuineIntel, point: {gemm_host.tunables.BM: 16}}\n",
+                          "m.yaml").shape_points
+    assert shape_points.asks_vendor(intel) and not shape_points.asks_vendor(m.shape_points)
+    assert [shape_points.bucket(intel, big, cpu_vendor=v) for v in ("GenuineIntel", "AuthenticAMD", None)] == [0, None, None]
+    assert intel[0].bounds_text() == "vendor:GenuineIntel"
     above = parse_mapping(SPACE + "shape_points:\n  - {above: {C: [16, null]}, when: {C: [null, 32]}, "
                                   "point: {gemm_host.tunables.BM: 16}}\n", "m.yaml").shape_points
     assert above[0].bounds_text() == "C<=[*, 32]; C>[16, *]"
@@ -227,9 +234,9 @@ def test_the_shipped_gemm_and_bmm_points_by_thread_count():
     threads, and other types, keep the first point."""
     from septran.mapping import shape_points
 
-    def point(name, shapes, threads, dtype="float32"):
+    def point(name, shapes, threads, dtype="float32", vendor="AuthenticAMD"):
         m = parse_mapping((REPO / "mappings" / "cpu" / f"{name}.yaml").read_text(), f"{name}.yaml")
-        k = shape_points.bucket(m.shape_points, shapes, {"A": dtype, "B": dtype, "C": dtype}, frozenset(), threads)
+        k = shape_points.bucket(m.shape_points, shapes, {"A": dtype, "B": dtype, "C": dtype}, frozenset(), threads, vendor)
         return {p.rsplit(".", 1)[1]: v for p, v in m.shape_points[k].point.items()} if k is not None else None
 
     def gemm(m, n, k=1000):
@@ -244,6 +251,13 @@ def test_the_shipped_gemm_and_bmm_points_by_thread_count():
     bmm = lambda b, m, n: {"A": (b, m, 64), "B": (b, 64, n), "C": (b, m, n)}  # noqa: E731
     assert point("bmm", bmm(8, 512, 512), 1) == big and point("bmm", bmm(3, 512, 512), 2) == {"BN": 512}
     assert point("bmm", bmm(3, 200, 512), 2) is None and point("bmm", bmm(3, 1024, 1024), 2) is None
+    # an Intel CPU: the same tiles on MKL's leaf, and MKL for every other float32 shape of more than 16 rows
+    mkl = {"gemm_leaf_logic": "gemm_leaf_mkl"}
+    assert point("gemm", gemm(1000, 1000), 1, vendor="GenuineIntel") == {**big, **mkl}
+    assert point("gemm", gemm(1500, 1500), 2, vendor="GenuineIntel") == mkl
+    assert point("gemm", gemm(4, 1500), 2, vendor="GenuineIntel") == {"BM": 16, "BN": 4096, "BK": 4096}
+    assert point("gemm", gemm(100, 100), 2, "bfloat16", vendor="GenuineIntel") is None
+    assert point("bmm", bmm(3, 512, 512), 2, vendor="GenuineIntel") == {"BN": 512, "bmm_leaf_logic": "gemm_leaf_mkl"}
 
 
 def test_tune_models_own_point_is_a_whole_point_of_the_space():

@@ -12,6 +12,7 @@ the first entry whose bounds every named dimension meets is the call's point::
 list: any size); ``above`` the same with lower bounds, which the sizes must exceed (``above: {C: [384, 384]}``:
 more than 384 rows and columns). An entry may also ask for element types and CPU features, e.g. a bfloat16 GEMM on a CPU with
 AMX (``dtypes: {A: bfloat16}``: the program's type of A; ``cpu_flags: [amx_bf16]``: /proc/cpuinfo's flags),
+for a CPU maker (``cpu_vendor: GenuineIntel``: /proc/cpuinfo's ``vendor_id``; a library tuned for one maker's cores),
 and for at most so many threads (``threads: 1``: the thread count the kernels run on at the call, torch's; a
 grid on one thread runs its programs one after another, so larger tiles cost it no parallelism); ``when`` may
 then be left out. ``point`` gives values of the space's ``!tune`` dimensions by path (``task_mappings.`` may be
@@ -43,23 +44,28 @@ class ShapePoint:
     cpu_flags: tuple[str, ...] = ()  # features the host CPU must report
     threads: Optional[int] = None  # at most this many threads (torch's count at the call); None: any
     above: TMapping[str, tuple[Optional[int], ...]] = field(default_factory=lambda: MappingProxyType({}))  # lower bounds
+    cpu_vendor: Optional[str] = None  # /proc/cpuinfo's vendor_id the host must report (GenuineIntel); None: any
 
     def bounds_text(self) -> str:
         """The bounds as one line: ``A<=[1]; C<=[*, 256]`` (then ``C>[384, 384]``, ``A:bfloat16``, ``cpu:amx_bf16``,
-        ``threads<=1`` where asked)."""
+        ``vendor:GenuineIntel``, ``threads<=1`` where asked)."""
         parts = [f"{name}<=[{', '.join('*' if b is None else str(b) for b in bounds)}]"
                  for name, bounds in sorted(self.when.items())]
         parts += [f"{name}>[{', '.join('*' if b is None else str(b) for b in bounds)}]"
                   for name, bounds in sorted(self.above.items())]
         parts += [f"{name}:{d}" for name, d in sorted(self.dtypes.items())] + [f"cpu:{f}" for f in self.cpu_flags]
+        parts += [] if self.cpu_vendor is None else [f"vendor:{self.cpu_vendor}"]
         parts += [] if self.threads is None else [f"threads<={self.threads}"]
         return "; ".join(parts)
 
     def matches(self, shapes: TMapping[str, tuple], dtypes: TMapping[str, str], cpu_flags,
-                threads: Optional[int] = None) -> bool:
+                threads: Optional[int] = None, cpu_vendor: Optional[str] = None) -> bool:
         """Whether a call of these shapes and program types, on a CPU with these flags and ``threads`` threads (None:
-        a caller that does not say, which an entry with a thread bound never matches), falls in this entry."""
+        a caller that does not say, which an entry with a thread bound never matches) made by ``cpu_vendor`` (None:
+        not said, which an entry asking for a maker never matches), falls in this entry."""
         if self.threads is not None and (threads is None or threads > self.threads):
+            return False
+        if self.cpu_vendor is not None and cpu_vendor != self.cpu_vendor:
             return False
         for name, want in self.dtypes.items():
             if not dtypes:
@@ -109,7 +115,7 @@ def _entry(item: Located, dims: dict) -> ShapePoint:
     keys = set(d) if isinstance(d, LocatedDict) else set()
     if "point" not in keys or not keys & _CONDITIONS or keys - _CONDITIONS - {"point"}:
         raise MappingError("a shape_points entry has the key `point` and one or more of `when`, `above`, "
-                           "`dtypes`, `cpu_flags`, `threads`", item.loc,
+                           "`dtypes`, `cpu_flags`, `cpu_vendor`, `threads`", item.loc,
                            hint="e.g. `- {when: {A: [16]}, point: {gemm_host.tunables.BM: 16}}`")
     point_val = d["point"]
     if not isinstance(point_val.value, LocatedDict):
@@ -133,10 +139,11 @@ def _entry(item: Located, dims: dict) -> ShapePoint:
                                value.loc, hint="add it to the !tune's list")
         point[path] = value.value
     return ShapePoint(MappingProxyType(when), MappingProxyType(point), item.loc, _dtypes(d.get("dtypes")),
-                      _flags(d.get("cpu_flags")), _threads(d.get("threads")), MappingProxyType(above))
+                      _flags(d.get("cpu_flags")), _threads(d.get("threads")), MappingProxyType(above),
+                      _vendor(d.get("cpu_vendor")))
 
 
-_CONDITIONS = {"when", "above", "dtypes", "cpu_flags", "threads"}
+_CONDITIONS = {"when", "above", "dtypes", "cpu_flags", "cpu_vendor", "threads"}
 
 
 def _bounds(val: Optional[Located], key: str, item: Located) -> dict:
@@ -185,6 +192,15 @@ def _flags(val: Optional[Located]) -> tuple[str, ...]:
     return tuple(f.value for f in items)
 
 
+def _vendor(val: Optional[Located]) -> Optional[str]:
+    if val is None:
+        return None
+    if not isinstance(val.value, str) or not val.value.isalnum():
+        raise MappingError(f"shape_points: `cpu_vendor` is a /proc/cpuinfo vendor_id, got {val.value!r}", val.loc,
+                           hint="e.g. `cpu_vendor: GenuineIntel` or `cpu_vendor: AuthenticAMD`")
+    return val.value
+
+
 def _threads(val: Optional[Located]) -> Optional[int]:
     if val is None:
         return None
@@ -200,7 +216,12 @@ def asks_threads(entries: tuple[ShapePoint, ...]) -> bool:
     return any(e.threads is not None for e in entries)
 
 
+def asks_vendor(entries: tuple[ShapePoint, ...]) -> bool:
+    """Whether the bucket of a call depends on who made the CPU."""
+    return any(e.cpu_vendor is not None for e in entries)
+
+
 def bucket(entries: tuple[ShapePoint, ...], shapes: TMapping[str, tuple], dtypes: TMapping[str, str] = MappingProxyType({}),
-           cpu_flags=frozenset(), threads: Optional[int] = None) -> Optional[int]:
+           cpu_flags=frozenset(), threads: Optional[int] = None, cpu_vendor: Optional[str] = None) -> Optional[int]:
     """The index of the first entry whose conditions a call meets, else None."""
-    return next((k for k, e in enumerate(entries) if e.matches(shapes, dtypes, cpu_flags, threads)), None)
+    return next((k for k, e in enumerate(entries) if e.matches(shapes, dtypes, cpu_flags, threads, cpu_vendor)), None)

@@ -84,6 +84,11 @@ def host_flags() -> frozenset[str]:
     return _host_flags()
 
 
+def host_vendor() -> str:
+    """Who made this machine's processor: /proc/cpuinfo's ``vendor_id`` (GenuineIntel, AuthenticAMD); "" where absent."""
+    return _read_cpuinfo_fields().get("vendor_id", "")
+
+
 def host_label() -> str:
     """This machine's processor, as tables name it."""
     return device_label(dict(_host_identity()))
@@ -94,22 +99,31 @@ def _host_flags() -> frozenset[str]:
     return frozenset(_read_cpuinfo()[1])
 
 
-def _read_cpuinfo() -> tuple[str, set[str]]:
-    """The first processor's model name and flags; empty where /proc/cpuinfo is absent (macOS, Windows).
-
-    A virtual machine may call every generation "AMD EPYC": the vendor,
-    family and model numbers, where given, are appended to tell them apart.
-    """
+@functools.lru_cache(maxsize=None)
+def _read_cpuinfo_fields() -> dict[str, str]:
+    """The first processor's /proc/cpuinfo fields (name -> value); empty where the file is absent."""
     try:
         text = _CPUINFO.read_text(errors="replace")
     except OSError:
-        return "", set()
+        return {}
     fields: dict[str, str] = {}
     for line in text.splitlines():
         name, sep, value = line.partition(":")
         name = name.strip()
         if sep and name not in fields:
             fields[name] = value.strip()
+    return fields
+
+
+def _read_cpuinfo() -> tuple[str, set[str]]:
+    """The first processor's model name and flags; empty where /proc/cpuinfo is absent (macOS, Windows).
+
+    A virtual machine may call every generation "AMD EPYC": the vendor,
+    family and model numbers, where given, are appended to tell them apart.
+    """
+    fields = _read_cpuinfo_fields()
+    if not fields:
+        return "", set()
     model = next((fields[f] for f in _MODEL_FIELDS if fields.get(f)), "")
     numbers = [fields[f] for f in _ID_FIELDS if fields.get(f)]
     if numbers:

@@ -121,14 +121,15 @@ def current_threads() -> int:
 
 def bucket(kernel, spec) -> Optional[int]:
     """Which ``shape_points`` entry the call falls in (its shapes, its program types, this host's CPU flags, the
-    thread count now where an entry asks; None: none, or no entries). A kernel with dynamic dimensions keeps one variant per bucket: a decode step's one row
+    thread count and the CPU's maker where an entry asks; None: none, or no entries). A kernel with dynamic dimensions keeps one variant per bucket: a decode step's one row
     runs the decode point, not the prefill's."""
     entries = kernel.mapping.shape_points if kernel.mapping.space is not None else ()
     if not entries:
         return None
     flags = device.host_flags() if any(e.cpu_flags for e in entries) else frozenset()
     threads = current_threads() if shape_points.asks_threads(entries) else None
-    return shape_points.bucket(entries, spec.shapes, spec.dtypes, flags, threads)
+    vendor = device.host_vendor() if shape_points.asks_vendor(entries) else None
+    return shape_points.bucket(entries, spec.shapes, spec.dtypes, flags, threads, vendor)
 
 
 BUCKET = "shape_points entry"  # a key's scalar, never a parameter's name (not an identifier)

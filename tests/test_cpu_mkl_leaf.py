@@ -1,0 +1,168 @@
+"""gemm_leaf_mkl: the cpu target's GEMM leaf on the MKL that torch carries (backends/cpu/vendor/septran_cpu_mkl.c).
+
+The vendor library is built here as SepTran builds it; in this process torch is loaded, so the leaf finds MKL in
+libtorch_cpu.so (where this torch has none, the tests that need it skip). Its GEMMs are checked as the matrix
+units' are (test_cpu_bf16_units.check_gemm: tiles inside NaN-filled tensors, against float64), for float32, float16
+and bfloat16 operands; a process without torch gets OpenBLAS's result and SEPTRAN_CPU_E_UNIT. At the mapping level,
+an Intel CPU's float32 GEMMs (gemm, bmm, the epilogue) run it, an AMD CPU's OpenBLAS, and its kernels are right.
+"""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+import septran
+from conftest import REPO, assert_flash_rule, mapping_path
+from septran.records import device
+from test_cpu_bf16_units import E_UNIT, SETTINGS, SHAPES, VENDOR, check_gemm, fn, gemm_fn, openblas, tiles
+
+pytestmark = pytest.mark.build  # builds the vendor library with gcc
+
+SOURCES = ["septran_cpu.c", "septran_cpu_typed.c", "septran_cpu_gemv.c", "septran_cpu_bf16.c", "septran_cpu_mkl.c"]
+MKL_F32, MKL_BF16, MKL_F16 = 1, 2, 4  # septran_cpu_mkl()'s bits
+TYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+LEAF = "gemm_leaf_mkl"
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    out, blas = tmp_path_factory.mktemp("mkl_leaf") / "libseptran_cpu.so", openblas()
+    cmd = ["gcc", "-std=c11", "-O2", "-fPIC", "-shared", *(str(VENDOR / s) for s in SOURCES), "-march=native",
+           "-fopenmp", str(blas), f"-Wl,-rpath,{blas.parent}", "-Wl,-Bsymbolic", "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def found(lib) -> int:
+    bits = fn(ctypes.CDLL(str(lib)), "septran_cpu_mkl")()
+    if not bits:
+        pytest.skip("this torch carries no MKL (libtorch_cpu.so exports no sgemm_): the leaf runs OpenBLAS")
+    return bits
+
+
+@pytest.fixture(scope="module", params=list(TYPES))
+def typed(request, lib, found):
+    assert found == MKL_F32 | MKL_BF16 | MKL_F16, "torch's MKL has sgemm but not its mixed-precision GEMMs"
+    return gemm_fn(ctypes.CDLL(str(lib)), f"septran_cpu_gemm_mkl_{request.param}_{request.param}"), TYPES[request.param]
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+@pytest.mark.parametrize("m,n,k", SHAPES[::2] + [(17, 16, 5), (16, 40, 9), (40, 1, 9)])  # (16 rows, a column: OpenBLAS's paths)
+def test_gemm(typed, m, n, k, trans_a, trans_b):
+    f, dtype = typed
+    check_gemm(f, m, n, k, trans_a, trans_b, seed=m * 10000 + n * 100 + k, dtype=dtype)
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(tile=tiles())
+def test_gemm_on_tiles_inside_tensors(typed, tile):
+    f, dtype = typed
+    m, n, k, trans_a, trans_b, extra, pads = tile
+    check_gemm(f, m, n, k, trans_a, trans_b, extra, pads, seed=m + n + k, dtype=dtype)
+
+
+def test_torch_keeps_its_thread_count_after_a_call(typed):
+    """The leaf runs MKL on one thread for its call only: torch's own MKL calls on this thread keep torch's count."""
+    f, dtype = typed
+    before = torch.get_num_threads()
+    check_gemm(f, 40, 33, 20, 0, 0, dtype=dtype)
+    assert torch.get_num_threads() == before
+    a = torch.randn(300, 300)
+    assert torch.allclose(a @ a, (a.double() @ a.double()).float(), atol=1e-3)
+
+
+def test_without_torch_openblas_computes_c_and_the_call_says_so(lib):
+    """A process that never loaded torch has no MKL: the leaf's result is OpenBLAS's, and it returns E_UNIT."""
+    script = f"""
+import ctypes, random
+lib = ctypes.CDLL({str(lib)!r})
+lib.septran_cpu_mkl.restype = ctypes.c_int32
+assert lib.septran_cpu_mkl() == 0
+f = lib.septran_cpu_gemm_mkl_f32_f32
+f.restype = ctypes.c_int32
+f.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int32] * 2 + [ctypes.c_int64] * 9
+m, n, k = 20, 7, 5
+rnd = random.Random(0)
+a = [rnd.uniform(-1, 1) for _ in range(m * k)]
+b = [rnd.uniform(-1, 1) for _ in range(k * n)]
+A, B, C = (ctypes.c_float * (m * k))(*a), (ctypes.c_float * (k * n))(*b), (ctypes.c_float * (m * n))()
+assert f(C, A, B, 0, 0, m, n, m, k, k, n, n, k, n) == {E_UNIT}
+ref = [sum(a[i * k + p] * b[p * n + j] for p in range(k)) for i in range(m) for j in range(n)]
+assert max(abs(x - y) for x, y in zip(C, ref)) < 1e-5
+assert "torch" not in __import__("sys").modules
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+# ---- the mappings: an Intel CPU's float32 GEMMs on MKL --------------------------------------------------------
+
+GEMM_LOGIC = REPO / "septran" / "ops" / "logic"
+
+
+def _vendor(monkeypatch, vendor: str) -> None:
+    monkeypatch.setattr(device, "host_vendor", lambda: vendor)
+
+
+def _leaves(variant) -> set[str]:
+    return {v for p, v in variant.choice.mapping.point.items() if p.endswith(("gemm_leaf_logic", "bmm_leaf_logic", "epi_gemm_leaf"))}
+
+
+def _kernel(op: str):
+    """A new kernel (a kernel keeps the variant of a static shape: a process's CPU does not change)."""
+    from septran.ops.logic.gemm_epilogue import gemm_epilogue
+
+    logic = gemm_epilogue("gelu", False, True) if op == "gemm_epilogue" else None
+    return septran.compile(logic, logic_file=None if logic else GEMM_LOGIC / f"{op}.py", mapping_file=mapping_path("cpu", op))
+
+
+def _args(op: str, rows: int, dtype=torch.float32, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen).to(dtype)  # noqa: E731
+    if op == "gemm":
+        return r(rows, 50), r(50, 29)
+    if op == "bmm":
+        return r(3, rows, 50), r(3, 50, 29)
+    return r(rows, 50), r(29, 50), r(29)  # the epilogue's weight stored n x k, as a Linear's
+
+
+def _spec(args):
+    """The inputs as specialize() takes them (the logic's parameters after C: A, B and the epilogue's bias)."""
+    return {name: (tuple(a.shape), str(a.dtype).removeprefix("torch.")) for name, a in zip(("A", "B", "bias"), args)}
+
+
+@pytest.mark.parametrize("op", ["gemm", "bmm", "gemm_epilogue"])
+def test_an_intel_cpu_runs_float32_gemms_on_mkl_and_an_amd_one_on_openblas(monkeypatch, op):
+    for vendor, rows, dtype, want in (("GenuineIntel", 37, torch.float32, LEAF), ("AuthenticAMD", 37, torch.float32, "gemm_leaf_blas"),
+                                      ("GenuineIntel", 4, torch.float32, "gemm_leaf_blas"),   # a decode step streams B
+                                      ("GenuineIntel", 700, torch.float32, LEAF)):
+        _vendor(monkeypatch, vendor)
+        kernel = _kernel(op)
+        assert _leaves(kernel.specialize(**_spec(_args(op, rows, dtype)))) == {want}, (vendor, rows)
+
+
+@pytest.mark.parametrize("op", ["gemm", "bmm", "gemm_epilogue"])
+def test_the_mkl_leaf_kernels_are_right_on_odd_shapes(monkeypatch, op):
+    if not torch.backends.mkl.is_available():
+        pytest.skip("this torch carries no MKL")
+    _vendor(monkeypatch, "GenuineIntel")
+    kernel = _kernel(op)
+    for rows in (37, 300):
+        args = _args(op, rows, seed=rows)
+        out = kernel(*args)
+        assert _leaves(kernel.latest) == {LEAF}
+        if op == "gemm_epilogue":
+            x, w, bias = args
+            ref = torch.nn.functional.gelu(x.double() @ w.double().T + bias.double())
+            torch_out = torch.nn.functional.gelu(x @ w.T + bias)
+        else:
+            ref = args[0].double() @ args[1].double()
+            torch_out = args[0] @ args[1]
+        assert_flash_rule(out, ref, torch_out, f"{op} {rows} rows")
