@@ -48,6 +48,10 @@ def cases() -> list[dict]:
     out.append(dict(name="epilogue_f32", logic=("gemm_epilogue", ("gelu", False, False)), shapes=[(1024, 1024), (1024, 1024), (1024,)],
                     dtype=torch.float32, torch=lambda a, w, bias: F.gelu(torch.matmul(a, w) + bias),
                     flops=2.0 * 1024 ** 3, shape="1024^3 +gelu"))
+    for m, n, k in ((1024, 1024, 1024), (128, 1024, 256), (512, 4096, 1024)):  # a Linear's (n, k) weight: the model level's form
+        out.append(dict(name="linear_f32", logic=("gemm_epilogue", ("gelu", False, True)), shapes=[(m, k), (n, k), (n,)],
+                        dtype=torch.float32, torch=lambda a, w, bias: F.gelu(F.linear(a, w, bias)),
+                        flops=2.0 * m * n * k, shape=f"{m}x{n}x{k} +gelu"))
     out += [dict(name="gemm_bf16", **gemm(n, torch.bfloat16)) for n in (512, 1024)]
     out.append(dict(name="gemm_bf16", **gemm(4096, torch.bfloat16, m=512, k=4096)))
     out.append(dict(name="gemm_f16", **gemm(512, torch.float16)))  # torch's float16 matmul is slow without AVX512-FP16
@@ -139,7 +143,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--sample-s", type=float, default=0.3)
     p.add_argument("--cases", default="", help="comma-separated case names (gemm_f32, bmm_f32, epilogue_f32, "
-                                                "gemm_bf16, gemm_f16); default: all")
+                                                "linear_f32, gemm_bf16, gemm_f16); default: all")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)

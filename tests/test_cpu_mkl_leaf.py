@@ -4,7 +4,8 @@ The vendor library is built here as SepTran builds it; in this process torch is 
 libtorch_cpu.so (where this torch has none, the tests that need it skip). Its GEMMs are checked as the matrix
 units' are (test_cpu_bf16_units.check_gemm: tiles inside NaN-filled tensors, against float64), for float32, float16
 and bfloat16 operands; a process without torch gets OpenBLAS's result and SEPTRAN_CPU_E_UNIT. At the mapping level,
-an Intel CPU's float32 GEMMs (gemm, bmm, the epilogue) run it, an AMD CPU's OpenBLAS, and its kernels are right.
+an Intel CPU's float32 GEMMs (gemm, bmm, the epilogue) run it, an AMD CPU's epilogue too (its gemm and bmm run
+OpenBLAS), and its kernels are right.
 """
 from __future__ import annotations
 
@@ -140,7 +141,10 @@ def _spec(args):
 
 @pytest.mark.parametrize("op", ["gemm", "bmm", "gemm_epilogue"])
 def test_an_intel_cpu_runs_float32_gemms_on_mkl_and_an_amd_one_on_openblas(monkeypatch, op):
-    for vendor, rows, dtype, want in (("GenuineIntel", 37, torch.float32, LEAF), ("AuthenticAMD", 37, torch.float32, "gemm_leaf_blas"),
+    """gemm and bmm (B as stored: OpenBLAS is the faster on AMD's cores); the epilogue, whose B is a Linear's weight
+    stored n x k (MKL the faster on both), on MKL everywhere."""
+    amd = LEAF if op == "gemm_epilogue" else "gemm_leaf_blas"
+    for vendor, rows, dtype, want in (("GenuineIntel", 37, torch.float32, LEAF), ("AuthenticAMD", 37, torch.float32, amd),
                                       ("GenuineIntel", 4, torch.float32, "gemm_leaf_blas"),   # a decode step streams B
                                       ("GenuineIntel", 700, torch.float32, LEAF)):
         _vendor(monkeypatch, vendor)
@@ -166,3 +170,20 @@ def test_the_mkl_leaf_kernels_are_right_on_odd_shapes(monkeypatch, op):
             ref = args[0].double() @ args[1].double()
             torch_out = args[0] @ args[1]
         assert_flash_rule(out, ref, torch_out, f"{op} {rows} rows")
+
+
+def test_swiglu_runs_float32_on_mkl_and_is_right(monkeypatch):
+    """SwiGLU's gate and up GEMMs read Linear weights stored n x k: float32 calls of more than 16 rows run on MKL on
+    any CPU; a decode step's rows stream the weights through OpenBLAS's leaf."""
+    from septran.ops.logic.swiglu_mlp import swiglu_mlp
+
+    _vendor(monkeypatch, "AuthenticAMD")
+    kernel = septran.compile(swiglu_mlp(transpose_b=True), mapping_file=mapping_path("cpu", "swiglu_mlp"))
+    gen = torch.Generator().manual_seed(5)
+    for rows, want in ((37, LEAF), (3, "gemm_leaf_blas")):
+        x, wg, wu = (torch.randn(*s, generator=gen) for s in ((rows, 40), (24, 40), (24, 40)))
+        out = kernel(x, wg, wu)
+        point = kernel.latest.choice.mapping.point
+        assert {v for p, v in point.items() if p.endswith(("swiglu_gate", "swiglu_up"))} == {want}
+        ref = torch.nn.functional.silu(x.double() @ wg.double().T) * (x.double() @ wu.double().T)
+        assert_flash_rule(out, ref, torch.nn.functional.silu(x @ wg.T) * (x @ wu.T), f"swiglu {rows} rows")
