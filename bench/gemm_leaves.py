@@ -10,7 +10,7 @@ rest of the point unchanged: OpenBLAS (gemm_leaf_blas), torch's MKL (gemm_leaf_m
 left out. All of them and torch are timed in interleaved rounds (bench/interleave.py: medians, min-max); each is
 checked against torch first. The table gives each leaf's rate and its ratio to torch, `*` marking the shipped
 point's leaf. float16 operands reach the leaf as they are (GLOBAL): OpenBLAS's leaf widens each tile to float32,
-MKL's runs cblas_gemm_f16f16f32; the matrix units' leaves take bfloat16 only.
+MKL's does the same (its cblas_gemm_f16f16f32 was the slower); the matrix units' leaves take bfloat16 only.
 """
 from __future__ import annotations
 

@@ -91,14 +91,13 @@ int32_t septran_cpu_gemm_amx_bf16(float* c, uint16_t* a, uint16_t* b, int32_t tr
 /* ---- the MKL that torch carries (septran_cpu_mkl.c) ------------------------------------------------ */
 
 /* Which of MKL's GEMMs this process has (found in torch's libtorch_cpu.so once per process; 0 without it):
- * SEPTRAN_CPU_MKL_F32 (sgemm), SEPTRAN_CPU_MKL_BF16 (cblas_gemm_bf16bf16f32), SEPTRAN_CPU_MKL_F16
- * (cblas_gemm_f16f16f32). */
-enum { SEPTRAN_CPU_MKL_F32 = 1, SEPTRAN_CPU_MKL_BF16 = 2, SEPTRAN_CPU_MKL_F16 = 4 };
+ * SEPTRAN_CPU_MKL_F32 (sgemm), SEPTRAN_CPU_MKL_BF16 (cblas_gemm_bf16bf16f32). */
+enum { SEPTRAN_CPU_MKL_F32 = 1, SEPTRAN_CPU_MKL_BF16 = 2 };
 int32_t septran_cpu_mkl(void);
 
-/* septran_cpu_gemm_tiles through MKL on the calling thread (T: f32, f16 or bf16 for A and B; C float32), sizes as
- * the kernels pass them. At most 16 rows or one column of C: the OpenBLAS leaf's streaming paths. Where the
- * process lacks MKL's GEMM of that type: the OpenBLAS leaf computes C and the call returns SEPTRAN_CPU_E_UNIT. */
+/* septran_cpu_gemm_tiles through MKL on the calling thread (T: f32 or bf16 for A and B; C float32), sizes as the
+ * kernels pass them. f16, at most 16 rows or one column of C: the OpenBLAS leaf's paths (widening, streaming). Where
+ * the process lacks MKL's GEMM of that type: the OpenBLAS leaf computes C and the call returns SEPTRAN_CPU_E_UNIT. */
 int32_t septran_cpu_gemm_mkl_f32_f32(float* c, float* a, float* b, int32_t trans_a, int32_t trans_b, int64_t c_rows,
                                      int64_t c_cols, int64_t a_rows, int64_t a_cols, int64_t b_rows, int64_t b_cols,
                                      int64_t ldc, int64_t lda, int64_t ldb);

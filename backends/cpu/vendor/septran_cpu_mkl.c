@@ -1,5 +1,10 @@
 /* septran_cpu_mkl.c -- GEMM leaves on the MKL that torch carries (gemm_leaf_mkl).
  *
+ * float32 through MKL's sgemm, bfloat16 through cblas_gemm_bf16bf16f32 (AMX or AVX512-BF16 where MKL finds them).
+ * float16 takes the OpenBLAS leaf's widening path: MKL's cblas_gemm_f16f16f32 ran at 0.6 to 0.85x of it on an AMD
+ * EPYC Zen 4 (attention's scores in float16, 1x8x512x512x64); AVX512-FP16's FMAs sum in float16, so on the Xeons
+ * before AMX-FP16 a float16 GEMM that sums in float32 widens its operands either way.
+ *
  * torch's x86-64 wheels link Intel's MKL into libtorch_cpu.so and export its BLAS: torch's own float32 matmul is
  * that `sgemm`. The library is found in the running process (dlopen RTLD_NOLOAD: never loaded, never a
  * dependency of the build), once per process. Where it is absent (a torch without MKL, a process without torch)
@@ -29,7 +34,6 @@ typedef int (*threads_fn)(int nthreads);
 static struct {
   sgemm_fn sgemm;
   gemm16_fn gemm_bf16; /* cblas_gemm_bf16bf16f32: AMX or AVX512-BF16 where MKL finds them */
-  gemm16_fn gemm_f16;  /* cblas_gemm_f16f16f32 */
   threads_fn set_local_threads;
 } mkl;
 static pthread_once_t mkl_once = PTHREAD_ONCE_INIT;
@@ -41,15 +45,13 @@ static void find_mkl(void) {
   if (!local) return; /* no thread control: not usable from the grid's threads */
   mkl.sgemm = (sgemm_fn)dlsym(lib, "sgemm_");
   mkl.gemm_bf16 = (gemm16_fn)dlsym(lib, "cblas_gemm_bf16bf16f32");
-  mkl.gemm_f16 = (gemm16_fn)dlsym(lib, "cblas_gemm_f16f16f32");
   mkl.set_local_threads = local;
   /* the handle stays open: libtorch_cpu.so outlives every kernel */
 }
 
 int32_t septran_cpu_mkl(void) {
   pthread_once(&mkl_once, find_mkl);
-  return (mkl.sgemm ? SEPTRAN_CPU_MKL_F32 : 0) | (mkl.gemm_bf16 ? SEPTRAN_CPU_MKL_BF16 : 0) |
-         (mkl.gemm_f16 ? SEPTRAN_CPU_MKL_F16 : 0);
+  return (mkl.sgemm ? SEPTRAN_CPU_MKL_F32 : 0) | (mkl.gemm_bf16 ? SEPTRAN_CPU_MKL_BF16 : 0);
 }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -65,9 +67,10 @@ static int32_t gemm_mkl(float* c, void* a, void* b, int32_t dtype, int32_t trans
   int64_t m = min64(c_rows, trans_a ? a_cols : a_rows);
   int64_t n = min64(c_cols, trans_b ? b_rows : b_cols);
   int64_t k = min64(trans_a ? a_rows : a_cols, trans_b ? b_cols : b_rows);
-  int found = septran_cpu_mkl() & (dtype == SEPTRAN_CPU_F32    ? SEPTRAN_CPU_MKL_F32
-                                   : dtype == SEPTRAN_CPU_BF16 ? SEPTRAN_CPU_MKL_BF16
-                                                               : SEPTRAN_CPU_MKL_F16);
+  if (dtype == SEPTRAN_CPU_F16)  /* widened for OpenBLAS (above) */
+    return septran_cpu_gemm_tiles(c, a, b, dtype, trans_a, trans_b, c_rows, c_cols, a_rows, a_cols, b_rows, b_cols, ldc,
+                                  lda, ldb);
+  int found = septran_cpu_mkl() & (dtype == SEPTRAN_CPU_F32 ? SEPTRAN_CPU_MKL_F32 : SEPTRAN_CPU_MKL_BF16);
   if (!found || streamed(m, n) || m < 0 || n < 0 || k < 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX ||
       ldc < n || lda < (trans_a ? m : k) || ldb < (trans_b ? k : n) || ldc > INT32_MAX || lda > INT32_MAX ||
       ldb > INT32_MAX) {
@@ -84,8 +87,7 @@ static int32_t gemm_mkl(float* c, void* a, void* b, int32_t dtype, int32_t trans
     const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
     mkl.sgemm(&tb, &ta, &in, &im, &ik, &one, b, &ildb, a, &ilda, &one, c, &ildc);
   } else {
-    gemm16_fn f = dtype == SEPTRAN_CPU_BF16 ? mkl.gemm_bf16 : mkl.gemm_f16;
-    f(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, im, in, ik,
+    mkl.gemm_bf16(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, im, in, ik,
       1.0f, a, ilda, b, ildb, 1.0f, c, ildc);
   }
   mkl.set_local_threads(before);
