@@ -80,6 +80,10 @@ def cases(small: bool) -> list[dict]:
 
     for n in ((64, 100, 128) if small else (512, 1000, 1024)):
         add("gemm", "gemm", f"{n}^3", "gemm", [(n, n)] * 2, {"matmul": torch.matmul}, 2.0 * n ** 3, "GFLOP/s", atol=1e-3)
+    # odd shapes of a few to a few hundred tiles, where how the programs share out over the threads decides
+    for m, n, k in (() if small else ((255, 257, 129), (333, 555, 777))):
+        add("gemm", "gemm", f"{m}x{n}x{k}", "gemm", [(m, k), (k, n)], {"matmul": torch.matmul}, 2.0 * m * n * k,
+            "GFLOP/s", atol=1e-3)
     for m, n, k in (((1, 256, 256), (4, 256, 256), (16, 256, 256)) if small else
                     ((1, 4096, 4096), (4, 4096, 4096), (16, 4096, 4096), (1, 11008, 4096))):
         add("decode", "gemm decode", f"{m}x{n}x{k}", "gemm", [(m, k), (k, n)], {"matmul": torch.matmul}, 2.0 * m * n * k,
@@ -107,6 +111,10 @@ def cases(small: bool) -> list[dict]:
         {"gelu(matmul+bias)": lambda a, w, bias: F.gelu(torch.matmul(a, w) + bias),
          "matmul": lambda a, w, bias: torch.matmul(a, w)},
         2.0 * n ** 3, "GFLOP/s", atol=1e-3)
+    if not small:  # the model level's form: a Linear's weight stored (n, k), an odd shape
+        m, n, k = 333, 555, 777
+        add("gemm_epilogue", "linear+gelu", f"{m}x{n}x{k}", ("gemm_epilogue", ("gelu", False, True)), [(m, k), (n, k), (n,)],
+            {"gelu(linear)": lambda x, w, bias: F.gelu(F.linear(x, w, bias))}, 2.0 * m * n * k, "GFLOP/s", atol=1e-3)
     for r, c in (((256, 1024), (64, 4097)) if small else ((4096, 1024), (512, 4097))):
         add("softmax", "softmax", f"{r}x{c}", ("softmax", (False,)), [(r, c)], {"softmax": lambda x: torch.softmax(x, -1)},
             2.0 * r * c * 4, "GB/s", first=lambda x: 3 * x)

@@ -110,9 +110,9 @@ def test_a_dynamic_kernel_keeps_one_variant_per_bucket():
         a = torch.randn(m, 32)
         torch.testing.assert_close(k(a, w), a @ w, rtol=1e-4, atol=1e-4)
         sources.append(k.tuning["source"])
-    # (entries 7 and 8, after these: a bfloat16 call of more rows on a CPU with a matrix unit)
+    # (entries 7 and 8, after these: a bfloat16 call of more rows on a CPU with a matrix unit; later, float32 by size)
     assert "shape_points entry 1" in sources[0]  # one row
-    assert sources[1] == sources[3] and "first point" in sources[1]
+    assert sources[1] == sources[3] and "shape_points entry 16" in sources[1]  # 40 x 24: a small C, 64 x 64 tiles
     assert sources[2] == sources[0] and "shape_points entry 5" in sources[4]  # three rows: a small call
     assert len(k.variants) == 3
 
@@ -246,8 +246,13 @@ def test_the_shipped_gemm_and_bmm_points_by_thread_count():
     assert point("gemm", gemm(1000, 1000), 1) == big and point("gemm", gemm(5000, 3000), 1) == big
     assert point("gemm", gemm(300, 5000), 1) is None and point("gemm", gemm(5000, 300), 1) is None
     assert point("gemm", gemm(1000, 1000), 2) == big and point("gemm", gemm(1024, 769), 2) == big
-    assert point("gemm", gemm(1500, 1500), 2) is None and point("gemm", gemm(700, 1000), 2) is None
-    assert point("gemm", gemm(1000, 1000), 3) is None and point("gemm", gemm(1000, 1000), 1, "float16") is None
+    assert point("gemm", gemm(1500, 1500), 2) is None and point("gemm", gemm(1000, 1100), 2) is None
+    assert point("gemm", gemm(1100, 1100), 3) is None and point("gemm", gemm(1000, 1000), 1, "float16") is None
+    # smaller C, on any thread count: tiles that give every thread several programs, handed out dynamically
+    small, middling = ({"BM": b, "BN": n, "schedule": "dynamic"} for b, n in ((64, 64), (128, 256)))
+    assert point("gemm", gemm(320, 320), 2) == small and point("gemm", gemm(37, 300), 1) == small
+    assert point("gemm", gemm(700, 1000), 2) == middling and point("gemm", gemm(1000, 1000), 3) == middling
+    assert point("gemm", gemm(300, 1024), 1) == middling and point("gemm", gemm(321, 200), 2) == middling
     bmm = lambda b, m, n: {"A": (b, m, 64), "B": (b, 64, n), "C": (b, m, n)}  # noqa: E731
     assert point("bmm", bmm(8, 512, 512), 1) == big and point("bmm", bmm(3, 512, 512), 2) == {"BN": 512}
     assert point("bmm", bmm(3, 200, 512), 2) is None and point("bmm", bmm(3, 1024, 1024), 2) is None
