@@ -112,7 +112,7 @@ def test_a_dynamic_kernel_keeps_one_variant_per_bucket():
         sources.append(k.tuning["source"])
     # (entries 7 and 8, after these: a bfloat16 call of more rows on a CPU with a matrix unit; later, float32 by size)
     assert "shape_points entry 1" in sources[0]  # one row
-    assert sources[1] == sources[3] and "shape_points entry 16" in sources[1]  # 40 x 24: a small C, 64 x 64 tiles
+    assert sources[1] == sources[3] and "shape_points entry 18" in sources[1]  # 40 x 24: a small C, 64 x 64 tiles
     assert sources[2] == sources[0] and "shape_points entry 5" in sources[4]  # three rows: a small call
     assert len(k.variants) == 3
 
@@ -125,7 +125,8 @@ def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
         from septran.mapping import shape_points
 
         units = sum(1 for e in m.shape_points if e.cpu_flags)
-        assert units == (2 if name == "gemm" else 4)  # the epilogue's small bf16 prefill: both units, 128 x 128 tiles
+        # both units: a middling C (128 x 256 tiles), then the rest; the epilogue's small bf16 prefill first
+        assert units == (4 if name == "gemm" else 6)
 
         # one row, small or not (a GEMV: tiles as wide as C, up to one program as wide as B), then a small call,
         # then a few rows; last, a bfloat16 call of more rows on a CPU with a matrix unit (entries of dtypes and
@@ -274,3 +275,21 @@ def test_tune_models_own_point_is_a_whole_point_of_the_space():
     spec = k.specialization({"A": ((1, 4096), "float32"), "B": ((4096, 4096), "float32")}, {})
     own = mapping_point(k, spec)
     assert k.mapping.space.refusal(own) is None and own[BM] == 1 and set(own) == set(k.mapping.space.first)
+
+
+def test_a_middling_bfloat16_c_runs_smaller_tiles_on_the_unit():
+    """On a CPU with a bf16 unit, a bfloat16 C of at most 800 x 800 runs 128 x 256 tiles handed out dynamically
+    (gemm and the epilogue); a larger one the unit's own entry."""
+    from septran.mapping import shape_points
+
+    bf16 = {"A": "bfloat16", "B": "bfloat16", "C": "bfloat16"}
+    for name, leaf_key in (("gemm", "gemm_leaf_logic"), ("gemm_epilogue", "epi_gemm_leaf")):
+        m = parse_mapping((REPO / "mappings" / "cpu" / f"{name}.yaml").read_text(), f"{name}.yaml")
+        for flags, leaf in (({"avx512_bf16"}, "gemm_leaf_avx512bf16"), ({"amx_tile", "amx_bf16", "avx512_bf16"}, "gemm_leaf_amx")):
+            def point(c):
+                shapes = {"A": (c[0], 777), "B": (777, c[1]), "C": c, "bias": (c[1],)}
+                k = shape_points.bucket(m.shape_points, shapes, bf16, frozenset(flags), 2)
+                return {p.rsplit(".", 1)[1]: v for p, v in m.shape_points[k].point.items()}
+            mid = point((333, 555))
+            assert mid[leaf_key] == leaf and (mid["BM"], mid["BN"], mid["schedule"]) == (128, 256, "dynamic")
+            assert point((2000, 1500))[leaf_key] == leaf and "schedule" not in point((2000, 1500))
