@@ -91,6 +91,10 @@ def cases(small: bool) -> list[dict]:
     n = 128 if small else 1024
     add("bf16", "gemm bf16", f"{n}^3", "gemm", [(n, n)] * 2, {"matmul": torch.matmul}, 2.0 * n ** 3, "GFLOP/s",
         atol=0.5, rtol=2e-2, dtype=torch.bfloat16)
+    if not small:  # an odd depth and a C of a few tiles
+        m, n2, k = 333, 555, 777
+        add("bf16", "gemm bf16", f"{m}x{n2}x{k}", "gemm", [(m, k), (k, n2)], {"matmul": torch.matmul}, 2.0 * m * n2 * k,
+            "GFLOP/s", atol=0.5, rtol=2e-2, dtype=torch.bfloat16)
     # a decode step's bf16 GEMMs: B k x n (gemm), and a Linear's (n, k) weight with its bias (the model level's form)
     m, n, k = (1, 256, 256) if small else (1, 4096, 4096)
     add("bf16", "gemm bf16 decode", f"{m}x{n}x{k}", "gemm", [(m, k), (k, n)], {"matmul": torch.matmul}, 2.0 * m * n * k,
