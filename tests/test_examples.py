@@ -34,7 +34,7 @@ def test_run_gemm_epilogue_on_cpu(monkeypatch, capsys):
     run = _load(REPO / "examples" / "gemm_epilogue" / "run_gemm_epilogue.py")
     assert run.main(M=48, N=40, K=56, act="silu", transpose_a=True, dtype="float32", repeats=1) < 1e-4
     out = capsys.readouterr().out
-    assert "C = silu(A^T @ B + bias)" in out and "septran_cpu_gemm_f32_f32" in out  # OpenBLAS, A transposed by a flag
+    assert "C = silu(A^T @ B + bias)" in out and "septran_cpu_gemm_mkl_f32_f32" in out  # MKL, A transposed by a flag
 
 
 @pytest.mark.parametrize("target", ["sm90", "gfx942"])

@@ -56,7 +56,8 @@ def test_a_record_naming_a_dimension_the_space_lacks_is_skipped(kernel_and_db, c
     forbid_tilelang(monkeypatch, "a point is chosen before TileLang")
     with caplog.at_level(logging.WARNING):
         variant = kernel.specialize(**SHAPES)
-    assert dict(variant.choice.point) == kernel.mapping.space.first
+    # the mapping's own point for these shapes (a small C: its shape_points entry), as with no record at all
+    assert "the mapping's point for these shapes" in variant.choice.source
     assert any(f"{db.path}:1:" in r.getMessage() and "BX" in r.getMessage() for r in caplog.records)
 
 

@@ -10,8 +10,8 @@ Q_dim2 = 203  # problem size O.shape[2], Q.shape[2]
 V_dim3 = 64  # problem size O.shape[3], V.shape[3]
 Q_dim3 = 64  # problem size Q.shape[3], K.shape[3]
 K_dim2 = 331  # problem size K.shape[2], V.shape[2]
-BM = 64  # tunable BM = 64 (mappings/cpu/attention.yaml:11)
-BN = 64  # tunable BN = 64 (mappings/cpu/attention.yaml:11)
+BM = 64  # tunable BM = 64 (mappings/cpu/attention.yaml:13)
+BN = 64  # tunable BN = 64 (mappings/cpu/attention.yaml:13)
 
 
 @T.prim_func

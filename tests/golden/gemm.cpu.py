@@ -7,7 +7,7 @@ import tilelang.cpu.language as T
 A_dim0 = 1000  # problem size C.shape[0], A.shape[0]
 B_dim1 = 777  # problem size C.shape[1], B.shape[1]
 A_dim1 = 520  # problem size A.shape[1], B.shape[0]
-BM = 256  # tunable BM = 256 (mappings/cpu/gemm.yaml:10)
+BM = 128  # tunable BM = 128 (mappings/cpu/gemm.yaml:10)
 BN = 256  # tunable BN = 256 (mappings/cpu/gemm.yaml:10)
 BK = 512  # tunable BK = 512 (mappings/cpu/gemm.yaml:10)
 
@@ -18,7 +18,7 @@ def gemm_host(
     B: T.Tensor((A_dim1, B_dim1), "float32"),
     C: T.Tensor((A_dim0, B_dim1), "float32"),
 ):
-    # programs run in parallel over bx, by (schedule static)
+    # programs run in parallel over bx, by (schedule dynamic)
     with T.Kernel(T.ceildiv(B_dim1, BN), T.ceildiv(A_dim0, BM)) as (bx, by):
         C_local = T.alloc_local((BM, BN), "float32")
         T.call_extern("int32", "septran_cpu_fill_zero_f32", C_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN))
