@@ -67,7 +67,7 @@ static int32_t gemm_mkl(float* c, void* a, void* b, int32_t dtype, int32_t trans
   int64_t m = min64(c_rows, trans_a ? a_cols : a_rows);
   int64_t n = min64(c_cols, trans_b ? b_rows : b_cols);
   int64_t k = min64(trans_a ? a_rows : a_cols, trans_b ? b_cols : b_rows);
-  if (dtype == SEPTRAN_CPU_F16)  /* widened for OpenBLAS (above) */
+  if (dtype == SEPTRAN_CPU_F16) /* widened for OpenBLAS (above) */
     return septran_cpu_gemm_tiles(c, a, b, dtype, trans_a, trans_b, c_rows, c_cols, a_rows, a_cols, b_rows, b_cols, ldc,
                                   lda, ldb);
   int found = septran_cpu_mkl() & (dtype == SEPTRAN_CPU_F32 ? SEPTRAN_CPU_MKL_F32 : SEPTRAN_CPU_MKL_BF16);
@@ -87,8 +87,8 @@ static int32_t gemm_mkl(float* c, void* a, void* b, int32_t dtype, int32_t trans
     const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
     mkl.sgemm(&tb, &ta, &in, &im, &ik, &one, b, &ildb, a, &ilda, &one, c, &ildc);
   } else {
-    mkl.gemm_bf16(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, im, in, ik,
-      1.0f, a, ilda, b, ildb, 1.0f, c, ildc);
+    mkl.gemm_bf16(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS, trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, im,
+                  in, ik, 1.0f, a, ilda, b, ildb, 1.0f, c, ildc);
   }
   mkl.set_local_threads(before);
   return 0;
