@@ -19,7 +19,7 @@ def swiglu_mlp(
     Wu: T.Tensor((X_dim1, Wg_dim1), "float32"),
     H: T.Tensor((X_dim0, Wg_dim1), "float32"),
 ):
-    # programs run in parallel over bx, by (schedule static)
+    # programs run in parallel over bx, by (schedule dynamic)
     with T.Kernel(T.ceildiv(Wg_dim1, BN), T.ceildiv(X_dim0, BM)) as (bx, by):
         G = T.alloc_local((BM, BN), "float32")
         U = T.alloc_local((BM, BN), "float32")
