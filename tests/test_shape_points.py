@@ -256,7 +256,9 @@ def test_the_shipped_gemm_and_bmm_points_by_thread_count():
     assert point("gemm", gemm(300, 1024), 1) == middling and point("gemm", gemm(321, 200), 2) == middling
     bmm = lambda b, m, n: {"A": (b, m, 64), "B": (b, 64, n), "C": (b, m, n)}  # noqa: E731
     assert point("bmm", bmm(8, 512, 512), 1) == big and point("bmm", bmm(3, 512, 512), 2) == {"BN": 512}
-    assert point("bmm", bmm(3, 200, 512), 2) is None and point("bmm", bmm(3, 1024, 1024), 2) is None
+    dynamic = {"schedule": "dynamic"}  # bmm's other float32 batches: the first point's tiles, handed out dynamically
+    assert point("bmm", bmm(3, 200, 512), 2) == dynamic and point("bmm", bmm(3, 1024, 1024), 2) == dynamic
+    assert point("bmm", bmm(12, 128, 128), 2) == {"BM": 64, "BN": 64, "schedule": "dynamic"}
     # an Intel CPU: the same tiles on MKL's leaf, and MKL for every other float32 shape of more than 16 rows
     mkl = {"gemm_leaf_logic": "gemm_leaf_mkl"}
     assert point("gemm", gemm(1000, 1000), 1, vendor="GenuineIntel") == {**big, **mkl}
@@ -264,6 +266,7 @@ def test_the_shipped_gemm_and_bmm_points_by_thread_count():
     assert point("gemm", gemm(4, 1500), 2, vendor="GenuineIntel") == {"BM": 16, "BN": 4096, "BK": 4096}
     assert point("gemm", gemm(100, 100), 2, "bfloat16", vendor="GenuineIntel") is None
     assert point("bmm", bmm(3, 512, 512), 2, vendor="GenuineIntel") == {"BN": 512, "bmm_leaf_logic": "gemm_leaf_mkl"}
+    assert point("bmm", bmm(3, 1024, 1024), 2, vendor="GenuineIntel") == {**dynamic, "bmm_leaf_logic": "gemm_leaf_mkl"}
 
 
 def test_tune_models_own_point_is_a_whole_point_of_the_space():

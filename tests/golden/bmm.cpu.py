@@ -19,7 +19,7 @@ def bmm_host(
     B: T.Tensor((A_dim0, A_dim2, B_dim2), "float32"),
     C: T.Tensor((A_dim0, A_dim1, B_dim2), "float32"),
 ):
-    # programs run in parallel over bx, by, bz (schedule static)
+    # programs run in parallel over bx, by, bz (schedule dynamic)
     with T.Kernel(T.ceildiv(B_dim2, BN), T.ceildiv(A_dim1, BM), A_dim0) as (bx, by, bz):
         C_local = T.alloc_local((BM, BN), "float32")
         T.call_extern("int32", "septran_cpu_fill_zero_f32", C_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN))
