@@ -168,8 +168,8 @@ def test_swiglu_comes_before_the_plain_gemm():
 
 def test_32_lengths_build_once(monkeypatch):
     """RoPE and the SwiGLU MLP of a decoder over 32 sequence lengths: one build each per shape bucket of the
-    mapping (the cpu SwiGLU's shape_points: one row, and at most 16 rows, run points of their own, so lengths 1,
-    2 and 17 build it; no later length does)."""
+    mapping (the cpu SwiGLU's shape_points: one row, at most 16 rows, at most 192 rows of float32 and more run points
+    of their own, so lengths 1, 2, 17 and 200 build it; no other length does)."""
 
     class Block(torch.nn.Module):
         def __init__(self):
@@ -197,7 +197,8 @@ def test_32_lengths_build_once(monkeypatch):
         assert_flash_rule(mlp, mlp_ref, mlp_t, f"swiglu at {s}")
         after[s] = len(built)
     assert {m.pattern for m in record} == {"rope", "swiglu"}
-    assert after[1] == 2 and after[2] == after[16] == 3 and after[257] == after[17] == 4, after
+    assert after[1] == 2 and after[2] == after[16] == 3 and after[129] == after[17] == 4, after
+    assert after[257] == after[200] == 5, after  # more than 192 rows: float32's other SwiGLU point
 
 
 def test_empty_sizes_are_torchs():
