@@ -18,7 +18,7 @@ def gemm_host(
     B: T.Tensor((A_dim1, B_dim1), "uint16"),  # bfloat16, held as its bits
     C: T.Tensor((A_dim0, B_dim1), "uint16"),  # bfloat16, held as its bits
 ):
-    # programs run in parallel over bx, by (schedule static)
+    # programs run in parallel over bx, by (schedule dynamic)
     with T.Kernel(T.ceildiv(B_dim1, BN), T.ceildiv(A_dim0, BM)) as (bx, by):
         C_local = T.alloc_local((BM, BN), "float32")
         T.call_extern("int32", "septran_cpu_fill_zero_f32", C_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN))
