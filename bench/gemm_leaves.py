@@ -3,9 +3,9 @@
     python bench/gemm_leaves.py                        # the GEMM family, float32, bfloat16, float16; 2 then 1 threads
     python bench/gemm_leaves.py --cases gemm_bf16 --threads 1 --json /tmp/leaves.json
 
-Each case is compiled once at the point the shipped mapping runs for its shapes (its ``shape_points`` entry, or
-the space's first point; no tuning database), then once more per GEMM leaf of the mapping's ``!tune`` list, the
-rest of the point unchanged: OpenBLAS (gemm_leaf_blas), torch's MKL (gemm_leaf_mkl), the matrix units
+At each thread count, each case is compiled at the point the shipped mapping runs for its shapes there (its
+``shape_points`` entry, or the space's first point; no tuning database), then once more per GEMM leaf of the
+mapping's ``!tune`` list, the rest of the point unchanged: OpenBLAS (gemm_leaf_blas), torch's MKL (gemm_leaf_mkl), the matrix units
 (gemm_leaf_amx, gemm_leaf_avx512bf16, where the CPU reports them). gemm_leaf_cpu (TileLang's scalar T.gemm) is
 left out. All of them and torch are timed in interleaved rounds (bench/interleave.py: medians, min-max); each is
 checked against torch first. The table gives each leaf's rate and its ratio to torch, `*` marking the shipped
@@ -18,15 +18,13 @@ import argparse
 import ctypes
 import json
 import logging
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from cpu import compile_op, machine  # noqa: E402
+from cpu import machine, shipped_point  # noqa: E402
 from interleave import Others, interleaved, stats  # noqa: E402
 
 LEAF_KEYS = ("gemm_leaf_logic", "bmm_leaf_logic", "epi_gemm_leaf")
@@ -80,42 +78,49 @@ def mkl_found() -> int:
     return f()
 
 
-def run_case(case: dict, threads: list[int], rounds: int, sample_s: float) -> list[dict]:
-    import torch
-
+def leaf_kernels(case: dict, inputs: list) -> tuple[str, dict, dict]:
+    """At the thread count now: (the shipped point's leaf, that point, {leaf: kernel}) with one kernel per leaf this
+    CPU runs for these types, each built here, outside the timing (a leaf refused for them is left out). The
+    shipped kernel picks its point with no tuning database (bench/cpu.py's shipped_point); the others are it with
+    only the leaf changed."""
     from septran.errors import SepTranError
+
+    kernel = shipped_point(dict(logic=case["logic"], mapping=None), REPO / "mappings" / "cpu", inputs, {})
+    point = dict(kernel.latest.choice.mapping.point)
+    path, leaves = leaves_of(kernel, point)
+    kernels = {}
+    for leaf in leaves:
+        k = kernel if leaf == point[path] else kernel.at({**point, path: leaf})
+        try:
+            k(*inputs)
+        except SepTranError as e:
+            logging.getLogger("gemm_leaves").info("%s: %s refused (%s)", case["name"], leaf, str(e).splitlines()[0])
+            continue
+        kernels[leaf] = k
+    return point[path], point, kernels
+
+
+def run_case(case: dict, threads: list[int], rounds: int, sample_s: float) -> list[dict]:
+    """Per thread count (the point may depend on it: shape_points' `threads`), every leaf and torch interleaved."""
+    import torch
 
     gen = torch.Generator().manual_seed(0)
     inputs = [torch.randn(*s, generator=gen).to(case["dtype"]) for s in case["shapes"]]
-    with tempfile.TemporaryDirectory() as empty:  # the shipped point: no tuning record may stand in for it
-        os.environ["SEPTRAN_TUNING_DB"] = str(Path(empty) / "tuning.jsonl")
-        kernel = compile_op(case["logic"], REPO / "mappings" / "cpu", tune=False)
-        kernel(*inputs)
-        point = dict(kernel.latest.choice.mapping.point)
-        path, leaves = leaves_of(kernel, point)
-        shipped = point[path]
-        kernels = {}
-        for leaf in leaves:  # built here, outside the timing; a leaf refused for these types is left out
-            k = kernel if leaf == shipped else kernel.at({**point, path: leaf})
-            try:
-                k(*inputs)
-            except SepTranError as e:
-                logging.getLogger("gemm_leaves").info("%s: %s refused (%s)", case["name"], leaf, str(e).splitlines()[0])
-                continue
-            kernels[leaf] = k
+    atol = 0.5 if case["dtype"] != torch.float32 else 1e-3
     rows = []
     for n in threads:
         torch.set_num_threads(n)
-        ref = case["torch"](*inputs)
+        shipped, point, kernels = leaf_kernels(case, inputs)
+        ref = case["torch"](*inputs).float()
         row = dict(case=case["name"], shape=case["shape"], dtype=str(case["dtype"]).removeprefix("torch."), threads=n,
                    shipped_leaf=shipped, point={p.rsplit(".", 1)[-1]: v for p, v in point.items()}, wrong={})
         fns = {}
         for leaf, k in kernels.items():
-            err = (k(*inputs).float() - ref.float()).abs().max().item()
-            if not torch.allclose(k(*inputs).float(), ref.float(), rtol=2e-2, atol=0.5 if case["dtype"] != torch.float32 else 1e-3):
-                row["wrong"][leaf] = err
-            else:
+            out = k(*inputs).float()
+            if torch.allclose(out, ref, rtol=2e-2, atol=atol):
                 fns[leaf] = lambda k=k: k(*inputs)
+            else:
+                row["wrong"][leaf] = (out - ref).abs().max().item()
         fns["torch"] = lambda: case["torch"](*inputs)
         others = Others()
         samples, _ = interleaved(fns, rounds, sample_s)

@@ -1,6 +1,6 @@
 """gemm_leaf_mkl: the cpu target's GEMM leaf on the MKL that torch carries (backends/cpu/vendor/septran_cpu_mkl.c).
 
-The vendor library is built here as SepTran builds it; in this process torch is loaded, so the leaf finds MKL in
+The vendor library is the one SepTran builds for the kernels; in this process torch is loaded, so the leaf finds MKL in
 libtorch_cpu.so (where this torch has none, the tests that need it skip). Its GEMMs are checked as the matrix
 units' are (test_cpu_bf16_units.check_gemm: tiles inside NaN-filled tensors, against float64), for float32, float16
 and bfloat16 operands; a process without torch gets OpenBLAS's result and SEPTRAN_CPU_E_UNIT. At the mapping level,
@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,24 +21,24 @@ from hypothesis import given, settings
 import septran
 from conftest import REPO, assert_flash_rule, mapping_path
 from septran.records import device
-from test_cpu_bf16_units import E_UNIT, SETTINGS, SHAPES, VENDOR, check_gemm, fn, gemm_fn, openblas, tiles
+from test_cpu_bf16_units import E_UNIT, SETTINGS, SHAPES, check_gemm, fn, gemm_fn, tiles
 
-pytestmark = pytest.mark.build  # builds the vendor library with gcc
+pytestmark = pytest.mark.build  # builds the vendor library (and kernels) with gcc
 
-SOURCES = ["septran_cpu.c", "septran_cpu_typed.c", "septran_cpu_gemv.c", "septran_cpu_bf16.c", "septran_cpu_mkl.c"]
 MKL_F32, MKL_BF16 = 1, 2  # septran_cpu_mkl()'s bits
 TYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 LEAF = "gemm_leaf_mkl"
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory):
-    out, blas = tmp_path_factory.mktemp("mkl_leaf") / "libseptran_cpu.so", openblas()
-    cmd = ["gcc", "-std=c11", "-O2", "-fPIC", "-shared", *(str(VENDOR / s) for s in SOURCES), "-march=native",
-           "-fopenmp", str(blas), f"-Wl,-rpath,{blas.parent}", "-Wl,-Bsymbolic", "-o", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return out
+def lib() -> Path:
+    """The vendor library as SepTran builds it for the kernels (backends/cpu/target.yaml's sources and flags)."""
+    from septran.build import vendor
+    from septran.target import load_target
+
+    target = load_target("cpu")
+    vendor.library(target)
+    return vendor.library_path(target.vendor)
 
 
 @pytest.fixture(scope="module")

@@ -125,7 +125,7 @@ static int32_t gemm_args(gemm_t* g, float* c, uint16_t* a, uint16_t* b, int32_t 
 
 static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 static int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
-static float bf16_to_float(uint16_t h) { /* exact: a float32's top half */
+static float bf16_to_float(uint16_t h) { /* exact: a float32's top half (so are the products of two) */
   uint32_t u = (uint32_t)h << 16;
   float f;
   memcpy(&f, &u, 4);
@@ -228,14 +228,6 @@ static void emu_check(int ok) {
   if (!ok) abort();
 }
 
-/* A bfloat16's value: exact in float32 (so are the products of two). */
-static float bf16_value(uint32_t bits) {
-  uint32_t u = bits << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 #define AVX512BF16_FN
 #define AVX512BF16_OP static inline
 typedef struct { float f[16]; } vacc;
@@ -262,8 +254,8 @@ AVX512BF16_OP vpairs vpairs_bcast(const uint16_t* p) {
 /* VDPBF16PS: per lane, the odd pair's exact product added, then the even one's (Intel's pseudo-code order). */
 AVX512BF16_OP vacc vdot(vacc acc, vpairs x, vpairs y) {
   for (int i = 0; i < 16; i++) {
-    acc.f[i] += bf16_value(x.w[i] >> 16) * bf16_value(y.w[i] >> 16);
-    acc.f[i] += bf16_value(x.w[i] & 0xffff) * bf16_value(y.w[i] & 0xffff);
+    acc.f[i] += bf16_to_float(x.w[i] >> 16) * bf16_to_float(y.w[i] >> 16);
+    acc.f[i] += bf16_to_float(x.w[i] & 0xffff) * bf16_to_float(y.w[i] & 0xffff);
   }
   return acc;
 }
@@ -551,8 +543,8 @@ static void emu_dp(int c, int a, int b) {
       memcpy(&sum, tiles.t[c][m] + 4 * n, 4);
       for (int k = 0; k < pairs; k++) {
         uint32_t x = emu_word(a, m, k), y = emu_word(b, k, n);
-        sum += bf16_value(x & 0xffff) * bf16_value(y & 0xffff);
-        sum += bf16_value(x >> 16) * bf16_value(y >> 16);
+        sum += bf16_to_float(x & 0xffff) * bf16_to_float(y & 0xffff);
+        sum += bf16_to_float(x >> 16) * bf16_to_float(y >> 16);
       }
       memcpy(tiles.t[c][m] + 4 * n, &sum, 4);
     }

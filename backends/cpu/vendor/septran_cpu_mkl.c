@@ -63,13 +63,13 @@ static int streamed(int64_t m, int64_t n) { return m <= 16 || n == 1; }
 static int32_t gemm_mkl(float* c, void* a, void* b, int32_t dtype, int32_t trans_a, int32_t trans_b, int64_t c_rows,
                         int64_t c_cols, int64_t a_rows, int64_t a_cols, int64_t b_rows, int64_t b_cols, int64_t ldc,
                         int64_t lda, int64_t ldb) {
+  if (dtype == SEPTRAN_CPU_F16) /* widened for OpenBLAS (above) */
+    return septran_cpu_gemm_tiles(c, a, b, dtype, trans_a, trans_b, c_rows, c_cols, a_rows, a_cols, b_rows, b_cols, ldc,
+                                  lda, ldb);
   /* the part every operand holds, as septran_cpu_gemm_tiles multiplies */
   int64_t m = min64(c_rows, trans_a ? a_cols : a_rows);
   int64_t n = min64(c_cols, trans_b ? b_rows : b_cols);
   int64_t k = min64(trans_a ? a_rows : a_cols, trans_b ? b_cols : b_rows);
-  if (dtype == SEPTRAN_CPU_F16) /* widened for OpenBLAS (above) */
-    return septran_cpu_gemm_tiles(c, a, b, dtype, trans_a, trans_b, c_rows, c_cols, a_rows, a_cols, b_rows, b_cols, ldc,
-                                  lda, ldb);
   int found = septran_cpu_mkl() & (dtype == SEPTRAN_CPU_F32 ? SEPTRAN_CPU_MKL_F32 : SEPTRAN_CPU_MKL_BF16);
   if (!found || streamed(m, n) || m < 0 || n < 0 || k < 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX ||
       ldc < n || lda < (trans_a ? m : k) || ldb < (trans_b ? k : n) || ldc > INT32_MAX || lda > INT32_MAX ||
