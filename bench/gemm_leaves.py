@@ -154,6 +154,9 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.ERROR)
     threads = [int(t) for t in a.threads.split(",")]
     wanted = set(filter(None, a.cases.split(",")))
+    unknown = wanted - {c["name"] for c in cases()}
+    if unknown:
+        p.error(f"no case {', '.join(sorted(unknown))}: the cases are {', '.join(sorted({c['name'] for c in cases()}))}")
     info = dict(machine(), mkl=mkl_found())
     print(f"{info['cpu_model']} (family {info['cpu_family']} model {info['cpu_model_number']}), {info['usable_cores']} "
           f"cores, torch {info['torch']}; MKL in this process: {'yes' if info['mkl'] else 'no (gemm_leaf_mkl runs OpenBLAS)'}; "

@@ -74,6 +74,7 @@ def test_the_first_entry_whose_bounds_hold(shapes, want):
     ("shape_points:\n  - {threads: [1], point: {gemm_host.tunables.BM: 16}}\n", "`threads` is the most threads"),
     ("shape_points:\n  - {cpu_vendor: [GenuineIntel], point: {gemm_host.tunables.BM: 16}}\n", "`cpu_vendor` is a /proc/cpuinfo"),
     ("shape_points:\n  - {cpu_vendor: Intel Inc, point: {gemm_host.tunables.BM: 16}}\n", "`cpu_vendor` is a /proc/cpuinfo"),
+    ("shape_points:\n  - {cpu_vendor: intel, point: {gemm_host.tunables.BM: 16}}\n", "`cpu_vendor` is a /proc/cpuinfo"),
 ])
 def test_bad_entries_are_located_errors(tail, message):
     with pytest.raises(MappingError, match=message) as err:

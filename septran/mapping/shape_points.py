@@ -192,12 +192,17 @@ def _flags(val: Optional[Located]) -> tuple[str, ...]:
     return tuple(f.value for f in items)
 
 
+# x86's CPUID vendor strings as /proc/cpuinfo gives them: an entry naming another would never match (a misspelt
+# `intel` would leave its calls on the next entry without a word)
+VENDORS = ("GenuineIntel", "AuthenticAMD", "HygonGenuine", "CentaurHauls")
+
+
 def _vendor(val: Optional[Located]) -> Optional[str]:
     if val is None:
         return None
-    if not isinstance(val.value, str) or not val.value.isalnum():
+    if val.value not in VENDORS:
         raise MappingError(f"shape_points: `cpu_vendor` is a /proc/cpuinfo vendor_id, got {val.value!r}", val.loc,
-                           hint="e.g. `cpu_vendor: GenuineIntel` or `cpu_vendor: AuthenticAMD`")
+                           hint=f"one of: {', '.join(VENDORS)}")
     return val.value
 
 
