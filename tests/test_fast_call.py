@@ -213,6 +213,27 @@ def test_kernel_call_dispatches_in_c_and_can_still_be_wrapped(gemm, monkeypatch)
     assert gemm.__call__(a, b).shape == (16, 16)  # bound through the descriptor
 
 
+def test_install_puts_the_call_slot_in_c_only_under_a_dispatch(entry):
+    """``install`` gives a class whose own __call__ is a Dispatch a call slot in C (keyword calls then skip
+    CPython's re-packing); whatever it does not hold runs the class's __call__, and assigning __call__ again
+    (a wrapper) puts CPython's slot back."""
+    class Callee:
+        def __call__(self, x, scale=1):
+            return ("python", x * scale)
+
+    assert entry.install(Callee) is False
+    Callee.__call__ = entry.Dispatch(Callee.__dict__["__call__"])
+    assert entry.install(Callee) is True
+    callee = Callee()
+    assert callee(2) == ("python", 2) and callee(2, scale=3) == ("python", 6) and callee(x=4) == ("python", 4)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        callee(2, bad=1)
+    Callee.__call__ = lambda self, x: ("wrapper", x)
+    assert callee(5) == ("wrapper", 5)
+    with pytest.raises(TypeError, match="class defined in Python"):
+        entry.install(int)
+
+
 def test_threads_share_held_plans(chain):
     """Large calls let other threads run meanwhile (the GIL released): each thread gets its own, right result."""
     import threading

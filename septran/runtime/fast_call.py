@@ -80,10 +80,13 @@ def _install(cls, mod) -> None:
     """``Kernel.__call__`` (found on ``cls``'s MRO: this module is below kernel.py and does not import it)
     becomes the C entry's Dispatch around the Python one (once): a call it holds the plan of then runs without
     a Python frame. Not while something else wraps it (a model profile), which restores what it found; the next
-    plan handed over installs it then."""
+    plan handed over installs it then. ``install`` also gives the class a call slot in C, which takes a keyword
+    call's dict as CPython built it (through the Dispatch alone, a keyword call cost 80 ns more than a positional
+    one)."""
     owner = next((c for c in cls.__mro__ if c.__name__ == "Kernel" and "__call__" in c.__dict__), None)
     if owner is None:
         return
     current = owner.__dict__["__call__"]
     if getattr(current, "__qualname__", None) == "Kernel.__call__" and not isinstance(current, mod.Dispatch):
         owner.__call__ = mod.Dispatch(current)
+    mod.install(owner)
