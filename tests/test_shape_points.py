@@ -52,13 +52,13 @@ def test_the_first_entry_whose_bounds_hold(shapes, want):
     m = parse_mapping(BUCKETS, "m.yaml")
     from septran.mapping import shape_points
 
-    assert shape_points.bucket(m.shape_points, shapes) == want
+    assert shape_points.bucket(m.shape_points, shapes) == (None if want is None else (want,))
 
 
 @pytest.mark.parametrize("tail,message", [
     ("shape_points: {A: 1}\n", "must be a list"),
-    ("shape_points:\n  - when: {A: [16]}\n", "has the key `point` and one or more of"),
-    ("shape_points:\n  - {point: {gemm_host.tunables.BM: 16}}\n", "has the key `point` and one or more of"),
+    ("shape_points:\n  - when: {A: [16]}\n", "has the key `point`, one or more of"),
+    ("shape_points:\n  - {point: {gemm_host.tunables.BM: 16}}\n", "has the key `point`, one or more of"),
     ("shape_points:\n  - {dtypes: {A: bfloat17}, point: {gemm_host.tunables.BM: 16}}\n", "must be an element type"),
     ("shape_points:\n  - {cpu_flags: amx, point: {gemm_host.tunables.BM: 16}}\n", "list of /proc/cpuinfo flags"),
     ("shape_points:\n  - {when: {A: 16}, point: {gemm_host.tunables.BM: 16}}\n", "list of upper bounds"),
@@ -75,11 +75,68 @@ def test_the_first_entry_whose_bounds_hold(shapes, want):
     ("shape_points:\n  - {cpu_vendor: [GenuineIntel], point: {gemm_host.tunables.BM: 16}}\n", "`cpu_vendor` is a /proc/cpuinfo"),
     ("shape_points:\n  - {cpu_vendor: Intel Inc, point: {gemm_host.tunables.BM: 16}}\n", "`cpu_vendor` is a /proc/cpuinfo"),
     ("shape_points:\n  - {cpu_vendor: intel, point: {gemm_host.tunables.BM: 16}}\n", "`cpu_vendor` is a /proc/cpuinfo"),
+    ("shape_points:\n  - {threads: 1, continue: yes please, point: {gemm_host.tunables.BM: 16}}\n", "`continue` is true or false"),
+    ("shape_points:\n  - {continue: true, point: {gemm_host.tunables.BM: 16}}\n", "has the key `point`, one or more of"),
 ])
 def test_bad_entries_are_located_errors(tail, message):
     with pytest.raises(MappingError, match=message) as err:
         parse_mapping(SPACE + tail, "m.yaml")
     assert err.value.loc is not None and err.value.loc.file == "m.yaml" and err.value.loc.line > 14
+
+
+GOES_ON = SPACE + """shape_points:
+  - when: {A: [1]}
+    point: {gemm_host.tunables.BM: 16, gemm_host.tunables.BN: 16}
+  - cpu_vendor: GenuineIntel
+    continue: true
+    point: {gemm_host.tunables.BN: 16}
+  - when: {C: [100, 100]}
+    point: {gemm_host.tunables.BM: 16, gemm_host.tunables.BN: 64}
+  - threads: 1
+    point: {gemm_host.tunables.BM: 16}
+"""
+
+
+def test_an_entry_that_continues_adds_to_the_next_entry_a_call_meets():
+    """`continue: true`: the call goes on to the next entry it meets, whose dimensions fill in what the first left
+    unset (the first's values stand); an entry before it still ends the search, and a bucket of several entries
+    is named by all their bounds."""
+    from septran.mapping import shape_points
+
+    entries = parse_mapping(GOES_ON, "m.yaml").shape_points
+    small, big, row = {"A": (50, 8), "C": (50, 50)}, {"A": (500, 8), "C": (500, 500)}, {"A": (1, 8), "C": (1, 50)}
+    meet = lambda shapes, vendor, threads=2: shape_points.bucket(entries, shapes, threads=threads, cpu_vendor=vendor)  # noqa: E731
+    assert meet(small, "GenuineIntel") == (1, 2) and meet(small, "AuthenticAMD") == (2,)
+    assert meet(big, "GenuineIntel") == (1,) and meet(big, "GenuineIntel", 1) == (1, 3) and meet(big, "AuthenticAMD") is None
+    assert meet(row, "GenuineIntel") == (0,)  # an entry above it ends the search as before
+    assert shape_points.point_of(entries, (1, 2)) == {BM: 16, BN: 16}  # BN from the Intel entry, BM from the size class
+    assert shape_points.point_of(entries, (1, 3)) == {BM: 16, BN: 16}
+    assert shape_points.bucket_id(entries, (2,)) == entries[2].bucket_id()
+    assert len({shape_points.bucket_id(entries, met) for met in ((1,), (2,), (1, 2), (1, 3))}) == 4
+    assert shape_points.described(entries, (1, 2)) == "shape_points entries 2 and 3, m.yaml:18, m.yaml:21"
+
+
+def test_the_shipped_intel_entries_give_mkl_in_every_size_class():
+    """gemm.yaml and bmm.yaml name the MKL leaf once for an Intel CPU's float32 calls, above the size classes: every
+    such call of more than 16 rows runs it in the tiles an AMD CPU runs, and a decode step keeps its own point."""
+    from septran.mapping import shape_points
+
+    for name, leaf in (("gemm", "task_mappings.gemm_block_cpu.leaf_task_bindings.gemm_leaf_logic"),
+                       ("bmm", "task_mappings.bmm_block_cpu.leaf_task_bindings.bmm_leaf_logic")):
+        entries = parse_mapping((REPO / "mappings" / "cpu" / f"{name}.yaml").read_text(), f"{name}.yaml").shape_points
+        f32 = {"A": "float32", "B": "float32", "C": "float32"}
+        for m, n, k in ((37, 300, 77), (333, 555, 777), (1000, 1000, 1000), (1500, 1500, 64), (4, 4096, 4096)):
+            shapes = {"A": (m, k), "B": (k, n), "C": (m, n)} if name == "gemm" else \
+                {"A": (3, m, k), "B": (3, k, n), "C": (3, m, n)}
+            for threads in (1, 2):
+                intel, amd = (shape_points.bucket(entries, shapes, f32, frozenset(), threads, v)
+                              for v in ("GenuineIntel", "AuthenticAMD"))
+                amd_point = shape_points.point_of(entries, amd) if amd else {}
+                intel_point = shape_points.point_of(entries, intel)
+                if m <= 16:  # a decode step: its own point, the same on both
+                    assert intel == amd and intel_point.get(leaf) != "gemm_leaf_mkl", (name, m, n, k)
+                else:
+                    assert intel_point == {**amd_point, leaf: "gemm_leaf_mkl"}, (name, m, n, k, threads)
 
 
 def test_a_mapping_without_tune_refuses_them():
@@ -113,7 +170,7 @@ def test_a_dynamic_kernel_keeps_one_variant_per_bucket():
         sources.append(k.tuning["source"])
     # (entries 7 and 8, after these: a bfloat16 call of more rows on a CPU with a matrix unit; later, float32 by size)
     assert "shape_points entry 1" in sources[0]  # one row
-    assert sources[1] == sources[3] and "shape_points entry 18" in sources[1]  # 40 x 24: a small C, 64 x 64 tiles
+    assert sources[1] == sources[3] and "shape_points entry 14" in sources[1]  # 40 x 24: a small C, 64 x 64 tiles
     assert sources[2] == sources[0] and "shape_points entry 5" in sources[4]  # three rows: a small call
     assert len(k.variants) == 3
 
@@ -133,18 +190,18 @@ def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
         # then a few rows; last, a bfloat16 call of more rows on a CPU with a matrix unit (entries of dtypes and
         # cpu_flags, which a caller naming no types never falls in)
         assert shape_points.bucket(m.shape_points, {"A": (1, 4096), "B": (4096, 11008), "C": (1, 11008),
-                                                    "bias": (11008,)}) == 3
-        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 256), "C": (1, 256), "bias": (256,)}) == 0
-        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 768), "C": (1, 768), "bias": (768,)}) == 1
+                                                    "bias": (11008,)}) == (3,)
+        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 256), "C": (1, 256), "bias": (256,)}) == (0,)
+        assert shape_points.bucket(m.shape_points, {"A": (1, 256), "B": (256, 768), "C": (1, 768), "bias": (768,)}) == (1,)
         assert shape_points.bucket(m.shape_points, {"A": (1, 4096), "B": (4096, 4096), "C": (1, 4096),
-                                                    "bias": (4096,)}) == 2
-        assert shape_points.bucket(m.shape_points, {"A": (16, 16), "B": (16, 16), "C": (16, 16), "bias": (16,)}) == 4
+                                                    "bias": (4096,)}) == (2,)
+        assert shape_points.bucket(m.shape_points, {"A": (16, 16), "B": (16, 16), "C": (16, 16), "bias": (16,)}) == (4,)
         assert shape_points.bucket(m.shape_points, {"A": (4, 4096), "B": (4096, 4096), "C": (4, 4096),
-                                                    "bias": (4096,)}) == 5
+                                                    "bias": (4096,)}) == (5,)
         assert shape_points.bucket(m.shape_points, {"A": (512, 512), "B": (512, 512), "C": (512, 512), "bias": (512,)}) is None
         if k is not None:
             assert points.bucket(k, type("Spec", (), {"shapes": {"A": (1, 8), "B": (8, 8), "C": (1, 8)},
-                                                "dtypes": {"A": "float32", "B": "float32", "C": "float32"}})()) == 0
+                                                "dtypes": {"A": "float32", "B": "float32", "C": "float32"}})()) == (0,)
 
 
 def test_a_dynamic_kernel_keeps_tuning_records_per_bucket():
@@ -188,18 +245,18 @@ def test_an_entry_with_threads_holds_for_at_most_that_many():
     m = parse_mapping(THREADS, "m.yaml")
     big = {"A": (40, 8), "B": (8, 40), "C": (40, 40)}
     assert shape_points.asks_threads(m.shape_points)
-    assert [shape_points.bucket(m.shape_points, big, threads=t) for t in (1, 2, None)] == [1, None, None]
-    assert shape_points.bucket(m.shape_points, {"A": (4, 8), "B": (8, 40), "C": (4, 40)}, threads=1) == 0
+    assert [shape_points.bucket(m.shape_points, big, threads=t) for t in (1, 2, None)] == [(1,), None, None]
+    assert shape_points.bucket(m.shape_points, {"A": (4, 8), "B": (8, 40), "C": (4, 40)}, threads=1) == (0,)
     assert m.shape_points[1].bounds_text() == "threads<=1"  # (a bucket's records are named by it)
     intel = parse_mapping(SPACE + "shape_points:\n  - {cpu_vendor: GenuineIntel, point: {gemm_host.tunables.BM: 16}}\n",
                           "m.yaml").shape_points
     assert shape_points.asks_vendor(intel) and not shape_points.asks_vendor(m.shape_points)
-    assert [shape_points.bucket(intel, big, cpu_vendor=v) for v in ("GenuineIntel", "AuthenticAMD", None)] == [0, None, None]
+    assert [shape_points.bucket(intel, big, cpu_vendor=v) for v in ("GenuineIntel", "AuthenticAMD", None)] == [(0,), None, None]
     assert intel[0].bounds_text() == "vendor:GenuineIntel"
     above = parse_mapping(SPACE + "shape_points:\n  - {above: {C: [16, null]}, when: {C: [null, 32]}, "
                                   "point: {gemm_host.tunables.BM: 16}}\n", "m.yaml").shape_points
     assert above[0].bounds_text() == "C<=[*, 32]; C>[16, *]"
-    assert [shape_points.bucket(above, {"C": c}) for c in ((16, 8), (17, 8), (17, 33), (900, 32))] == [None, 0, None, 0]
+    assert [shape_points.bucket(above, {"C": c}) for c in ((16, 8), (17, 8), (17, 33), (900, 32))] == [None, (0,), None, (0,)]
     assert not shape_points.asks_threads(parse_mapping(BUCKETS, "m.yaml").shape_points)
 
 
@@ -239,7 +296,7 @@ def test_the_shipped_gemm_and_bmm_points_by_thread_count():
     def point(name, shapes, threads, dtype="float32", vendor="AuthenticAMD"):
         m = parse_mapping((REPO / "mappings" / "cpu" / f"{name}.yaml").read_text(), f"{name}.yaml")
         k = shape_points.bucket(m.shape_points, shapes, {"A": dtype, "B": dtype, "C": dtype}, frozenset(), threads, vendor)
-        return {p.rsplit(".", 1)[1]: v for p, v in m.shape_points[k].point.items()} if k is not None else None
+        return {p.rsplit(".", 1)[1]: v for p, v in shape_points.point_of(m.shape_points, k).items()} if k else None
 
     def gemm(m, n, k=1000):
         return {"A": (m, k), "B": (k, n), "C": (m, n)}
@@ -293,7 +350,7 @@ def test_a_middling_bfloat16_c_runs_smaller_tiles_on_the_unit():
             def point(c):
                 shapes = {"A": (c[0], 777), "B": (777, c[1]), "C": c, "bias": (c[1],)}
                 k = shape_points.bucket(m.shape_points, shapes, bf16, frozenset(flags), 2)
-                return {p.rsplit(".", 1)[1]: v for p, v in m.shape_points[k].point.items()}
+                return {p.rsplit(".", 1)[1]: v for p, v in shape_points.point_of(m.shape_points, k).items()}
             mid = point((333, 555))
             assert mid[leaf_key] == leaf and (mid["BM"], mid["BN"], mid["schedule"]) == (128, 256, "dynamic")
             assert point((2000, 1500))[leaf_key] == leaf and "BM" not in point((2000, 1500))

@@ -174,9 +174,11 @@ def mapping_point(kernel, spec) -> dict:
     others keep their first values), else the space's first: a whole point, as records hold them."""
     from septran.runtime import points
 
-    k = points.bucket(kernel, spec)
+    from septran.mapping import shape_points
+
+    met = points.bucket(kernel, spec)
     first = dict(kernel.mapping.space.first)
-    return {**first, **kernel.mapping.shape_points[k].point} if k is not None else first
+    return {**first, **shape_points.point_of(kernel.mapping.shape_points, met)} if met is not None else first
 
 
 def against_mapping(kernel, described: dict, scalars: dict, db, result) -> Optional[dict]:

@@ -18,6 +18,16 @@ grid on one thread runs its programs one after another, so larger tiles cost it 
 then be left out. ``point`` gives values of the space's ``!tune`` dimensions by path (``task_mappings.`` may be
 left out); the others keep their first values. A tuning record for the exact shapes still comes first (see
 ``septran.runtime.points``); a kernel with dynamic dimensions builds one variant per bucket.
+
+An entry with ``continue: true`` does not end the search: a call it holds for goes on to the next entry it meets,
+which adds the dimensions the first did not set (an earlier entry's value stands), and so on until an entry without
+``continue``. So a condition that changes one dimension for every size class (an Intel CPU's leaf) is written once,
+above the size classes, instead of once in each::
+
+      - {cpu_vendor: GenuineIntel, dtypes: {A: float32}, continue: true, point: {gemm_block_cpu.leaf_task_bindings.gemm_leaf_logic: gemm_leaf_mkl}}
+      - {when: {C: [320, 320]}, point: {gemm_host.tunables.BM: 64, gemm_host.tunables.BN: 64}}
+
+The call's bucket is then the entries it met, in order (``bucket``), its point their union (``point_of``).
 """
 from __future__ import annotations
 
@@ -45,6 +55,7 @@ class ShapePoint:
     threads: Optional[int] = None  # at most this many threads (torch's count at the call); None: any
     above: TMapping[str, tuple[Optional[int], ...]] = field(default_factory=lambda: MappingProxyType({}))  # lower bounds
     cpu_vendor: Optional[str] = None  # /proc/cpuinfo's vendor_id the host must report (GenuineIntel); None: any
+    goes_on: bool = False  # `continue: true`: a call it holds for goes on to the next entry it meets
 
     def bounds_text(self) -> str:
         """The bounds as one line: ``A<=[1]; C<=[*, 256]`` (then ``C>[384, 384]``, ``A:bfloat16``, ``cpu:amx_bf16``,
@@ -113,9 +124,9 @@ def parse(val: Optional[Located], space) -> tuple[ShapePoint, ...]:
 def _entry(item: Located, dims: dict) -> ShapePoint:
     d = item.value
     keys = set(d) if isinstance(d, LocatedDict) else set()
-    if "point" not in keys or not keys & _CONDITIONS or keys - _CONDITIONS - {"point"}:
-        raise MappingError("a shape_points entry has the key `point` and one or more of `when`, `above`, "
-                           "`dtypes`, `cpu_flags`, `cpu_vendor`, `threads`", item.loc,
+    if "point" not in keys or not keys & _CONDITIONS or keys - _CONDITIONS - {"point", "continue"}:
+        raise MappingError("a shape_points entry has the key `point`, one or more of `when`, `above`, "
+                           "`dtypes`, `cpu_flags`, `cpu_vendor`, `threads`, and may have `continue`", item.loc,
                            hint="e.g. `- {when: {A: [16]}, point: {gemm_host.tunables.BM: 16}}`")
     point_val = d["point"]
     if not isinstance(point_val.value, LocatedDict):
@@ -140,7 +151,7 @@ def _entry(item: Located, dims: dict) -> ShapePoint:
         point[path] = value.value
     return ShapePoint(MappingProxyType(when), MappingProxyType(point), item.loc, _dtypes(d.get("dtypes")),
                       _flags(d.get("cpu_flags")), _threads(d.get("threads")), MappingProxyType(above),
-                      _vendor(d.get("cpu_vendor")))
+                      _vendor(d.get("cpu_vendor")), _goes_on(d.get("continue")))
 
 
 _CONDITIONS = {"when", "above", "dtypes", "cpu_flags", "cpu_vendor", "threads"}
@@ -206,6 +217,15 @@ def _vendor(val: Optional[Located]) -> Optional[str]:
     return val.value
 
 
+def _goes_on(val: Optional[Located]) -> bool:
+    if val is None:
+        return False
+    if not isinstance(val.value, bool):
+        raise MappingError(f"shape_points: `continue` is true or false, got {val.value!r}", val.loc,
+                           hint="`continue: true`: a call this entry holds for goes on to the next entry it meets")
+    return val.value
+
+
 def _threads(val: Optional[Located]) -> Optional[int]:
     if val is None:
         return None
@@ -227,6 +247,40 @@ def asks_vendor(entries: tuple[ShapePoint, ...]) -> bool:
 
 
 def bucket(entries: tuple[ShapePoint, ...], shapes: TMapping[str, tuple], dtypes: TMapping[str, str] = MappingProxyType({}),
-           cpu_flags=frozenset(), threads: Optional[int] = None, cpu_vendor: Optional[str] = None) -> Optional[int]:
-    """The index of the first entry whose conditions a call meets, else None."""
-    return next((k for k, e in enumerate(entries) if e.matches(shapes, dtypes, cpu_flags, threads, cpu_vendor)), None)
+           cpu_flags=frozenset(), threads: Optional[int] = None, cpu_vendor: Optional[str] = None) -> Optional[tuple[int, ...]]:
+    """The indices of the entries a call falls in: the first whose conditions it meets and, while the last one met
+    says ``continue``, the next it meets; None: none."""
+    met = []
+    for k, e in enumerate(entries):
+        if e.matches(shapes, dtypes, cpu_flags, threads, cpu_vendor):
+            met.append(k)
+            if not e.goes_on:
+                break
+    return tuple(met) or None
+
+
+def point_of(entries: tuple[ShapePoint, ...], met: tuple[int, ...]) -> dict:
+    """The point of a bucket: each dimension from the first of its entries that sets it."""
+    point: dict = {}
+    for k in met:
+        for path, value in entries[k].point.items():
+            point.setdefault(path, value)
+    return point
+
+
+def bucket_id(entries: tuple[ShapePoint, ...], met: tuple[int, ...]) -> int:
+    """Names a bucket in tuning records: its one entry's ``bucket_id``, or a hash of its entries' bounds."""
+    if len(met) == 1:
+        return entries[met[0]].bucket_id()
+    text = " | ".join(entries[k].bounds_text() for k in met)
+    return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16)
+
+
+def described(entries: tuple[ShapePoint, ...], met: tuple[int, ...]) -> str:
+    """Where a bucket's point comes from, for ``kernel.tuning``: ``shape_points entry 3 (gemm.yaml:40)``, or
+    ``shape_points entries 1 and 3 (gemm.yaml:30, gemm.yaml:40)``."""
+    numbers = [str(k + 1) for k in met]
+    where = ", ".join(f"{entries[k].loc.file}:{entries[k].loc.line}" for k in met)
+    if len(met) == 1:
+        return f"shape_points entry {numbers[0]}, {where}"
+    return f"shape_points entries {', '.join(numbers[:-1])} and {numbers[-1]}, {where}"

@@ -73,11 +73,10 @@ def choose(kernel, spec, described: dict, tuner: Optional[Tuner], warn_first_poi
         if tuner is not None:
             tuned = tuner(kernel, described, dict(spec.scalars))
             return _choice(mapping, dict(tuned.point), tuned.source)
-    k = bucket(kernel, spec)
-    if k is not None:
-        entry = mapping.shape_points[k]
-        return _choice(mapping, dict(entry.point), f"the mapping's point for these shapes (shape_points entry {k + 1}, "
-                                                   f"{entry.loc.file}:{entry.loc.line})")
+    met = bucket(kernel, spec)
+    if met is not None:
+        return _choice(mapping, shape_points.point_of(mapping.shape_points, met),
+                       f"the mapping's point for these shapes ({shape_points.described(mapping.shape_points, met)})")
     if warn_first_point():
         progress.show()  # shown on stderr with the build lines where progress is on
         log.warning("kernel %s (%s): a search space of %d points (!tune) with no tuned point for these shapes: running "
@@ -119,8 +118,8 @@ def current_threads() -> int:
     return torch.get_num_threads()
 
 
-def bucket(kernel, spec) -> Optional[int]:
-    """Which ``shape_points`` entry the call falls in (its shapes, its program types, this host's CPU flags, the
+def bucket(kernel, spec) -> Optional[tuple[int, ...]]:
+    """Which ``shape_points`` entries the call falls in (its shapes, its program types, this host's CPU flags, the
     thread count and the CPU's maker where an entry asks; None: none, or no entries). A kernel with dynamic dimensions keeps one variant per bucket: a decode step's one row
     runs the decode point, not the prefill's."""
     entries = kernel.mapping.shape_points if kernel.mapping.space is not None else ()
@@ -140,9 +139,9 @@ def record_key(kernel, spec) -> TuningKey:
     a dynamic kernel whose mapping lists ``shape_points`` keeps its records per bucket (named by the entry's bounds)."""
     shapes = masked(spec.shapes, kernel.dynamic)
     scalars = dict(spec.scalars)
-    k = bucket(kernel, spec) if kernel.dynamic else None
-    if k is not None:  # -1 spans the buckets: a decode step and a prefill each keep records of their own
-        scalars[BUCKET] = kernel.mapping.shape_points[k].bucket_id()  # (not its index: entries get inserted)
+    met = bucket(kernel, spec) if kernel.dynamic else None
+    if met is not None:  # -1 spans the buckets: a decode step and a prefill each keep records of their own
+        scalars[BUCKET] = shape_points.bucket_id(kernel.mapping.shape_points, met)  # (not indices: entries get inserted)
     return TuningKey(logic_hash=logic_hash(kernel.graph), space_hash=kernel.mapping.space.digest(),
                      target=kernel.target.name, device=device_identity(kernel.target.torch_device),
                      dtypes=dict(spec.dtypes), shapes={k: tuple(v) for k, v in shapes.items()},
