@@ -59,11 +59,15 @@ def test_blocks_of_rows_that_overhang(tmp_path):
 
 @pytest.mark.build
 def test_loss_into_a_passed_tensor():
-    x = torch.randn(4, 100)
-    y = torch.randint(0, 100, (4,))
+    """(float32 losses against float64: a float32 tolerance; float64's default of 1e-7 failed one loss in a few
+    hundred runs by half an ulp.)"""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 100, generator=gen)
+    y = torch.randint(0, 100, (4,), generator=gen)
     out = torch.full((4,), float("nan"))
     assert kernel()(x, y, L=out) is out
-    torch.testing.assert_close(out.double(), torch.nn.functional.cross_entropy(x.double(), y, reduction="none"))
+    torch.testing.assert_close(out.double(), torch.nn.functional.cross_entropy(x.double(), y, reduction="none"),
+                               rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.parametrize("target", ["cpu", "sm80", "sm90", "gfx942"])
