@@ -631,37 +631,6 @@ PyObject* dispatch_vectorcall(PyObject* callable, PyObject* const* args, size_t 
   return PyObject_Vectorcall(d->fallback, args, nargsf, kwnames);
 }
 
-// The class's tp_call while its __call__ is a Dispatch (install below): CPython hands it the call's tuple and
-// keyword dict as they are, where its generic slot looks __call__ up, prepends the instance and turns a keyword
-// dict back into a vectorcall's names (an allocation and a copy: a keyword call cost 80 ns more than a
-// positional one). Anything it does not hold runs the class's __call__ as the generic slot would.
-PyObject* kernel_call(PyObject* self, PyObject* args, PyObject* kwargs) {
-  PyObject** dict = _PyObject_GetDictPtr(self);
-  PyObject* fast = dict && *dict ? PyDict_GetItemWithError(*dict, s_fast) : nullptr;
-  if (fast && Py_TYPE(fast) == &CallsType) {
-    Keywords kw;
-    kw.dict = kwargs && PyDict_GET_SIZE(kwargs) ? kwargs : nullptr;
-    Py_INCREF(fast);
-    PyObject* out = call_entries((Calls*)fast, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), kw);
-    Py_DECREF(fast);
-    if (out != Py_NotImplemented) return out;
-    Py_DECREF(out);
-  } else if (PyErr_Occurred()) {
-    return nullptr;
-  }
-  PyObject* call = _PyType_Lookup(Py_TYPE(self), s_call);  // borrowed
-  if (!call) {
-    PyErr_Format(PyExc_TypeError, "'%s' object is not callable", Py_TYPE(self)->tp_name);
-    return nullptr;
-  }
-  descrgetfunc get = Py_TYPE(call)->tp_descr_get;
-  PyObject* bound = get ? get(call, self, (PyObject*)Py_TYPE(self)) : Py_NewRef(call);
-  if (!bound) return nullptr;
-  PyObject* out = PyObject_Call(bound, args, kwargs);
-  Py_DECREF(bound);
-  return out;
-}
-
 PyObject* dispatch_get(PyObject* self, PyObject* obj, PyObject*) {
   if (!obj || obj == Py_None) return Py_NewRef(self);
   return PyMethod_New(self, obj);
@@ -690,6 +659,44 @@ PyMemberDef dispatch_members[] = {
     {nullptr, 0, 0, 0, nullptr}};
 
 PyTypeObject DispatchType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// The class's tp_call while its __call__ is a Dispatch (install below): CPython hands it the call's tuple and
+// keyword dict as they are, where its generic slot looks __call__ up, prepends the instance and turns a keyword
+// dict back into a vectorcall's names (an allocation and a copy: a keyword call cost 80 ns more than a
+// positional one). Anything it does not hold runs the class's __call__ as the generic slot would.
+PyObject* kernel_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  PyObject** dict = _PyObject_GetDictPtr(self);
+  PyObject* fast = dict && *dict ? PyDict_GetItemWithError(*dict, s_fast) : nullptr;
+  if (fast && Py_TYPE(fast) == &CallsType) {
+    Keywords kw;
+    kw.dict = kwargs && PyDict_GET_SIZE(kwargs) ? kwargs : nullptr;
+    Py_INCREF(fast);
+    PyObject* out = call_entries((Calls*)fast, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), kw);
+    Py_DECREF(fast);
+    if (out != Py_NotImplemented) return out;
+    Py_DECREF(out);
+  } else if (PyErr_Occurred()) {
+    return nullptr;
+  }
+  PyObject* call = _PyType_Lookup(Py_TYPE(self), s_call);  // borrowed
+  if (!call) {
+    PyErr_Format(PyExc_TypeError, "'%s' object is not callable", Py_TYPE(self)->tp_name);
+    return nullptr;
+  }
+  if (Py_TYPE(call) == &DispatchType) {  // its Python __call__, with the instance first (the entry was asked)
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    std::vector<PyObject*> stack((size_t)n + 1);
+    stack[0] = self;
+    for (Py_ssize_t k = 0; k < n; k++) stack[(size_t)k + 1] = PyTuple_GET_ITEM(args, k);
+    return PyObject_VectorcallDict(((Dispatch*)call)->fallback, stack.data(), (size_t)n + 1, kwargs);
+  }
+  descrgetfunc get = Py_TYPE(call)->tp_descr_get;
+  PyObject* bound = get ? get(call, self, (PyObject*)Py_TYPE(self)) : Py_NewRef(call);
+  if (!bound) return nullptr;
+  PyObject* out = PyObject_Call(bound, args, kwargs);
+  Py_DECREF(bound);
+  return out;
+}
 
 // install(cls): cls's instances are called through kernel_call, if cls.__call__ (in its own __dict__) is a
 // Dispatch; True if they are. CPython puts its generic slot back whenever cls.__call__ is assigned (a wrapper,
