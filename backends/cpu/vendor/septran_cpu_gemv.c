@@ -20,6 +20,7 @@
 #endif
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 void scipy_cblas_sgemv(int order, int trans, int m, int n, float alpha, const float* a, int lda, const float* x,
                        int incx, float beta, float* y, int incy);
@@ -193,8 +194,12 @@ DOTS_INTO_16(dots_into_f16, f16x8, f16_1)
 /* A few rows of C (at most SEPTRAN_CPU_FEW_ROWS; a batch's decode step): c[i, 0:n] += sum_r op(A)[i, r] B[r, 0:n],
  * B (k x n) streamed once, eight of its rows at a time: each 16-column strip of them comes from memory once
  * (prefetched) and every row of C takes it from L1. op(A)[i, r] is a[i * a_row + r * a_col]. OpenBLAS's sgemm packs
- * all of B first, reading it twice: 4 x 4096 x 4096 at 1 thread 9.5 to 10.5 -> 4.3 ms (torch 9.3), AMD EPYC Zen 4. */
-static void few_rows_into(float* c, int32_t ldc, const float* a, size_t a_row, size_t a_col, int32_t m,
+ * all of B first, reading it twice: 4 x 4096 x 4096 at 1 thread 9.5 to 10.5 -> 4.3 ms (torch 9.3), AMD EPYC Zen 4.
+ * A strip of B is loaded into registers before any row of C is stored: loaded after each row's store, the loads of
+ * a B whose rows lie as many bytes from C's as a multiple of 4 KB (B 4096 floats wide and C's tile, at some stack
+ * depths) waited on those stores (4K aliasing: the core compares address bits 0-11 only): 16 x 4096 x 4096 at 1
+ * thread 39 ms against 11 where they do not (torch 13), 8 rows 16 against 5.5; now 9.2 to 9.9 and 4.7 to 5.6. */
+static void few_rows_body(float* c, int32_t ldc, const float* a, size_t a_row, size_t a_col, int32_t m,
                           const float* b, int32_t k, int32_t n, int32_t ldb) {
   int32_t r = 0;
   for (; r + ROWS <= k; r += ROWS) {
@@ -206,15 +211,20 @@ static void few_rows_into(float* c, int32_t ldc, const float* a, size_t a_row, s
     }
     int32_t j = 0;
     for (; j + 16 <= n; j += 16) {
-      for (int q = 0; q < ROWS; q++) __builtin_prefetch(p[q] + j + PREFETCH_FLOATS);
+      v8 blo[ROWS], bhi[ROWS]; /* the strip of B, loaded before any row of C is stored (see above) */
+      for (int q = 0; q < ROWS; q++) {
+        __builtin_prefetch(p[q] + j + PREFETCH_FLOATS);
+        blo[q] = *(const v8*)(p[q] + j);
+        bhi[q] = *(const v8*)(p[q] + j + 8);
+      }
       for (int32_t i = 0; i < m; i++) {
         float* ci = c + (size_t)i * ldc + j;
         v8 lo = *(const v8*)ci, hi = *(const v8*)(ci + 8);
         for (int q = 0; q < ROWS; q++) {
           float e = x[i][q];
           v8 s = {e, e, e, e, e, e, e, e};
-          lo = fma8(lo, s, *(const v8*)(p[q] + j));
-          hi = fma8(hi, s, *(const v8*)(p[q] + j + 8));
+          lo = fma8(lo, s, blo[q]);
+          hi = fma8(hi, s, bhi[q]);
         }
         *(v8*)ci = lo;
         *(v8*)(ci + 8) = hi;
@@ -235,6 +245,36 @@ static void few_rows_into(float* c, int32_t ldc, const float* a, size_t a_row, s
       for (int32_t j = 0; j < n; j++) ci[j] += e * p[j];
     }
   }
+}
+
+/* C's rows in a buffer of this thread's own (kept, as septran_cpu_scratch's: the kernels' OpenMP threads live as
+ * long as the process) whose rows lie 64 bytes past a multiple of 4 KB apart, 2 KB from B's rows modulo 4 KB: a
+ * C of n = 4096 floats (a decode step's tile) has rows exactly 16 KB apart, so each row's loads waited on the row
+ * before's stores (4K aliasing), as did B's loads where B lay so too. Copied in and out: 2 m n floats each way,
+ * against the k n of B streamed. 16 x 4096 x 4096 at 1 thread, Zen 4: 12 to 16 ms in place (by where C's tile
+ * lay), 9.2 here (torch 12.6). */
+static _Thread_local float* c_rows;
+static _Thread_local size_t c_rows_floats;
+
+static void few_rows_into(float* c, int32_t ldc, const float* a, size_t a_row, size_t a_col, int32_t m,
+                          const float* b, int32_t k, int32_t n, int32_t ldb) {
+  size_t ld = ((size_t)(n > 16 ? n - 16 : 0) + 1023) / 1024 * 1024 + 16; /* >= n, and 16 past a multiple of 1024 */
+  size_t need = (size_t)m * ld + 1024;                                     /* + room to place it against B */
+  if (need > c_rows_floats) {
+    float* grown = aligned_alloc(64, need * sizeof(float));
+    if (!grown) { /* no memory for it: in place */
+      few_rows_body(c, ldc, a, a_row, a_col, m, b, k, n, ldb);
+      return;
+    }
+    free(c_rows);
+    c_rows = grown;
+    c_rows_floats = need;
+  }
+  size_t shift = (((uintptr_t)b + 2048 - (uintptr_t)c_rows) & 4095) / 4 & ~(size_t)15; /* 64-byte steps */
+  float* w = c_rows + shift;
+  for (int32_t i = 0; i < m; i++) memcpy(w + (size_t)i * ld, c + (size_t)i * ldc, (size_t)n * sizeof(float));
+  few_rows_body(w, (int32_t)ld, a, a_row, a_col, m, b, k, n, ldb);
+  for (int32_t i = 0; i < m; i++) memcpy(c + (size_t)i * ldc, w + (size_t)i * ld, (size_t)n * sizeof(float));
 }
 
 /* [*start, *end) of `n` for thread `t` of `threads`, in whole CHUNKs */
