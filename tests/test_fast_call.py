@@ -230,6 +230,16 @@ def test_install_puts_the_call_slot_in_c_only_under_a_dispatch(entry):
         callee(2, bad=1)
     Callee.__call__ = lambda self, x: ("wrapper", x)
     assert callee(5) == ("wrapper", 5)
+
+    class Reassigns:  # its Python __call__ replaces the Dispatch it was reached through, mid-call
+        def __call__(self, x):
+            type(self).__call__ = lambda self, x: ("after", x)
+            return ("python", x)
+
+    Reassigns.__call__ = entry.Dispatch(Reassigns.__dict__["__call__"])
+    assert entry.install(Reassigns) is True
+    reassigns = Reassigns()
+    assert reassigns(1) == ("python", 1) and reassigns(2) == ("after", 2)
     with pytest.raises(TypeError, match="class defined in Python"):
         entry.install(int)
 

@@ -688,10 +688,15 @@ PyObject* kernel_call(PyObject* self, PyObject* args, PyObject* kwargs) {
     std::vector<PyObject*> stack((size_t)n + 1);
     stack[0] = self;
     for (Py_ssize_t k = 0; k < n; k++) stack[(size_t)k + 1] = PyTuple_GET_ITEM(args, k);
-    return PyObject_VectorcallDict(((Dispatch*)call)->fallback, stack.data(), (size_t)n + 1, kwargs);
+    Py_INCREF(call);  // (held: the call may assign cls.__call__, which frees the Dispatch it found)
+    PyObject* out = PyObject_VectorcallDict(((Dispatch*)call)->fallback, stack.data(), (size_t)n + 1, kwargs);
+    Py_DECREF(call);
+    return out;
   }
+  Py_INCREF(call);
   descrgetfunc get = Py_TYPE(call)->tp_descr_get;
   PyObject* bound = get ? get(call, self, (PyObject*)Py_TYPE(self)) : Py_NewRef(call);
+  Py_DECREF(call);
   if (!bound) return nullptr;
   PyObject* out = PyObject_Call(bound, args, kwargs);
   Py_DECREF(bound);
