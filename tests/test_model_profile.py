@@ -81,6 +81,8 @@ def test_flops_are_at_the_calls_real_sizes(profiled):
     attention = next(r for r in decode.rows() if r.op == "septran.attention")
     keys = attention.flops / (HEADS * (4 * HEAD_DIM + 5))
     assert keys == int(keys) and PROMPT < keys <= PROMPT + 8  # one query row over the cache it was given
+    attention = next(r for r in prefill.rows() if r.op == "septran.attention")
+    assert attention.flops == HEADS * PROMPT * PROMPT * (4 * HEAD_DIM + 5)  # every query row over every key
 
 
 def test_the_chrome_trace_of_a_decode_step(profiled):
