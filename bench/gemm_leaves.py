@@ -9,7 +9,8 @@ mapping's ``!tune`` list, the rest of the point unchanged: OpenBLAS (gemm_leaf_b
 (gemm_leaf_amx, gemm_leaf_avx512bf16, where the CPU reports them). gemm_leaf_cpu (TileLang's scalar T.gemm) is
 left out. All of them and torch are timed in interleaved rounds (bench/interleave.py: medians, min-max); each is
 checked against torch first. The table gives each leaf's rate and its ratio to torch, `*` marking the shipped
-point's leaf. float16 operands reach the leaf as they are (GLOBAL): OpenBLAS's leaf widens each tile to float32,
+point's leaf; at 1 thread a plain GEMM's leaves also run as one call over the whole of A and B (`..._one_call`: the
+vendor function through ctypes), what the per-tile calls cost against one call of the same library. float16 operands reach the leaf as they are (GLOBAL): OpenBLAS's leaf widens each tile to float32,
 MKL's does the same (its cblas_gemm_f16f16f32 was the slower); the matrix units' leaves take bfloat16 only.
 """
 from __future__ import annotations
@@ -100,6 +101,36 @@ def leaf_kernels(case: dict, inputs: list) -> tuple[str, dict, dict]:
     return point[path], point, kernels
 
 
+SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+
+
+def one_call(kernel, leaf: str, inputs: list):
+    """At 1 thread, a plain GEMM's leaf called once over the whole of A and B (its vendor function through ctypes,
+    C += A B into a float32 C): what the per-tile calls cost against one call of the same library. (C, the call);
+    None where the leaf has no such function."""
+    import re
+
+    import torch
+
+    from septran.build import vendor
+
+    m = re.search(r'"(septran_cpu_gemm[^"]*)"', kernel.target.leaves[leaf].templates.get("gemm", ""))
+    if m is None:
+        return None
+    a, b = inputs
+    kind = SHORT.get(str(a.dtype).removeprefix("torch."))
+    name = m.group(1).replace("{A.type}", kind or "").replace("{B.type}", kind or "")
+    fn = getattr(vendor.library(kernel.target), name, None)
+    if fn is None or kind is None:
+        return None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    fn.argtypes, fn.restype = [ptr, ptr, ptr, ctypes.c_int32, ctypes.c_int32] + [i64] * 9, ctypes.c_int32
+    (rows, depth), cols = a.shape, b.shape[1]
+    c = torch.zeros(rows, cols)
+    sizes = (rows, cols, rows, depth, depth, cols, cols, depth, cols)
+    return c, lambda: fn(c.data_ptr(), a.data_ptr(), b.data_ptr(), 0, 0, *sizes)
+
+
 def run_case(case: dict, threads: list[int], rounds: int, sample_s: float) -> list[dict]:
     """Per thread count (the point may depend on it: shape_points' `threads`), every leaf and torch interleaved."""
     import torch
@@ -121,6 +152,16 @@ def run_case(case: dict, threads: list[int], rounds: int, sample_s: float) -> li
                 fns[leaf] = lambda k=k: k(*inputs)
             else:
                 row["wrong"][leaf] = (out - ref).abs().max().item()
+        if n == 1 and case["logic"] == "gemm":  # the same leaves, one call over the whole GEMM
+            for leaf, k in kernels.items():
+                whole = one_call(k, leaf, inputs)
+                if whole is None:
+                    continue
+                c, call = whole
+                if call() == 0 and torch.allclose(c, ref, rtol=2e-2, atol=atol):
+                    fns[f"{leaf}_one_call"] = call
+                else:
+                    row["wrong"][f"{leaf}_one_call"] = (c - ref).abs().max().item()
         fns["torch"] = lambda: case["torch"](*inputs)
         others = Others()
         samples, _ = interleaved(fns, rounds, sample_s)

@@ -21,5 +21,6 @@ def test_a_small_case_times_every_leaf_this_cpu_runs(capsys):
     (row,) = gemm_leaves.run_case(case, [1], rounds=2, sample_s=0.001)
     assert not row["wrong"] and row["shipped_leaf"] in row["ratio"]
     assert {"gemm_leaf_blas", "gemm_leaf_mkl"} <= set(row["ratio"]) and "gemm_leaf_cpu" not in row["ratio"]
+    assert {"gemm_leaf_blas_one_call", "gemm_leaf_mkl_one_call"} <= set(row["ratio"])  # 1 thread: one whole call each
     assert all(v > 0 for v in row["gflops"].values()) and "torch" in row["gflops"]
     assert "gemm_f32" in capsys.readouterr().out
