@@ -187,18 +187,21 @@ def test_few_rows_split_over_threads(lib, threads, m):
         lib.septran_cpu_gemv_split(ctypes.c_int64(0))
 
 
-@settings(max_examples=12, **SETTINGS)
+@settings(max_examples=24, **SETTINGS)
 @given(m=st.sampled_from([2, 3, 5, 8, 13, 16, 17]), n=st.integers(256, 300), k=st.integers(262, 280), trans_a=st.integers(0, 1),
-       pads=st.tuples(*[st.sampled_from([0, 3]) for _ in range(3)]), threads=st.sampled_from([1, 2]))
-def test_few_rows_stream_b_once(lib, m, n, k, trans_a, pads, threads):
+       pads=st.tuples(*[st.sampled_from([0, 3]) for _ in range(3)]), threads=st.sampled_from([1, 2]),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]), trans_b=st.integers(0, 1))
+def test_few_rows_stream_b_once(lib, m, n, k, trans_a, pads, threads, dtype, trans_b):
     """2 to 16 rows of C against a B of 2^16 elements or more stream B once (septran_cpu_few_rows_gemm: eight of
-    its rows at a time, 16 columns of them shared by every row of C); 17 rows go to sgemm. Odd sizes leave tails of
-    B's rows and of columns; split over the threads where the split size allows."""
+    its rows at a time, 16 columns of them shared by every row of C; a 16-bit B widened in registers,
+    septran_cpu_few_rows_gemm_16; a 16-bit B stored n x k in dot products, septran_cpu_few_dots_gemm_16); 17 rows
+    go to sgemm. Odd sizes leave tails of B's rows and of columns; split over the threads where the split size
+    allows."""
     lib.septran_cpu_gemv_split(ctypes.c_int64(65536))
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        check_gemm(lib, torch.float32, m, n, k, trans_a, 0, pads=pads, seed=m * n + k)
+        check_gemm(lib, dtype, m, n, k, trans_a, trans_b, pads=pads, seed=m * n + k)
     finally:
         torch.set_num_threads(before)
         lib.septran_cpu_gemv_split(ctypes.c_int64(0))

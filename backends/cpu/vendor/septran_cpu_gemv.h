@@ -20,6 +20,19 @@ void septran_cpu_row_gemm_16(float* c, const float* a, int32_t inc_a, const uint
 enum { SEPTRAN_CPU_FEW_ROWS = 16 };
 void septran_cpu_few_rows_gemm(float* c, int32_t ldc, const float* a, int32_t lda, int32_t trans_a, int32_t m,
                                const float* b, int32_t k, int32_t n, int32_t ldb);
+/* The same for a 16-bit B (bf16 != 0: bfloat16, else IEEE float16), widened in registers a strip at a time: a
+ * batch's decode step on a bfloat16 or float16 weight, read once and never copied to float32 first. */
+void septran_cpu_few_rows_gemm_16(float* c, int32_t ldc, const float* a, int32_t lda, int32_t trans_a, int32_t m,
+                                  const uint16_t* b, int32_t bf16, int32_t k, int32_t n, int32_t ldb);
+/* C (m x n, stride ldc) += a B^T for m <= SEPTRAN_CPU_FEW_ROWS, a row-major m x k float32 and a 16-bit B stored
+ * n x k (a Linear's weight), widened in registers, read once. Split over the threads by B's rows as above. */
+void septran_cpu_few_dots_gemm_16(float* c, int32_t ldc, const float* a, int32_t m, const uint16_t* b, int32_t bf16,
+                                  int32_t k, int32_t n, int32_t ldb);
+/* The same for bfloat16 A (m x k, row stride lda) and B on AVX512-BF16 dot products (VDPBF16PS); only where
+ * septran_cpu_few_dots_unit() says this library was built with them (-march=native on such a CPU). */
+int septran_cpu_few_dots_unit(void);
+void septran_cpu_few_dots_gemm_bf16(float* c, int32_t ldc, const uint16_t* a, int32_t lda, int32_t m,
+                                    const uint16_t* b, int32_t k, int32_t n, int32_t ldb);
 /* How many threads a call with n columns of C and depth k splits over (1 inside a parallel region or below the
  * split size), and thread t's columns [start, end) of n, in 256-byte chunks: for septran_cpu_gemm's few rows. */
 int septran_cpu_split_threads(int32_t n, int32_t k);
