@@ -173,13 +173,13 @@ def test_one_row_split_over_threads(lib, threads, trans_a, trans_b, n, k):
 @pytest.mark.parametrize("m", [2, 16])
 def test_few_rows_split_over_threads(lib, threads, m):
     """Up to 16 rows of C (a batch's decode step) split B's columns over the threads as one row does (each share
-    one sgemm); 17 rows do not. Odd sizes leave a tail chunk; both transposes."""
+    one sgemm, or its own loop); 17 rows do not. Odd sizes leave a tail chunk; both transposes, and a Linear's."""
     lib.septran_cpu_gemv_split(ctypes.c_int64(65536))
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        for trans_a, trans_b in ((0, 0), (1, 1)):
-            for dtype in (torch.float32, torch.bfloat16):
+        for trans_a, trans_b in ((0, 0), (1, 1), (0, 1)):  # (0, 1): a Linear's weight, in dot products
+            for dtype in (torch.float32, torch.bfloat16, torch.float16):
                 check_gemm(lib, dtype, m, 1031, 261, trans_a, trans_b, pads=(0, 3, 5), seed=m)
         check_gemm(lib, torch.float32, 17, 1031, 261, 0, 1, pads=(0, 3, 5), seed=17)
     finally:

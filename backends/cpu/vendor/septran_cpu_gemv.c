@@ -290,22 +290,22 @@ static void few_rows_into(few_rows_fn body, float* c, int32_t ldc, const float* 
   for (int32_t i = 0; i < m; i++) memcpy(c + (size_t)i * ldc, w + (size_t)i * ld, (size_t)n * sizeof(float));
 }
 
-/* A few rows of C against a 16-bit B stored n x k (a Linear's bfloat16 or float16 weight; a batch's decode step):
- * c[i, j] += a[i, :] . B[j, :], a row-major m x k float32. Blocks of 4 rows of B by 4 rows of a: the 16 sums
+/* A few rows of C against a B stored n x k (a Linear's weight; a batch's decode step): c[i, j] += a[i, :] . B[j, :],
+ * a float32 m x k with row stride lda, B float32 or 16-bit (widened in registers). Blocks of 4 rows of B by 4 rows of a: the 16 sums
  * stay in registers over the whole depth, each 8 of B's elements widened once for the 4 rows of a (widening all
  * of B to float32 first, as the general path does, read it three times: 4 x 11008 x 4096 bfloat16 with its bias,
  * 0.13 / 0.18x torch at 2 / 1 threads, AMD EPYC Zen 4). */
-#define FEW_DOTS_16(NAME, WIDEN8, WIDEN1)                                                                        \
-  static void NAME(float* c, int32_t ldc, const float* a, int32_t m, const uint16_t* b, int32_t k, int32_t n,    \
-                   int32_t ldb) {                                                                                \
+#define FEW_DOTS(NAME, T, WIDEN8, WIDEN1)                                                                        \
+  static void NAME(float* c, int32_t ldc, const float* a, int32_t lda, int32_t m, const T* b, int32_t k,       \
+                   int32_t n, int32_t ldb) {                                                                                \
     for (int32_t j = 0; j < n; j += 4) {                                                                         \
       int nb = n - j < 4 ? n - j : 4;                                                                            \
-      const uint16_t* p[4];                                                                                      \
+      const T* p[4];                                                                                                \
       for (int q = 0; q < 4; q++) p[q] = b + (size_t)(j + (q < nb ? q : 0)) * ldb;                               \
       for (int32_t i0 = 0; i0 < m; i0 += 4) {                                                                    \
         int na = m - i0 < 4 ? m - i0 : 4;                                                                        \
         const float* x[4];                                                                                       \
-        for (int t = 0; t < 4; t++) x[t] = a + (size_t)(i0 + (t < na ? t : 0)) * k;                              \
+        for (int t = 0; t < 4; t++) x[t] = a + (size_t)(i0 + (t < na ? t : 0)) * lda;                            \
         v8 s[4][4];                                                                                              \
         for (int t = 0; t < 4; t++)                                                                              \
           for (int q = 0; q < 4; q++) s[t][q] = (v8){0, 0, 0, 0, 0, 0, 0, 0};                                    \
@@ -332,8 +332,9 @@ static void few_rows_into(few_rows_fn body, float* c, int32_t ldc, const float* 
     }                                                                                                            \
   }
 
-FEW_DOTS_16(few_dots_bf16, bf16x8, bf16_1)
-FEW_DOTS_16(few_dots_f16, f16x8, f16_1)
+FEW_DOTS(few_dots_f32, float, LOAD8_F32, LOAD1_F32)
+FEW_DOTS(few_dots_bf16, uint16_t, bf16x8, bf16_1)
+FEW_DOTS(few_dots_f16, uint16_t, f16x8, f16_1)
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 /* The same for bfloat16 A and B on a CPU with AVX512-BF16 (this library is built for the CPU it runs on:
@@ -475,18 +476,33 @@ void septran_cpu_few_rows_gemm(float* c, int32_t ldc, const float* a, int32_t ld
 
 void septran_cpu_few_dots_gemm_16(float* c, int32_t ldc, const float* a, int32_t m, const uint16_t* b, int32_t bf16,
                                   int32_t k, int32_t n, int32_t ldb) {
-  void (*part)(float*, int32_t, const float*, int32_t, const uint16_t*, int32_t, int32_t, int32_t) =
+  void (*part)(float*, int32_t, const float*, int32_t, int32_t, const uint16_t*, int32_t, int32_t, int32_t) =
       bf16 ? few_dots_bf16 : few_dots_f16;
   int threads = threads_for(n, k);
   if (threads == 1) {
-    part(c, ldc, a, m, b, k, n, ldb);
+    part(c, ldc, a, k, m, b, k, n, ldb);
     return;
   }
 #pragma omp parallel num_threads(threads)
   {
     int32_t start, end;
     share(n, omp_get_thread_num(), omp_get_num_threads(), &start, &end);
-    if (end > start) part(c + start, ldc, a, m, b + (size_t)start * ldb, k, end - start, ldb);
+    if (end > start) part(c + start, ldc, a, k, m, b + (size_t)start * ldb, k, end - start, ldb);
+  }
+}
+
+void septran_cpu_few_dots_gemm(float* c, int32_t ldc, const float* a, int32_t lda, int32_t m, const float* b,
+                               int32_t k, int32_t n, int32_t ldb) {
+  int threads = threads_for(n, k);
+  if (threads == 1) {
+    few_dots_f32(c, ldc, a, lda, m, b, k, n, ldb);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    int32_t start, end;
+    share(n, omp_get_thread_num(), omp_get_num_threads(), &start, &end);
+    if (end > start) few_dots_f32(c + start, ldc, a, lda, m, b + (size_t)start * ldb, k, end - start, ldb);
   }
 }
 

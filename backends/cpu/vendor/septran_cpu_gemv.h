@@ -28,6 +28,9 @@ void septran_cpu_few_rows_gemm_16(float* c, int32_t ldc, const float* a, int32_t
  * n x k (a Linear's weight), widened in registers, read once. Split over the threads by B's rows as above. */
 void septran_cpu_few_dots_gemm_16(float* c, int32_t ldc, const float* a, int32_t m, const uint16_t* b, int32_t bf16,
                                   int32_t k, int32_t n, int32_t ldb);
+/* The same for float32: a m x k with row stride lda, B float32 n x k (a Linear's weight), read once. */
+void septran_cpu_few_dots_gemm(float* c, int32_t ldc, const float* a, int32_t lda, int32_t m, const float* b,
+                               int32_t k, int32_t n, int32_t ldb);
 /* The same for bfloat16 A (m x k, row stride lda) and B on AVX512-BF16 dot products (VDPBF16PS); only where
  * septran_cpu_few_dots_unit() says this library was built with them (-march=native on such a CPU). */
 int septran_cpu_few_dots_unit(void);
