@@ -88,6 +88,10 @@ def cases(small: bool) -> list[dict]:
                     ((1, 4096, 4096), (4, 4096, 4096), (16, 4096, 4096), (1, 11008, 4096))):
         add("decode", "gemm decode", f"{m}x{n}x{k}", "gemm", [(m, k), (k, n)], {"matmul": torch.matmul}, 2.0 * m * n * k,
             "GFLOP/s", atol=1e-3)
+    # a batch of four's decode step through a Linear (its (n, k) weight, with its bias): the model level's form
+    m, n, k = (4, 384, 256) if small else (4, 11008, 4096)
+    add("decode", "linear+relu decode", f"{m}x{n}x{k}", ("gemm_epilogue", ("relu", False, True)), [(m, k), (n, k), (n,)],
+        {"relu(linear)": lambda x, w, bias: F.relu(F.linear(x, w, bias))}, 2.0 * m * n * k, "GFLOP/s", atol=1e-3)
     n = 128 if small else 1024
     add("bf16", "gemm bf16", f"{n}^3", "gemm", [(n, n)] * 2, {"matmul": torch.matmul}, 2.0 * n ** 3, "GFLOP/s",
         atol=0.5, rtol=2e-2, dtype=torch.bfloat16)
