@@ -196,8 +196,11 @@ def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
         assert shape_points.bucket(m.shape_points, {"A": (1, 4096), "B": (4096, 4096), "C": (1, 4096),
                                                     "bias": (4096,)}) == (2,)
         assert shape_points.bucket(m.shape_points, {"A": (16, 16), "B": (16, 16), "C": (16, 16), "bias": (16,)}) == (4,)
+        decode = 5 if name == "gemm" else 6  # the epilogue's entry 5: a decode step wider than 4096, 1024-wide tiles
         assert shape_points.bucket(m.shape_points, {"A": (4, 4096), "B": (4096, 4096), "C": (4, 4096),
-                                                    "bias": (4096,)}) == (5,)
+                                                    "bias": (4096,)}) == (decode,)
+        wide = shape_points.bucket(m.shape_points, {"A": (4, 4096), "B": (4096, 11008), "C": (4, 11008), "bias": (11008,)})
+        assert wide == (decode if name == "gemm" else 5,)
         assert shape_points.bucket(m.shape_points, {"A": (512, 512), "B": (512, 512), "C": (512, 512), "bias": (512,)}) is None
         if k is not None:
             assert points.bucket(k, type("Spec", (), {"shapes": {"A": (1, 8), "B": (8, 8), "C": (1, 8)},
