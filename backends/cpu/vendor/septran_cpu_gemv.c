@@ -296,8 +296,10 @@ static void few_rows_into(few_rows_fn body, float* c, int32_t ldc, const float* 
  * of B to float32 first, as the general path does, read it three times: 4 x 11008 x 4096 bfloat16 with its bias,
  * 0.13 / 0.18x torch at 2 / 1 threads, AMD EPYC Zen 4). */
 #define FEW_DOTS(NAME, T, WIDEN8, WIDEN1)                                                                        \
-  static void NAME(float* c, int32_t ldc, const float* a, int32_t lda, int32_t m, const T* b, int32_t k,       \
-                   int32_t n, int32_t ldb) {                                                                                \
+  static void NAME(float* c, int32_t ldc, const void* av, int32_t lda, int32_t m, const void* bv, int32_t k,   \
+                   int32_t n, int32_t ldb) {                                                                     \
+    const float* a = av;                                                                                         \
+    const T* b = bv;                                                                                             \
     for (int32_t j = 0; j < n; j += 4) {                                                                         \
       int nb = n - j < 4 ? n - j : 4;                                                                            \
       const T* p[4];                                                                                                \
@@ -342,8 +344,9 @@ FEW_DOTS(few_dots_f16, uint16_t, f16x8, f16_1)
  * widened FMAs where the rows make it compute-bound (a Linear of 16 x 4096 x 4096 with its bias, x torch's
  * oneDNN, 2 / 1 threads, Zen 4: widened 0.58 / 0.60, here 1.32 / 1.16; 4 x 11008 x 4096 0.89 / 1.07 -> 1.00 /
  * 1.24). a is bfloat16 too here, m x k with row stride lda. */
-static void few_dots_bf16_unit(float* c, int32_t ldc, const uint16_t* a, int32_t lda, int32_t m, const uint16_t* b,
+static void few_dots_bf16_unit(float* c, int32_t ldc, const void* av, int32_t lda, int32_t m, const void* bv,
                                int32_t k, int32_t n, int32_t ldb) {
+  const uint16_t *a = av, *b = bv;
   for (int32_t j = 0; j < n; j += 4) {
     int nb = n - j < 4 ? n - j : 4;
     const uint16_t* p[4];
@@ -474,36 +477,33 @@ void septran_cpu_few_rows_gemm(float* c, int32_t ldc, const float* a, int32_t ld
   few_rows_gemm(few_rows_body, sizeof(float), c, ldc, a, lda, trans_a, m, b, k, n, ldb);
 }
 
-void septran_cpu_few_dots_gemm_16(float* c, int32_t ldc, const float* a, int32_t m, const uint16_t* b, int32_t bf16,
-                                  int32_t k, int32_t n, int32_t ldb) {
-  void (*part)(float*, int32_t, const float*, int32_t, int32_t, const uint16_t*, int32_t, int32_t, int32_t) =
-      bf16 ? few_dots_bf16 : few_dots_f16;
+/* The dot-product kernels over the threads (B's rows split) outside a parallel region: part is one of the above,
+ * a and b its types' (B's elements elem bytes). */
+typedef void (*few_dots_fn)(float*, int32_t, const void*, int32_t, int32_t, const void*, int32_t, int32_t, int32_t);
+
+static void few_dots_gemm(few_dots_fn part, size_t elem, float* c, int32_t ldc, const void* a, int32_t lda, int32_t m,
+                          const void* b, int32_t k, int32_t n, int32_t ldb) {
   int threads = threads_for(n, k);
   if (threads == 1) {
-    part(c, ldc, a, k, m, b, k, n, ldb);
+    part(c, ldc, a, lda, m, b, k, n, ldb);
     return;
   }
 #pragma omp parallel num_threads(threads)
   {
     int32_t start, end;
     share(n, omp_get_thread_num(), omp_get_num_threads(), &start, &end);
-    if (end > start) part(c + start, ldc, a, k, m, b + (size_t)start * ldb, k, end - start, ldb);
+    if (end > start) part(c + start, ldc, a, lda, m, (const char*)b + (size_t)start * ldb * elem, k, end - start, ldb);
   }
+}
+
+void septran_cpu_few_dots_gemm_16(float* c, int32_t ldc, const float* a, int32_t m, const uint16_t* b, int32_t bf16,
+                                  int32_t k, int32_t n, int32_t ldb) {
+  few_dots_gemm(bf16 ? few_dots_bf16 : few_dots_f16, sizeof(uint16_t), c, ldc, a, k, m, b, k, n, ldb);
 }
 
 void septran_cpu_few_dots_gemm(float* c, int32_t ldc, const float* a, int32_t lda, int32_t m, const float* b,
                                int32_t k, int32_t n, int32_t ldb) {
-  int threads = threads_for(n, k);
-  if (threads == 1) {
-    few_dots_f32(c, ldc, a, lda, m, b, k, n, ldb);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    int32_t start, end;
-    share(n, omp_get_thread_num(), omp_get_num_threads(), &start, &end);
-    if (end > start) few_dots_f32(c + start, ldc, a, lda, m, b + (size_t)start * ldb, k, end - start, ldb);
-  }
+  few_dots_gemm(few_dots_f32, sizeof(float), c, ldc, a, lda, m, b, k, n, ldb);
 }
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
@@ -511,17 +511,7 @@ int septran_cpu_few_dots_unit(void) { return 1; }
 
 void septran_cpu_few_dots_gemm_bf16(float* c, int32_t ldc, const uint16_t* a, int32_t lda, int32_t m,
                                     const uint16_t* b, int32_t k, int32_t n, int32_t ldb) {
-  int threads = threads_for(n, k);
-  if (threads == 1) {
-    few_dots_bf16_unit(c, ldc, a, lda, m, b, k, n, ldb);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    int32_t start, end;
-    share(n, omp_get_thread_num(), omp_get_num_threads(), &start, &end);
-    if (end > start) few_dots_bf16_unit(c + start, ldc, a, lda, m, b + (size_t)start * ldb, k, end - start, ldb);
-  }
+  few_dots_gemm(few_dots_bf16_unit, sizeof(uint16_t), c, ldc, a, lda, m, b, k, n, ldb);
 }
 #else
 int septran_cpu_few_dots_unit(void) { return 0; }
