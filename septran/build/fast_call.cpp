@@ -600,6 +600,18 @@ PyMethodDef calls_methods[] = {
 
 PyTypeObject CallsType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
+// The call run by the plans `self`'s `_fast` (a Calls) holds: its result, NotImplemented (not one it holds, or no
+// `_fast`), both new references, or null with an exception set.
+PyObject* held_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, const Keywords& kw) {
+  PyObject** dict = _PyObject_GetDictPtr(self);
+  PyObject* fast = dict && *dict ? PyDict_GetItemWithError(*dict, s_fast) : nullptr;
+  if (!fast || Py_TYPE(fast) != &CallsType) return PyErr_Occurred() ? nullptr : Py_NewRef(Py_NotImplemented);
+  Py_INCREF(fast);
+  PyObject* out = call_entries((Calls*)fast, args, nargs, kw);
+  Py_DECREF(fast);
+  return out;
+}
+
 // Dispatch(function): a class's __call__ that runs a call in C where the instance's `_fast` (a Calls) holds its
 // plan, else calls `function` (the Python __call__) with the same arguments. A method descriptor: Python calls
 // it with the instance first and no bound method, no Python frame, no *args tuple or **kwargs dict.
@@ -613,20 +625,12 @@ PyObject* dispatch_vectorcall(PyObject* callable, PyObject* const* args, size_t 
   Dispatch* d = (Dispatch*)callable;
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   if (nargs >= 1) {
-    PyObject** dict = _PyObject_GetDictPtr(args[0]);
-    PyObject* fast = dict && *dict ? PyDict_GetItemWithError(*dict, s_fast) : nullptr;
-    if (fast && Py_TYPE(fast) == &CallsType) {
-      Keywords kw;
-      kw.names = kwnames;
-      kw.values = args + nargs;
-      Py_INCREF(fast);
-      PyObject* out = call_entries((Calls*)fast, args + 1, nargs - 1, kw);
-      Py_DECREF(fast);
-      if (out != Py_NotImplemented) return out;
-      Py_DECREF(out);
-    } else if (PyErr_Occurred()) {
-      return nullptr;
-    }
+    Keywords kw;
+    kw.names = kwnames;
+    kw.values = args + nargs;
+    PyObject* out = held_call(args[0], args + 1, nargs - 1, kw);
+    if (out != Py_NotImplemented) return out;
+    Py_DECREF(out);
   }
   return PyObject_Vectorcall(d->fallback, args, nargsf, kwnames);
 }
@@ -665,19 +669,11 @@ PyTypeObject DispatchType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 // dict back into a vectorcall's names (an allocation and a copy: a keyword call cost 80 ns more than a
 // positional one). Anything it does not hold runs the class's __call__ as the generic slot would.
 PyObject* kernel_call(PyObject* self, PyObject* args, PyObject* kwargs) {
-  PyObject** dict = _PyObject_GetDictPtr(self);
-  PyObject* fast = dict && *dict ? PyDict_GetItemWithError(*dict, s_fast) : nullptr;
-  if (fast && Py_TYPE(fast) == &CallsType) {
-    Keywords kw;
-    kw.dict = kwargs && PyDict_GET_SIZE(kwargs) ? kwargs : nullptr;
-    Py_INCREF(fast);
-    PyObject* out = call_entries((Calls*)fast, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), kw);
-    Py_DECREF(fast);
-    if (out != Py_NotImplemented) return out;
-    Py_DECREF(out);
-  } else if (PyErr_Occurred()) {
-    return nullptr;
-  }
+  Keywords kw;
+  kw.dict = kwargs && PyDict_GET_SIZE(kwargs) ? kwargs : nullptr;
+  PyObject* out = held_call(self, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), kw);
+  if (out != Py_NotImplemented) return out;
+  Py_DECREF(out);
   PyObject* call = _PyType_Lookup(Py_TYPE(self), s_call);  // borrowed
   if (!call) {
     PyErr_Format(PyExc_TypeError, "'%s' object is not callable", Py_TYPE(self)->tp_name);
@@ -689,7 +685,7 @@ PyObject* kernel_call(PyObject* self, PyObject* args, PyObject* kwargs) {
     stack[0] = self;
     for (Py_ssize_t k = 0; k < n; k++) stack[(size_t)k + 1] = PyTuple_GET_ITEM(args, k);
     Py_INCREF(call);  // (held: the call may assign cls.__call__, which frees the Dispatch it found)
-    PyObject* out = PyObject_VectorcallDict(((Dispatch*)call)->fallback, stack.data(), (size_t)n + 1, kwargs);
+    out = PyObject_VectorcallDict(((Dispatch*)call)->fallback, stack.data(), (size_t)n + 1, kwargs);
     Py_DECREF(call);
     return out;
   }
@@ -698,7 +694,7 @@ PyObject* kernel_call(PyObject* self, PyObject* args, PyObject* kwargs) {
   PyObject* bound = get ? get(call, self, (PyObject*)Py_TYPE(self)) : Py_NewRef(call);
   Py_DECREF(call);
   if (!bound) return nullptr;
-  PyObject* out = PyObject_Call(bound, args, kwargs);
+  out = PyObject_Call(bound, args, kwargs);
   Py_DECREF(bound);
   return out;
 }
