@@ -323,12 +323,12 @@ void* septran_cpu_scratch(size_t bytes) {
 
 static float* scratch_for(size_t floats) { return septran_cpu_scratch(floats * sizeof(float)); }
 
-/* op(A) (m x k; A stored k x m, stride ld, where trans_a) of float16 or bfloat16 as a dense row-major float32 m x k */
-static void widen_op_rows(float* d, const void* s, int32_t dtype, int32_t m, int32_t k, int32_t ld, int32_t trans_a) {
+/* A^T (A stored k x m, stride ld) of float16 or bfloat16 as a dense row-major float32 m x k */
+static void widen_transposed(float* d, const void* s, int32_t dtype, int32_t m, int32_t k, int32_t ld) {
   const uint16_t* h = s;
   for (int32_t i = 0; i < m; i++)
     for (int32_t e = 0; e < k; e++) {
-      uint16_t v = trans_a ? h[(size_t)e * ld + i] : h[(size_t)i * ld + e];
+      uint16_t v = h[(size_t)e * ld + i];
       if (dtype == SEPTRAN_CPU_BF16) {
         uint32_t w = (uint32_t)v << 16;
         memcpy(&d[(size_t)i * k + e], &w, sizeof w);
@@ -425,7 +425,10 @@ int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, i
     }
     float* s = scratch_for((size_t)m * k);
     if (!s) return SEPTRAN_CPU_E_NOMEM;
-    widen_op_rows(s, A, dtype, m, k, lda, trans_a);
+    if (trans_a)
+      widen_transposed(s, A, dtype, m, k, lda);
+    else
+      widen(s, A, dtype, m, k, lda);
     septran_cpu_few_dots_gemm_16(C, ldc, s, m, B, dtype == SEPTRAN_CPU_BF16, k, n, ldb);
     return 0;
   }
