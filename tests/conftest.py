@@ -126,11 +126,16 @@ GOLDEN_THREADS = 3  # more than any shipped shape_points entry's `threads` bound
 
 
 @pytest.fixture
-def golden(request):
+def golden(request, monkeypatch):
     """``golden("name.py", text)``: compares text with tests/golden/name.py (or rewrites it with --update-golden).
-    The test runs on GOLDEN_THREADS threads (torch's count, restored after), so that its programs, whose point may
-    depend on the count (``shape_points: threads``), do not depend on the machine's cores."""
+    The test runs on GOLDEN_THREADS threads (torch's count, restored after) and as on an AMD CPU, so that its
+    programs, whose point may depend on the count and the CPU's maker (``shape_points: threads, cpu_vendor``), do
+    not depend on the machine."""
     import torch
+
+    from septran.records import device
+
+    monkeypatch.setattr(device, "host_vendor", lambda: "AuthenticAMD")
 
     before = torch.get_num_threads()
     torch.set_num_threads(GOLDEN_THREADS)

@@ -188,3 +188,50 @@ def test_swiglu_runs_float32_on_mkl_and_is_right(monkeypatch):
         assert {v for p, v in point.items() if p.endswith(("swiglu_gate", "swiglu_up"))} == {want}
         ref = torch.nn.functional.silu(x.double() @ wg.double().T) * (x.double() @ wu.double().T)
         assert_flash_rule(out, ref, torch.nn.functional.silu(x @ wg.T) * (x @ wu.T), f"swiglu {rows} rows")
+
+
+@pytest.mark.parametrize("op", ["gemm", "gemm_epilogue"])
+@pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD"])
+def test_a_whole_c_runs_as_one_program_on_every_thread(monkeypatch, op, vendor):
+    """A float32 C of more than 400 rows and columns (an Intel CPU's gemm: any of more than 16 rows) runs as one
+    program over the whole of C in GLOBAL: one vendor call, which splits C over the threads itself (OpenBLAS in
+    panels, MKL its own threads); right at odd sizes on 1 and 2 threads, with torch's thread count kept."""
+    if vendor == "GenuineIntel" and not torch.backends.mkl.is_available():
+        pytest.skip("this torch carries no MKL")
+    _vendor(monkeypatch, vendor)
+    kernel = _kernel(op)
+    gen = torch.Generator().manual_seed(7)
+    before = torch.get_num_threads()
+    try:
+        for threads, (m, n, k) in ((2, (437, 411, 203)), (1, (403, 521, 97))):
+            torch.set_num_threads(threads)
+            x = torch.randn(m, k, generator=gen)
+            args = (x, torch.randn(k, n, generator=gen)) if op == "gemm" else \
+                (x, torch.randn(n, k, generator=gen), torch.randn(n, generator=gen))
+            out = kernel(*args)
+            point = kernel.latest.choice.mapping.point
+            assert {v for p, v in point.items() if p.endswith("mems.C")} == {"GLOBAL"}, point
+            assert _leaves(kernel.latest) == {LEAF if vendor == "GenuineIntel" else "gemm_leaf_blas"}
+            assert torch.get_num_threads() == threads
+            if op == "gemm":
+                ref, torch_out = args[0].double() @ args[1].double(), args[0] @ args[1]
+            else:
+                ref = torch.nn.functional.gelu(x.double() @ args[1].double().T + args[2].double())
+                torch_out = torch.nn.functional.gelu(x @ args[1].T + args[2])
+            assert_flash_rule(out, ref, torch_out, f"{op} {m}x{n}x{k} on {threads} threads")
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_mkl_runs_its_own_threads_for_a_whole_c(typed):
+    """Called outside a parallel region with 2^22 multiply-adds or more (a kernel of one program over a whole C), the
+    leaf gives MKL torch's thread count for the call; right on every transpose, and torch's count is kept."""
+    f, dtype = typed
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for trans_a, trans_b in ((0, 0), (0, 1), (1, 0), (1, 1)):
+            check_gemm(f, 301, 150, 97, trans_a, trans_b, seed=trans_a * 2 + trans_b, dtype=dtype)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -207,6 +207,23 @@ def test_few_rows_stream_b_once(lib, m, n, k, trans_a, pads, threads, dtype, tra
         lib.septran_cpu_gemv_split(ctypes.c_int64(0))
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("m,n,k", [(301, 150, 97), (150, 301, 97), (64, 700, 129)])
+def test_whole_gemm_split_over_threads(lib, threads, m, n, k):
+    """A GEMM of 2^22 multiply-adds or more called outside a parallel region (a kernel of one program over a whole
+    C) splits C's longer side over the threads in panels of 64, one sgemm each: rows (m >= n) or columns; odd sizes
+    leave a short last panel, and three threads an uneven share. Every transpose, padded strides, the 16-bit types
+    (widened first)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for trans_a, trans_b in ((0, 0), (0, 1), (1, 0), (1, 1)):
+            for dtype in (torch.float32, torch.bfloat16):
+                check_gemm(lib, dtype, m, n, k, trans_a, trans_b, pads=(3, 5, 1), seed=m + n + threads)
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("m,n,k", [(5, 7, 0), (0, 7, 3), (5, 0, 3)])
 def test_gemm_with_an_empty_dimension_leaves_c_alone(lib, m, n, k):
     c = torch.randn(max(m, 1), max(n, 1))

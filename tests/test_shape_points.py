@@ -118,9 +118,12 @@ def test_an_entry_that_continues_adds_to_the_next_entry_a_call_meets():
 
 def test_the_shipped_intel_entries_give_mkl_in_every_size_class():
     """gemm.yaml and bmm.yaml name the MKL leaf once for an Intel CPU's float32 calls, above the size classes: every
-    such call of more than 16 rows runs it in the tiles an AMD CPU runs, and a decode step keeps its own point."""
+    such call of more than 16 rows runs it (a gemm over a whole C in one program, a bmm in the tiles an AMD CPU runs
+    but for a batch of four or more at 2 threads), and a decode step keeps its own point."""
     from septran.mapping import shape_points
 
+    whole = {"task_mappings.gemm_block_cpu.mems.C": "GLOBAL", "task_mappings.gemm_host.tunables.BM": 4096,
+             "task_mappings.gemm_host.tunables.BN": 16384, "task_mappings.gemm_host.tunables.BK": 4096}
     for name, leaf in (("gemm", "task_mappings.gemm_block_cpu.leaf_task_bindings.gemm_leaf_logic"),
                        ("bmm", "task_mappings.bmm_block_cpu.leaf_task_bindings.bmm_leaf_logic")):
         entries = parse_mapping((REPO / "mappings" / "cpu" / f"{name}.yaml").read_text(), f"{name}.yaml").shape_points
@@ -135,6 +138,8 @@ def test_the_shipped_intel_entries_give_mkl_in_every_size_class():
                 intel_point = shape_points.point_of(entries, intel)
                 if m <= 16:  # a decode step: its own point, the same on both
                     assert intel == amd and intel_point.get(leaf) != "gemm_leaf_mkl", (name, m, n, k)
+                elif name == "gemm":
+                    assert intel_point == {**whole, leaf: "gemm_leaf_mkl"}, (name, m, n, k, threads)
                 else:
                     assert intel_point == {**amd_point, leaf: "gemm_leaf_mkl"}, (name, m, n, k, threads)
 
@@ -152,13 +157,17 @@ def test_an_unknown_parameter_is_refused_when_a_call_meets_it():
 
 
 @pytest.mark.build
-def test_a_dynamic_kernel_keeps_one_variant_per_bucket():
+def test_a_dynamic_kernel_keeps_one_variant_per_bucket(monkeypatch):
     """The model level's GEMM (rows dynamic): a decode step's one row runs the shipped decode point, a prefill the
-    first point, and each later call of either kind reuses its variant."""
+    first point, and each later call of either kind reuses its variant. (An AMD CPU's entries: an Intel CPU's
+    float32 GEMMs of more than 16 rows meet its own, above the size classes.)"""
     import torch
 
     import septran.ops.kernels
     from septran.ops.gemm import gemm_kernel
+    from septran.records import device
+
+    monkeypatch.setattr(device, "host_vendor", lambda: "AuthenticAMD")
 
     septran.ops.kernels.clear()  # the library's kernels are shared: count this test's variants only
     k = gemm_kernel("cpu", "none", False, True)
@@ -170,7 +179,7 @@ def test_a_dynamic_kernel_keeps_one_variant_per_bucket():
         sources.append(k.tuning["source"])
     # (entries 7 and 8, after these: a bfloat16 call of more rows on a CPU with a matrix unit; later, float32 by size)
     assert "shape_points entry 1" in sources[0]  # one row
-    assert sources[1] == sources[3] and "shape_points entry 14" in sources[1]  # 40 x 24: a small C, 64 x 64 tiles
+    assert sources[1] == sources[3] and "shape_points entry 15" in sources[1]  # 40 x 24: a small C, 64 x 64 tiles
     assert sources[2] == sources[0] and "shape_points entry 5" in sources[4]  # three rows: a small call
     assert len(k.variants) == 3
 
@@ -291,9 +300,10 @@ def test_a_kernel_runs_the_point_of_the_thread_count_at_each_call(tmp_path):
 
 
 def test_the_shipped_gemm_and_bmm_points_by_thread_count():
-    """One thread: float32 calls of more than 384 rows and columns run 512 x 512 tiles; two threads: only where
-    the larger tiles still share out evenly (a gemm C of 769 to 1024 each way; bmm batches 2 tiles each); more
-    threads, and other types, keep the first point."""
+    """gemm: a float32 C of more than 320 rows and columns on one thread, more than 400 on any count, runs as one
+    program over the whole C in GLOBAL (the vendor's call splits it over the threads); bmm, one thread: batches of
+    more than 384 rows and columns in 512 x 512 tiles; two threads only where the larger tiles share out evenly;
+    other types keep the first point."""
     from septran.mapping import shape_points
 
     def point(name, shapes, threads, dtype="float32", vendor="AuthenticAMD"):
@@ -305,28 +315,29 @@ def test_the_shipped_gemm_and_bmm_points_by_thread_count():
         return {"A": (m, k), "B": (k, n), "C": (m, n)}
 
     big = {"BM": 512, "BN": 512}
-    assert point("gemm", gemm(1000, 1000), 1) == big and point("gemm", gemm(5000, 3000), 1) == big
-    assert point("gemm", gemm(300, 5000), 1) is None and point("gemm", gemm(5000, 300), 1) is None
-    assert point("gemm", gemm(1000, 1000), 2) == big and point("gemm", gemm(1024, 769), 2) == big
-    assert point("gemm", gemm(1500, 1500), 2) is None and point("gemm", gemm(1000, 1100), 2) is None
-    assert point("gemm", gemm(1100, 1100), 3) is None and point("gemm", gemm(1000, 1000), 1, "float16") is None
+    whole = {"C": "GLOBAL", "BM": 4096, "BN": 16384, "BK": 4096}
+    assert point("gemm", gemm(1000, 1000), 1) == whole and point("gemm", gemm(5000, 3000), 1) == whole
+    assert point("gemm", gemm(321, 321), 1) == whole and point("gemm", gemm(321, 321), 2) != whole
+    assert point("gemm", gemm(1000, 1000), 2) == whole and point("gemm", gemm(1500, 1500), 3) == whole
+    assert point("gemm", gemm(1000, 1000), 1, "float16") is None
     # smaller C, on any thread count: tiles that give every thread several programs, handed out dynamically
     small, middling = ({"BM": b, "BN": n, "schedule": "dynamic"} for b, n in ((64, 64), (128, 256)))
     assert point("gemm", gemm(320, 320), 2) == small and point("gemm", gemm(37, 300), 1) == small
-    assert point("gemm", gemm(700, 1000), 2) == middling and point("gemm", gemm(1000, 1000), 3) == middling
+    assert point("gemm", gemm(400, 1000), 2) == middling and point("gemm", gemm(1000, 390), 3) == middling
     assert point("gemm", gemm(300, 1024), 1) == middling and point("gemm", gemm(321, 200), 2) == middling
     bmm = lambda b, m, n: {"A": (b, m, 64), "B": (b, 64, n), "C": (b, m, n)}  # noqa: E731
     assert point("bmm", bmm(8, 512, 512), 1) == big and point("bmm", bmm(3, 512, 512), 2) == {"BN": 512}
     dynamic = {"schedule": "dynamic"}  # bmm's other float32 batches: the first point's tiles, handed out dynamically
     assert point("bmm", bmm(3, 200, 512), 2) == dynamic and point("bmm", bmm(3, 1024, 1024), 2) == dynamic
     assert point("bmm", bmm(12, 128, 128), 2) == {"BM": 64, "BN": 64, "schedule": "dynamic"}
-    # an Intel CPU: the same tiles on MKL's leaf, and MKL for every other float32 shape of more than 16 rows
+    # an Intel CPU: MKL's leaf for every float32 shape of more than 16 rows; a gemm over the whole C
     mkl = {"gemm_leaf_logic": "gemm_leaf_mkl"}
-    assert point("gemm", gemm(1000, 1000), 1, vendor="GenuineIntel") == {**big, **mkl}
-    assert point("gemm", gemm(1500, 1500), 2, vendor="GenuineIntel") == mkl
+    assert point("gemm", gemm(1000, 1000), 1, vendor="GenuineIntel") == {**whole, **mkl}
+    assert point("gemm", gemm(37, 300), 2, vendor="GenuineIntel") == {**whole, **mkl}
     assert point("gemm", gemm(4, 1500), 2, vendor="GenuineIntel") == {"BM": 16, "BN": 4096, "BK": 4096}
     assert point("gemm", gemm(100, 100), 2, "bfloat16", vendor="GenuineIntel") is None
     assert point("bmm", bmm(3, 512, 512), 2, vendor="GenuineIntel") == {"BN": 512, "bmm_leaf_logic": "gemm_leaf_mkl"}
+    assert point("bmm", bmm(4, 512, 512), 2, vendor="GenuineIntel") == {**big, "bmm_leaf_logic": "gemm_leaf_mkl"}
     assert point("bmm", bmm(3, 1024, 1024), 2, vendor="GenuineIntel") == {**dynamic, "bmm_leaf_logic": "gemm_leaf_mkl"}
 
 

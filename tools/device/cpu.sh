@@ -31,7 +31,7 @@ if [ -n "$LEAVES" ]; then
 fi
 cases=${1:-gemm,decode,bmm,gemm_epilogue,bf16,fp16,softmax,log_softmax,layernorm,rmsnorm,attention,overhead}
 left=$(( ${BUDGET:-520} - ($(date +%s) - t0) ))  # BUDGET: seconds for the whole script; the bench gets what is left
-timeout $left python3 bench/cpu.py --threads 2,1 --rounds 7 --cases "$cases" \
+timeout $left python3 bench/cpu.py --threads 2,1 --rounds ${ROUNDS:-7} --cases "$cases" \
   --inductor softmax,log_softmax,layernorm,rmsnorm,attention --json "${OUT:-/tmp}/cpu.json" > "${OUT:-/tmp}/bench.log" 2>&1
 echo "bench: rc $? at $(( $(date +%s) - t0 )) s"
 grep -A80 '^operator' "${OUT:-/tmp}/bench.log" | head -80

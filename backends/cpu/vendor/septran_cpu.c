@@ -463,6 +463,22 @@ int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, i
       if (end > start) sgemm_part(C + start, a, trans_b ? b + (size_t)start * ldb : b + start, m, end - start, k, ldc,
                                   lda, ldb, trans_a, trans_b);
     }
+  } else if ((threads = septran_cpu_whole_threads(m, n, k)) > 1) {
+    /* a kernel's one program over a whole C (a mapping's point with C in GLOBAL and one tile): the grid has nothing
+     * to share out, so the call splits C's longer side over the threads in panels of 64, one sgemm each (each thread
+     * packs all of the other operand: k n against the m n k / threads it computes) */
+    int32_t along = m >= n ? m : n;
+#pragma omp parallel num_threads(threads)
+    {
+      int32_t start, end;
+      septran_cpu_whole_share(along, omp_get_thread_num(), omp_get_num_threads(), &start, &end);
+      if (end > start && m >= n)
+        sgemm_part(C + (size_t)start * ldc, trans_a ? a + start : a + (size_t)start * lda, b, end - start, n, k, ldc,
+                   lda, ldb, trans_a, trans_b);
+      else if (end > start)
+        sgemm_part(C + start, a, trans_b ? b + (size_t)start * ldb : b + start, m, end - start, k, ldc, lda, ldb,
+                   trans_a, trans_b);
+    }
   } else {
     sgemm_part(C, a, b, m, n, k, ldc, lda, ldb, trans_a, trans_b);
   }

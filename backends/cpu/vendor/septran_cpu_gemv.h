@@ -40,6 +40,10 @@ void septran_cpu_few_dots_gemm_bf16(float* c, int32_t ldc, const uint16_t* a, in
  * split size), and thread t's columns [start, end) of n, in 256-byte chunks: for septran_cpu_gemm's few rows. */
 int septran_cpu_split_threads(int32_t n, int32_t k);
 void septran_cpu_split_share(int32_t n, int t, int threads, int32_t* start, int32_t* end);
+/* A whole GEMM called outside a parallel region: the threads it runs on (1: the caller's alone), and thread t's
+ * [*start, *end) of the side it splits, in panels of 64 */
+int septran_cpu_whole_threads(int64_t m, int64_t n, int64_t k);
+void septran_cpu_whole_share(int32_t n, int t, int threads, int32_t* start, int32_t* end);
 /* From this many elements of B a call outside a parallel region splits over the threads; 0: SEPTRAN_CPU_GEMV_SPLIT
  * or the default again (for the tests). */
 void septran_cpu_gemv_split(int64_t elements);

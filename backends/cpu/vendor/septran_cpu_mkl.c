@@ -10,16 +10,19 @@
  * dependency of the build), once per process. Where it is absent (a torch without MKL, a process without torch)
  * every call here is septran_cpu_gemm_tiles, OpenBLAS's leaf, and returns SEPTRAN_CPU_E_UNIT: C is right either way.
  *
- * MKL runs one thread per call here: the kernel's grid already has a program on every core. Its thread count is
- * set for the calling thread only (MKL_Set_Num_Threads_Local) and put back after the call, so torch's own MKL calls
+ * MKL runs one thread per call here: the kernel's grid already has a program on every core; a kernel of one program
+ * over a whole C (called outside a parallel region) gives it the threads. Its thread count is set for the calling
+ * thread only (MKL_Set_Num_Threads_Local) and put back after the call, so torch's own MKL calls
  * on the same thread keep torch's count.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdint.h>
 
 #include "septran_cpu.h"
+#include "septran_cpu_gemv.h"
 
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 
@@ -80,7 +83,8 @@ static int32_t gemm_mkl(float* c, void* a, void* b, int32_t dtype, int32_t trans
   }
   if (m == 0 || n == 0 || k == 0) return 0;
   int im = (int)m, in = (int)n, ik = (int)k, ilda = (int)lda, ildb = (int)ldb, ildc = (int)ldc;
-  int before = mkl.set_local_threads(1);
+  /* one thread inside the grid's parallel region; a kernel's one program over a whole C runs MKL's own threads */
+  int before = mkl.set_local_threads(septran_cpu_whole_threads(m, n, k) > 1 ? omp_get_max_threads() : 1);
   if (dtype == SEPTRAN_CPU_F32) {
     /* column-major BLAS: C^T += op(B)^T op(A)^T, each row-major matrix read as its transpose */
     const float one = 1.0f;
