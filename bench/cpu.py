@@ -213,9 +213,12 @@ def run_case(case: dict, threads: list[int], mapping_dir: Path, rounds: int, sam
             row["shipped_tuning"] = shipped.tuning
         fns.update({name: (lambda f=f: f(*inputs)) for name, f in case["baselines"].items()})
         if case["inductor_of"] is not None:
-            # compiled anew at each thread count (on its warm-up call, outside the timing): inductor's C++ may keep
-            # the count it was compiled at (torch 2.11 on a 16-core host ran the 1-thread block as fast as the 2)
+            # compiled anew at each thread count (on its warm-up call, outside the timing), with that count named in
+            # inductor's config: its C++ keeps the count it was compiled at, and its graph cache's key holds the
+            # config, not torch's count (torch 2.11 on a 16-core Intel host ran the 1-thread rows as fast as the 2,
+            # where eager's and SepTran's times doubled)
             torch._dynamo.reset()
+            torch._inductor.config.cpp.threads = torch.get_num_threads()
             compiled = torch.compile(case["inductor_of"], dynamic=False)
             fns["inductor"] = lambda: compiled(*inputs)
         row["waited_s"] = wait_idle(idle_s)
