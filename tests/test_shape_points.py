@@ -118,8 +118,8 @@ def test_an_entry_that_continues_adds_to_the_next_entry_a_call_meets():
 
 def test_the_shipped_intel_entries_give_mkl_in_every_size_class():
     """gemm.yaml and bmm.yaml name the MKL leaf once for an Intel CPU's float32 calls, above the size classes: every
-    such call of more than 16 rows runs it (a gemm over a whole C in one program, a bmm in the tiles an AMD CPU runs
-    but for a batch of four or more at 2 threads), and a decode step keeps its own point."""
+    such call of more than 16 rows runs it (a gemm over a whole C in one program, a bmm in the tiles an AMD CPU
+    runs), and a decode step keeps its own point."""
     from septran.mapping import shape_points
 
     whole = {"task_mappings.gemm_block_cpu.mems.C": "GLOBAL", "task_mappings.gemm_host.tunables.BM": 4096,
@@ -337,7 +337,6 @@ def test_the_shipped_gemm_and_bmm_points_by_thread_count():
     assert point("gemm", gemm(4, 1500), 2, vendor="GenuineIntel") == {"BM": 16, "BN": 4096, "BK": 4096}
     assert point("gemm", gemm(100, 100), 2, "bfloat16", vendor="GenuineIntel") is None
     assert point("bmm", bmm(3, 512, 512), 2, vendor="GenuineIntel") == {"BN": 512, "bmm_leaf_logic": "gemm_leaf_mkl"}
-    assert point("bmm", bmm(4, 512, 512), 2, vendor="GenuineIntel") == {**big, "bmm_leaf_logic": "gemm_leaf_mkl"}
     assert point("bmm", bmm(3, 1024, 1024), 2, vendor="GenuineIntel") == {**dynamic, "bmm_leaf_logic": "gemm_leaf_mkl"}
 
 
