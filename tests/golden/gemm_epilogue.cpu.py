@@ -7,9 +7,9 @@ import tilelang.cpu.language as T
 A_dim0 = 700  # problem size C.shape[0], A.shape[0]
 B_dim0 = 500  # problem size C.shape[1], B.shape[0], bias.shape[0]
 A_dim1 = 320  # problem size A.shape[1], B.shape[1]
-BM = 4096  # tunable BM = 4096 (mappings/cpu/gemm_epilogue.yaml:10)
-BN = 16384  # tunable BN = 16384 (mappings/cpu/gemm_epilogue.yaml:10)
-BK = 4096  # tunable BK = 4096 (mappings/cpu/gemm_epilogue.yaml:10)
+BM = 128  # tunable BM = 128 (mappings/cpu/gemm_epilogue.yaml:10)
+BN = 256  # tunable BN = 256 (mappings/cpu/gemm_epilogue.yaml:10)
+BK = 512  # tunable BK = 512 (mappings/cpu/gemm_epilogue.yaml:10)
 
 
 @T.prim_func
@@ -19,12 +19,16 @@ def gemm_epilogue(
     bias: T.Tensor((B_dim0,), "float32"),
     C: T.Tensor((A_dim0, B_dim0), "float32"),
 ):
+    # programs run in parallel over bx, by (schedule dynamic)
     with T.Kernel(T.ceildiv(B_dim0, BN), T.ceildiv(A_dim0, BM)) as (bx, by):
+        C_local = T.alloc_local((BM, BN), "float32")
         bias_local = T.alloc_local((BN,), "float32")
+        T.call_extern("int32", "septran_cpu_fill_zero_f32", C_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN))
         for k in T.serial(T.ceildiv(A_dim1, BK)):
-            T.call_extern("int32", "septran_cpu_gemm_f32_f32", C.access_ptr("rw", offset=bx * BN + by * BM * B_dim0), A.access_ptr("rw", offset=k * BK + by * BM * A_dim1), B.access_ptr("rw", offset=k * BK + bx * BN * A_dim1), 0, 1, T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BN, B_dim0 - bx * BN)), T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BK, A_dim1 - k * BK)), T.Cast("int64", T.min(BN, B_dim0 - bx * BN)), T.Cast("int64", T.min(BK, A_dim1 - k * BK)), T.Cast("int64", B_dim0), T.Cast("int64", A_dim1), T.Cast("int64", A_dim1))
+            T.call_extern("int32", "septran_cpu_gemm_mkl_f32_f32", C_local.access_ptr("rw"), A.access_ptr("rw", offset=k * BK + by * BM * A_dim1), B.access_ptr("rw", offset=k * BK + bx * BN * A_dim1), 0, 1, T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BK, A_dim1 - k * BK)), T.Cast("int64", T.min(BN, B_dim0 - bx * BN)), T.Cast("int64", T.min(BK, A_dim1 - k * BK)), T.Cast("int64", BN), T.Cast("int64", A_dim1), T.Cast("int64", A_dim1))
         T.call_extern("int32", "septran_cpu_load_f32_f32", bias_local.access_ptr("rw"), bias.access_ptr("rw", offset=bx * BN), T.int64(1), T.Cast("int64", BN), T.int64(1), T.int64(1), T.int64(1), T.Cast("int64", T.min(BN, B_dim0 - bx * BN)))
-        for i, j in T.grid(T.min(BM, A_dim0 - by * BM), T.min(BN, B_dim0 - bx * BN)):
-            C[by * BM + i, bx * BN + j] = C[by * BM + i, bx * BN + j] + bias_local[j]
-        for i, j in T.grid(T.min(BM, A_dim0 - by * BM), T.min(BN, B_dim0 - bx * BN)):
-            C[by * BM + i, bx * BN + j] = C[by * BM + i, bx * BN + j] * T.float32(0.5) * (T.float32(1.0) + T.erf(C[by * BM + i, bx * BN + j] * T.float32(0.7071067811865476)))
+        for i, j in T.grid(BM, BN):
+            C_local[i, j] = C_local[i, j] + bias_local[j]
+        for i, j in T.grid(BM, BN):
+            C_local[i, j] = C_local[i, j] * T.float32(0.5) * (T.float32(1.0) + T.erf(C_local[i, j] * T.float32(0.7071067811865476)))
+        T.call_extern("int32", "septran_cpu_store_f32_f32", C.access_ptr("rw", offset=bx * BN + by * BM * B_dim0), C_local.access_ptr("rw"), T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BN, B_dim0 - bx * BN)), T.Cast("int64", B_dim0), T.Cast("int64", BN))
