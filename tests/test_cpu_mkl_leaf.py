@@ -204,7 +204,7 @@ def test_a_whole_c_runs_as_one_program_on_every_thread(monkeypatch, op, vendor):
     gen = torch.Generator().manual_seed(7)
     before = torch.get_num_threads()
     try:
-        for threads, (m, n, k) in ((2, (437, 411, 403)), (1, (403, 521, 397))):
+        for threads, (m, n, k) in ((2, (437, 411, 403)), (1, (403, 521, 397)), (2, (419, 433, 4101))):  # 4101: two depth steps
             torch.set_num_threads(threads)
             x = torch.randn(m, k, generator=gen)
             args = (x, torch.randn(k, n, generator=gen)) if op == "gemm" else \
