@@ -220,6 +220,10 @@ def test_a_whole_c_runs_as_one_program_on_every_thread(monkeypatch, op, vendor):
                 ref = torch.nn.functional.gelu(x.double() @ args[1].double().T + args[2].double())
                 torch_out = torch.nn.functional.gelu(x @ args[1].T + args[2])
             assert_flash_rule(out, ref, torch_out, f"{op} {m}x{n}x{k} on {threads} threads")
+            if op == "gemm":  # the program reads C before writing it: a C passed in starts from zeros, not from its NaNs
+                given = torch.full((m, n), float("nan"))
+                assert kernel(*args, C=given) is given
+                assert_flash_rule(given, ref, torch_out, f"{op} {m}x{n}x{k} into a NaN-filled C")
     finally:
         torch.set_num_threads(before)
 
