@@ -211,7 +211,8 @@ def test_a_whole_c_runs_as_one_program_on_every_thread(monkeypatch, op, vendor):
                 (x, torch.randn(n, k, generator=gen), torch.randn(n, generator=gen))
             out = kernel(*args)
             point = kernel.latest.choice.mapping.point
-            assert {v for p, v in point.items() if p.endswith("mems.C")} == {"GLOBAL"}, point
+            mems = {p.rsplit(".", 1)[1]: v for p, v in point.items() if ".mems." in p}
+            assert mems.get("C", mems.get("*")) == "GLOBAL", point  # gemm names C; the epilogue "*" (C, bias)
             assert _leaves(kernel.latest) == {LEAF if vendor == "GenuineIntel" else "gemm_leaf_blas"}
             assert torch.get_num_threads() == threads
             if op == "gemm":
@@ -240,3 +241,26 @@ def test_mkl_runs_its_own_threads_for_a_whole_c(typed):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD"])
+def test_the_residual_variant_runs_a_whole_c_too(monkeypatch, vendor):
+    """The model level's gemm_residual (the epilogue logic's residual variant, on the same mapping) meets the whole-C
+    entries as the epilogue does: R and the bias are read in GLOBAL with C, never staged in a LOCAL tile as large as
+    C (which the cpu's 1 MiB refuses); right at odd sizes, and a small C keeps its LOCAL tiles."""
+    if vendor == "GenuineIntel" and not torch.backends.mkl.is_available():
+        pytest.skip("this torch carries no MKL")
+    from septran.ops import kernels
+    from septran.ops.logic.gemm_epilogue import gemm_epilogue
+
+    _vendor(monkeypatch, vendor)
+    kernel = septran.compile(gemm_epilogue("none", False, True, residual=True),
+                             kernels.mapping("cpu", "gemm_epilogue", unbound=("epi_act_leaf",)))
+    gen = torch.Generator().manual_seed(11)
+    for (m, n, k), mem in (((437, 411, 403), "GLOBAL"), ((37, 411, 403), "LOCAL")):
+        x, w, bias, r = (torch.randn(*s, generator=gen) for s in ((m, k), (n, k), (n,), (m, n)))
+        out = kernel(x, w, bias, r)
+        point = kernel.latest.choice.mapping.point
+        assert {v for p, v in point.items() if p.endswith("mems.*")} == {mem}, point
+        ref = x.double() @ w.double().T + bias.double() + r.double()
+        assert_flash_rule(out, ref, x @ w.T + bias + r, f"gemm_residual {m}x{n}x{k}")
