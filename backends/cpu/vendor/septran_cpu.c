@@ -452,26 +452,19 @@ int32_t septran_cpu_gemm(float* C, void* A, void* B, int32_t dtype, int32_t m, i
      * sgemm packed it first (with its bias and ReLU, x torch, 1 / 2 threads, Zen 4: 2 x 4096 x 4096 0.61 / 1.16
      * -> 1.93 / 3.50, 4 x 11008 x 4096 0.84 / 1.07 -> 2.50 / 3.24, 16 x 4096 x 4096 0.73 / 1.03 -> 1.33 / 1.68) */
     septran_cpu_few_dots_gemm(C, ldc, a, lda, m, b, k, n, ldb);
-  } else if (m <= SEPTRAN_CPU_FEW_ROWS && (threads = septran_cpu_split_threads(n, k)) > 1) {
-    /* a few rows of a transposed B (a Linear's weight) as the kernel's one program: B's columns split over the
-     * threads, as a row's are (OpenBLAS runs one thread per call). Measured when the
-     * untransposed B went this way too: 16 x 4096 x 4096 at 2 threads 13.1 -> 7.2 ms (torch 8.6), AMD EPYC Zen 4. */
-#pragma omp parallel num_threads(threads)
-    {
-      int32_t start, end;
-      septran_cpu_split_share(n, omp_get_thread_num(), omp_get_num_threads(), &start, &end);
-      if (end > start) sgemm_part(C + start, a, trans_b ? b + (size_t)start * ldb : b + start, m, end - start, k, ldc,
-                                  lda, ldb, trans_a, trans_b);
-    }
-  } else if ((threads = septran_cpu_whole_threads(m, n, k)) > 1) {
-    /* a kernel's one program over a whole C (a mapping's point with C in GLOBAL and one tile): the grid has nothing
-     * to share out, so the call splits C's longer side over the threads in panels of 64, one sgemm each (each thread
-     * packs all of the other operand: k n against the m n k / threads it computes) */
+  } else if ((m <= SEPTRAN_CPU_FEW_ROWS && (threads = septran_cpu_split_threads(n, k)) > 1) ||
+             (threads = septran_cpu_whole_threads(m, n, k)) > 1) {
+    /* The kernel's one program, outside a parallel region: C's longer side split over the threads in panels of 64,
+     * one sgemm each (OpenBLAS runs one thread per call). A few rows of a transposed B (a Linear's weight) split B's
+     * columns, as a row's are (measured when the untransposed B went this way too: 16 x 4096 x 4096 at 2 threads 13.1
+     * -> 7.2 ms, torch 8.6, AMD EPYC Zen 4); a whole C (a mapping's point with C in GLOBAL and one tile: the grid
+     * has nothing to share out) its rows or columns, each thread packing all of the other operand (k n against
+     * the m n k / threads it computes). */
     int32_t along = m >= n ? m : n;
 #pragma omp parallel num_threads(threads)
     {
       int32_t start, end;
-      septran_cpu_whole_share(along, omp_get_thread_num(), omp_get_num_threads(), &start, &end);
+      septran_cpu_split_share(along, omp_get_thread_num(), omp_get_num_threads(), &start, &end);
       if (end > start && m >= n)
         sgemm_part(C + (size_t)start * ldc, trans_a ? a + start : a + (size_t)start * lda, b, end - start, n, k, ldc,
                    lda, ldb, trans_a, trans_b);

@@ -422,21 +422,15 @@ static int threads_for(int32_t n, int32_t k) {
 int septran_cpu_split_threads(int32_t n, int32_t k) { return threads_for(n, k); }
 
 /* A GEMM of at least this many multiply-adds called outside a parallel region (a kernel of one program) runs on
- * the threads; smaller ones stay on the caller's (the team's wake-up and spin outlast them). */
-enum { WHOLE_FROM = 1 << 22, WHOLE_PANEL = 64 };
+ * the threads, its longer side shared in CHUNKs (septran_cpu_split_share); smaller ones stay on the caller's (the
+ * team's wake-up and spin outlast them). */
+enum { WHOLE_FROM = 1 << 22 };
 
 int septran_cpu_whole_threads(int64_t m, int64_t n, int64_t k) {
   if (omp_in_parallel() || m * n * k < WHOLE_FROM) return 1;
-  int64_t along = m >= n ? m : n, most = (along + WHOLE_PANEL - 1) / WHOLE_PANEL;
+  int64_t along = m >= n ? m : n, most = (along + CHUNK - 1) / CHUNK;
   int t = omp_get_max_threads();
   return t < most ? t : (int)most;
-}
-
-void septran_cpu_whole_share(int32_t n, int t, int threads, int32_t* start, int32_t* end) {
-  int32_t chunks = (n + WHOLE_PANEL - 1) / WHOLE_PANEL, per = chunks / threads, extra = chunks % threads;
-  int32_t first = t * per + (t < extra ? t : extra), count = per + (t < extra);
-  *start = first * WHOLE_PANEL < n ? first * WHOLE_PANEL : n;
-  *end = (first + count) * WHOLE_PANEL < n ? (first + count) * WHOLE_PANEL : n;
 }
 
 void septran_cpu_split_share(int32_t n, int t, int threads, int32_t* start, int32_t* end) {

@@ -37,13 +37,12 @@ int septran_cpu_few_dots_unit(void);
 void septran_cpu_few_dots_gemm_bf16(float* c, int32_t ldc, const uint16_t* a, int32_t lda, int32_t m,
                                     const uint16_t* b, int32_t k, int32_t n, int32_t ldb);
 /* How many threads a call with n columns of C and depth k splits over (1 inside a parallel region or below the
- * split size), and thread t's columns [start, end) of n, in 256-byte chunks: for septran_cpu_gemm's few rows. */
+ * split size), and thread t's rows or columns [start, end) of n, in chunks of 64 (256 bytes of float32): for
+ * septran_cpu_gemm's few rows, and its whole C. */
 int septran_cpu_split_threads(int32_t n, int32_t k);
 void septran_cpu_split_share(int32_t n, int t, int threads, int32_t* start, int32_t* end);
-/* A whole GEMM called outside a parallel region: the threads it runs on (1: the caller's alone), and thread t's
- * [*start, *end) of the side it splits, in panels of 64 */
+/* A whole GEMM called outside a parallel region: the threads it runs on (1: the caller's alone) */
 int septran_cpu_whole_threads(int64_t m, int64_t n, int64_t k);
-void septran_cpu_whole_share(int32_t n, int t, int threads, int32_t* start, int32_t* end);
 /* From this many elements of B a call outside a parallel region splits over the threads; 0: SEPTRAN_CPU_GEMV_SPLIT
  * or the default again (for the tests). */
 void septran_cpu_gemv_split(int64_t elements);
