@@ -264,3 +264,19 @@ def test_the_residual_variant_runs_a_whole_c_too(monkeypatch, vendor):
         assert {v for p, v in point.items() if p.endswith("mems.*")} == {mem}, point
         ref = x.double() @ w.double().T + bias.double() + r.double()
         assert_flash_rule(out, ref, x @ w.T + bias + r, f"gemm_residual {m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_16_bit_c_over_a_whole_c_point_is_refused(dtype):
+    """A bfloat16 or float16 C kept as it is cannot be a GEMM leaf's float32 accumulator: a point that puts it in
+    GLOBAL (the float32 whole-C point, forced on 16-bit operands) is refused at the mapping's line, naming the leaf
+    and C's type, never run into C's 16-bit bits."""
+    from septran.errors import LoweringError
+
+    kernel = _kernel("gemm")
+    a, b = (torch.randn(*s).to(dtype) for s in ((437, 203), (203, 411)))
+    kernel(a, b)  # the mapping's own point for these types
+    point = {**kernel.latest.choice.mapping.point, "task_mappings.gemm_block_cpu.mems.C": "GLOBAL",
+             "task_mappings.gemm_host.tunables.BM": 4096, "task_mappings.gemm_host.tunables.BN": 16384}
+    with pytest.raises(LoweringError, match=r"gemm\.yaml:\d+:\d+: .*implements gemm for .*C of gemm_block_logic"):
+        kernel.at(point)(a, b)
