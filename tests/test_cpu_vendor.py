@@ -269,7 +269,9 @@ def test_gemm_from_threads_at_once(lib):
 
 # ---- reductions -------------------------------------------------------------------------------------------------
 
-REDUCE = {"max": (lambda x: x.amax(dim=1), max), "min": (lambda x: x.amin(dim=1), min), "sum": (lambda x: x.sum(dim=1), float.__add__)}
+REDUCE = {"max": (lambda x: x.amax(dim=1), max), "min": (lambda x: x.amin(dim=1), min), "sum": (lambda x: x.sum(dim=1), float.__add__),
+          "sumsq": (lambda x: (x * x).sum(dim=1), float.__add__)}
+SUMS = ("sum", "sumsq")  # summed in another order than torch's: within a float32 sum's bound
 
 
 @pytest.mark.parametrize("op", sorted(REDUCE))
@@ -288,8 +290,9 @@ def test_reduce(lib, op, cols, clear):
     want = rows(x.double())
     if not clear:
         want = torch.tensor([combine(float(o), float(w)) for o, w in zip(before.double(), want)], dtype=torch.float64)
-    if op == "sum":  # another order than torch's: within the bound of a float32 sum, exact where not finite
-        bound = 2 * (cols + 1) * U32 * (x.double().abs().sum(dim=1) + before.double().abs() * (1 - clear))
+    if op in SUMS:  # another order than torch's: within the bound of a float32 sum, exact where not finite
+        terms = x.double().abs() if op == "sum" else x.double() ** 2  # (a square: one more rounding, in the 2)
+        bound = 2 * (cols + 1) * U32 * (terms.sum(dim=1) + before.double().abs() * (1 - clear))
         finite = want.isfinite()
         assert ((out.double() - want).abs()[finite] <= bound[finite]).all()
         assert torch.equal(out.double()[~finite], want[~finite])
@@ -300,9 +303,24 @@ def test_reduce(lib, op, cols, clear):
 def test_reduce_over_no_columns_gives_the_identity(lib):
     out = torch.full((3,), 5.0)
     x = torch.ones(3, 1)
-    for op, identity in (("max", float("-inf")), ("min", float("inf")), ("sum", 0.0)):
+    for op, identity in (("max", float("-inf")), ("min", float("inf")), ("sum", 0.0), ("sumsq", 0.0)):
         assert call(lib, f"septran_cpu_reduce_{op}", out, x, 3, 0, 1, 1) == 0
         assert (out == identity).all()
+
+
+@pytest.mark.parametrize("op", sorted(REDUCE))
+@pytest.mark.parametrize("cols", [1, 33, 511, 1300])  # float16 rows are widened 512 elements at a time
+def test_reduce_of_float16_rows_is_the_float32_reduction_of_their_values(lib, op, cols):
+    gen = torch.Generator().manual_seed(cols)
+    x, ld = strided(5, cols, 7, torch.float16, gen)
+    out, want = torch.randn(5, generator=gen), torch.randn(5, generator=gen)
+    assert call(lib, f"septran_cpu_reduce_{op}_half", out, x, 5, cols, ld, 1) == 0
+    assert call(lib, f"septran_cpu_reduce_{op}", want, x.float().contiguous(), 5, cols, cols, 1) == 0
+    if op in SUMS:  # the chunks' partial results joined in another order
+        terms = x.double().abs() if op == "sum" else x.double() ** 2
+        assert ((out.double() - want.double()).abs() <= 4 * (cols + 1) * U32 * terms.sum(dim=1)).all()
+    else:
+        assert torch.equal(out, want)
 
 
 # ---- copies -----------------------------------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def test_a_tile_of_a_type_the_vendor_cannot_copy_is_copied_by_tilelang(tmp_path,
 
 def test_a_float16_result_temp_of_the_vendors_reduction_is_refused_at_the_binding(tmp_path, monkeypatch):
     """rmsnorm's per-tile sum in a float16 temp (the cpu mapping's algorithm, rmsnorm_sums): the vendor's row
-    reductions write float32 only (septran_cpu_reduce_sum_f32 / _f16 take float* out)."""
+    reductions write float32 only (septran_cpu_reduce_sumsq_f32 / _f16 take float* out)."""
     old = "s = task.temp(*stats)"
     text = (REPO / "septran" / "ops" / "logic" / "rmsnorm.py").read_text()
     assert old in text
@@ -97,23 +97,22 @@ def test_a_float16_result_temp_of_the_vendors_reduction_is_refused_at_the_bindin
     logic.write_text(text.replace(old, old[:-1] + ', dtype="float16")'))
     kernel = septran.compile(logic_file=logic, mapping_file=mapping_path("cpu", "rmsnorm"))
     forbid_tilelang(monkeypatch, "refused before TileLang")
-    with pytest.raises(septran.LoweringError, match="row_sum for out of float32 only, but temp s .* is float16"):
+    with pytest.raises(septran.LoweringError, match="row_sum_squares for out of float32 only, but temp s .* is float16"):
         kernel.specialize(X=((8, 40), "float32"), W=((40,), "float32"))
 
 
 @pytest.mark.build
-def test_a_float16_temp_reduced_by_the_vendor_builds(tmp_path):
-    """rmsnorm's squares in a float16 temp: septran_cpu_reduce_sum_f16 reduces it (it was refused here, and g++
-    failed at link time before that, while the vendor had float32 reductions only)."""
-    old = 'S = task.temp(*(X.shape[d] if d != axis else "BN" for d in range(rank)))'
-    text = (REPO / "septran" / "ops" / "logic" / "rmsnorm.py").read_text()
-    assert old in text
-    logic = tmp_path / "rmsnorm.py"
-    logic.write_text(text.replace(old, old[:-1] + ', dtype="float16")'))
-    kernel = septran.compile(logic_file=logic, mapping_file=mapping_path("cpu", "rmsnorm"))
-    x, w = torch.randn(8, 40), torch.randn(40)
-    expect = torch.nn.functional.rms_norm(x, (40,), w, 1e-6)
-    torch.testing.assert_close(kernel(x, w, eps=1e-6), expect, rtol=2e-3, atol=2e-3)  # squares rounded to float16
+def test_float16_rows_summed_by_the_vendor_build(tmp_path):
+    """rmsnorm's sum of squares over float16 rows: septran_cpu_reduce_sumsq_f16 reads them in place (a float16
+    tile reduced by the vendor was refused here once, and g++ failed at link time before that, while the vendor had
+    float32 reductions only)."""
+    kernel = septran.compile(logic_file=REPO / "septran" / "ops" / "logic" / "rmsnorm.py",
+                             mapping_file=mapping_path("cpu", "rmsnorm"))
+    x, w = torch.randn(8, 1037).half(), torch.randn(1037).half()
+    got = kernel(x, w, eps=1e-6)
+    assert "septran_cpu_reduce_sumsq_f16" in kernel.latest.device_source
+    expect = torch.nn.functional.rms_norm(x.double(), (1037,), w.double(), 1e-6)
+    torch.testing.assert_close(got.double(), expect, rtol=2e-3, atol=2e-3)  # float16's rounding of the result
 
 
 # GPU targets and DSAs: the same tables (target.yaml: operand_dtypes), checked before TileLang runs.
@@ -184,3 +183,26 @@ def test_a_bfloat16_temp_on_cpu_is_computed_in_float32_like_its_tensors(tmp_path
     q, k, v = torch.randn(1, 2, 37, 64), torch.randn(1, 2, 51, 64), torch.randn(1, 2, 51, 64)
     torch.testing.assert_close(kernel(q, k, v), torch.nn.functional.scaled_dot_product_attention(q, k, v),
                                atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("target, leaf", [("sm90", "tile_parallel"), ("cpu", "tile_loops")])
+def test_a_sum_of_squares_on_a_leaf_without_one_is_refused_at_the_binding(tmp_path, target, leaf):
+    """row_sum_squares is a kind of its own: TileLang has no reduction of squares (a T.reduce_sumsq would fail in
+    TileLang), so a leaf that runs the other reductions is refused for it where the mapping binds it."""
+    from conftest import edited_mapping
+
+    binding = "rms_sums_add_square: vector_loops" if target == "cpu" else "rms_add_square: tile_parallel"
+    if target == "cpu":
+        edits = [(binding, f"rms_sums_add_square: {leaf}")]
+    else:  # the GPU's mapping with the CPU's algorithm
+        edits = [("task_name: rmsnorm_logic", "task_name: rmsnorm_sums_logic"),
+                 ("calls: {rmsnorm_rows: rms_block}", "calls: {rmsnorm_sums_rows: rms_block}"),
+                 ("task_name: rmsnorm_rows", "task_name: rmsnorm_sums_rows"),
+                 ("acc: REGISTER, rstd: REGISTER", "rstd: REGISTER, s: REGISTER, S: REGISTER"),
+                 ("rms_clear: tile_parallel", "rms_sums_start: tile_parallel"),
+                 (binding, f"rms_sums_add_square: {leaf}"), ("rms_rstd: tile_parallel", "rms_sums_rstd: tile_parallel")]
+    path = edited_mapping(tmp_path, target, "rmsnorm", *edits)
+    with pytest.raises(septran.MappingError, match=f"{leaf} implements elementwise, reduce, reduce_axis, but "
+                                                   r"rms_sums_add_square calls 'row_sum_squares' \(reduce_squares") as info:
+        septran.compile(logic_file=REPO / "septran" / "ops" / "logic" / "rmsnorm.py", mapping_file=path)
+    assert info.value.loc.file == str(path) and f"rms_sums_add_square: {leaf}" in path.read_text().splitlines()[info.value.loc.line - 1]

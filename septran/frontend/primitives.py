@@ -93,9 +93,9 @@ def _gelu_tanh(x: el.Elem) -> el.Elem:
     return x * 0.5 * (1.0 + el.Call("tanh", (0.7978845608028654 * (x + 0.044715 * x * x * x),)))
 
 
-def _reduce(name: str, op: str, out_priv: Privilege, clear: bool, meaning: str) -> PrimitiveSig:
+def _reduce(name: str, op: str, out_priv: Privilege, clear: bool, meaning: str, kind: str = "reduce") -> PrimitiveSig:
     return PrimitiveSig(
-        name=name, kind="reduce", params=("out", "X"), privileges=(out_priv, Privilege.READ),
+        name=name, kind=kind, params=("out", "X"), privileges=(out_priv, Privilege.READ),
         dims=("i", "ij"), meaning=meaning, attrs=MappingProxyType({"op": op, "clear": clear}),
     )
 
@@ -113,6 +113,9 @@ PRIMITIVES: dict[str, PrimitiveSig] = {
                      "X = X * (1 + tanh(sqrt(2 / pi) * (X + 0.044715 X^3))) / 2 (torch's GELU, approximate='tanh')"),
         _reduce("row_max", "max", Privilege.READ_WRITE, False, "out[i] = max(out[i], max_j X[i, j])"),
         _reduce("row_sum", "sum", Privilege.WRITE, True, "out[i] = sum_j X[i, j]"),
+        # its own kind: TileLang has no reduction of squares, so only a target that says so runs it (RMSNorm's sum
+        # of squares read from X in one pass, no tile of squares written and read back)
+        _reduce("row_sum_squares", "sumsq", Privilege.WRITE, True, "out[i] = sum_j X[i, j]^2", kind="reduce_squares"),
         _elementwise("silu", ("X",), ("ij",), lambda x: x / (1.0 + el.Call("exp", (-x,))), "X = X * sigmoid(X)"),
     )
 }

@@ -24,9 +24,7 @@ def rmsnorm_sums(
         Y_local = T.alloc_local((BM, BN), "float32")
         T.call_extern("int32", "septran_cpu_fill_zero_f32", rstd.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1))
         for k in T.serial(T.ceildiv(X_dim1, BN)):
-            for a, b in T.grid(BM, BN):
-                S[a, b] = T.if_then_else((k * BN + b) < X_dim1, X[bx * BM + a, k * BN + b], T.float32(0.0)) * T.if_then_else((k * BN + b) < X_dim1, X[bx * BM + a, k * BN + b], T.float32(0.0))
-            T.call_extern("int32", "septran_cpu_reduce_sum_f32", s.access_ptr("rw"), S.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN), 1)
+            T.call_extern("int32", "septran_cpu_reduce_sumsq_f32", s.access_ptr("rw"), X.access_ptr("rw", offset=k * BN + bx * BM * X_dim1), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1 - k * BN)), T.Cast("int64", X_dim1), 1)
             for a in T.grid(BM):
                 rstd[a] = rstd[a] + s[a]
         for a in T.grid(BM):

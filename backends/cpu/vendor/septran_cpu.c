@@ -226,7 +226,9 @@ static inline septran_v8 v8_pick(septran_v8i take_a, septran_v8 a, septran_v8 b)
   return (septran_v8)(((septran_v8i)a & take_a) | ((septran_v8i)b & ~take_a));
 }
 
-#define SEPTRAN_ROW_REDUCE(fn, init, vstep, sstep)                              \
+/* vstep / sstep fold an element into an accumulator; vjoin / sjoin join two accumulators (the same as the steps
+ * but for a sum of squares, whose step squares the element). */
+#define SEPTRAN_ROW_REDUCE(fn, init, vstep, sstep, vjoin, sjoin)                \
   static float fn(const float* x, int32_t n) {                                 \
     septran_v8 a0, a1, a2, a3, v;                                              \
     for (int k = 0; k < 8; k++) a0[k] = init;                                  \
@@ -238,9 +240,9 @@ static inline septran_v8 v8_pick(septran_v8i take_a, septran_v8 a, septran_v8 b)
       v = v8_load(x + j + 16); a2 = vstep(a2, v);                              \
       v = v8_load(x + j + 24); a3 = vstep(a3, v);                              \
     }                                                                          \
-    a0 = vstep(vstep(a0, a1), vstep(a2, a3));                                  \
+    a0 = vjoin(vjoin(a0, a1), vjoin(a2, a3));                                  \
     float r = init;                                                            \
-    for (int k = 0; k < 8; k++) r = sstep(r, a0[k]);                           \
+    for (int k = 0; k < 8; k++) r = sjoin(r, a0[k]);                           \
     for (; j < n; j++) r = sstep(r, x[j]);                                     \
     return r;                                                                  \
   }
@@ -248,13 +250,16 @@ static inline septran_v8 v8_pick(septran_v8i take_a, septran_v8 a, septran_v8 b)
 #define V_MAX(a, v) v8_pick((v) > (a), (v), (a))
 #define V_MIN(a, v) v8_pick((v) < (a), (v), (a))
 #define V_ADD(a, v) ((a) + (v))
+#define V_ADD_SQUARE(a, v) ((a) + (v) * (v))
 #define S_MAX(r, x) ((x) > (r) ? (x) : (r))
 #define S_MIN(r, x) ((x) < (r) ? (x) : (r))
 #define S_ADD(r, x) ((r) + (x))
+#define S_ADD_SQUARE(r, x) ((r) + (x) * (x))
 
-SEPTRAN_ROW_REDUCE(row_max, -INFINITY, V_MAX, S_MAX)
-SEPTRAN_ROW_REDUCE(row_min, INFINITY, V_MIN, S_MIN)
-SEPTRAN_ROW_REDUCE(row_sum, 0.0f, V_ADD, S_ADD)
+SEPTRAN_ROW_REDUCE(row_max, -INFINITY, V_MAX, S_MAX, V_MAX, S_MAX)
+SEPTRAN_ROW_REDUCE(row_min, INFINITY, V_MIN, S_MIN, V_MIN, S_MIN)
+SEPTRAN_ROW_REDUCE(row_sum, 0.0f, V_ADD, S_ADD, V_ADD, S_ADD)
+SEPTRAN_ROW_REDUCE(row_sumsq, 0.0f, V_ADD_SQUARE, S_ADD_SQUARE, V_ADD, S_ADD) /* squared as they are read */
 
 #define REDUCE(name, row_op, combine)                                                         \
   int32_t name(float* out, float* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear) { \
@@ -273,6 +278,7 @@ static float add2(float a, float b) { return a + b; }
 REDUCE(septran_cpu_reduce_max, row_max, max2)
 REDUCE(septran_cpu_reduce_min, row_min, min2)
 REDUCE(septran_cpu_reduce_sum, row_sum, add2)
+REDUCE(septran_cpu_reduce_sumsq, row_sumsq, add2)
 
 /* float16 rows (a kernel's tensor reduced in place, without a float32 copy): widened a chunk at a time into a
  * stack buffer that stays in L1, reduced there, the chunks combined in order. */
@@ -298,6 +304,7 @@ enum { HALF_CHUNK = 512 };
 REDUCE_HALF(septran_cpu_reduce_max_half, row_max, max2, -INFINITY)
 REDUCE_HALF(septran_cpu_reduce_min_half, row_min, min2, INFINITY)
 REDUCE_HALF(septran_cpu_reduce_sum_half, row_sum, add2, 0.0f)
+REDUCE_HALF(septran_cpu_reduce_sumsq_half, row_sumsq, add2, 0.0f)
 
 /* ---- GEMM ------------------------------------------------------------------------------ */
 

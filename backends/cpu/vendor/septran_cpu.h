@@ -42,14 +42,17 @@ int32_t septran_cpu_gemm_tiles(float* C, void* A, void* B, int32_t dtype, int32_
                                int32_t b_cols, int32_t ldc, int32_t lda, int32_t ldb);
 
 /* out[i] = op(clear ? identity : out[i], op over j < cols of x[i*ldx + j]), i < rows, float32.
- * Identities: max -inf, min +inf, sum 0. NaN inputs: unspecified (not propagated reliably). */
+ * Identities: max -inf, min +inf, sum 0. NaN inputs: unspecified (not propagated reliably). sumsq: the sum of
+ * x[i*ldx + j]^2 (each square summed as it is read). */
 int32_t septran_cpu_reduce_max(float* out, float* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
 int32_t septran_cpu_reduce_min(float* out, float* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
 int32_t septran_cpu_reduce_sum(float* out, float* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
+int32_t septran_cpu_reduce_sumsq(float* out, float* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
 /* The same over float16 x (IEEE binary16), out float32: a tensor reduced in place. */
 int32_t septran_cpu_reduce_max_half(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
 int32_t septran_cpu_reduce_min_half(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
 int32_t septran_cpu_reduce_sum_half(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
+int32_t septran_cpu_reduce_sumsq_half(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
 
 /* A rows x cols tile: dst[i*ld_dst + j] = convert(src[i*ld_src + j]) where i < valid_rows and
  * j < valid_cols, else 0 (valid_* are clamped to [0, rows] and [0, cols]). */

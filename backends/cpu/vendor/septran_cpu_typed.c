@@ -68,6 +68,7 @@ GEMM(bf16, SEPTRAN_CPU_BF16) /* widened to float32 for OpenBLAS; the matrix unit
 REDUCE(max)
 REDUCE(min)
 REDUCE(sum)
+REDUCE(sumsq)
 
 #define REDUCE_F16(OP)                                                                           \
   int32_t septran_cpu_reduce_##OP##_f16(f32* out, f16* x, i64 rows, i64 cols, i64 ldx, int32_t clear) { \
@@ -77,3 +78,4 @@ REDUCE(sum)
 REDUCE_F16(max)
 REDUCE_F16(min)
 REDUCE_F16(sum)
+REDUCE_F16(sumsq)
