@@ -323,6 +323,26 @@ def test_reduce_of_float16_rows_is_the_float32_reduction_of_their_values(lib, op
         assert torch.equal(out, want)
 
 
+@pytest.mark.parametrize("half", [False, True])
+@pytest.mark.parametrize("cols", [1, 31, 32, 100, 1300])
+@pytest.mark.parametrize("clear", [0, 1])
+def test_reduce_of_squared_deviations(lib, half, cols, clear):
+    """out[i] (+)= sum_j (x[i, j] - center[i])^2 in float32, for float16 rows too: deviations of 300, whose squares
+    overflow float16, sum to what float64 gives within a float32 sum's bound."""
+    gen = torch.Generator().manual_seed(cols + 7 * clear)
+    x, ld = strided(6, cols, 5, torch.float16 if half else torch.float32, gen)
+    x *= 300
+    center = x.float().mean(dim=1) + torch.randn(6, generator=gen)
+    out = torch.randn(6, generator=gen)
+    before = out.clone()
+    name = "septran_cpu_reduce_sumsq_dev" + ("_half" if half else "")
+    assert call(lib, name, out, x, center, 6, cols, ld, clear) == 0
+    terms = (x.double() - center.double()[:, None]) ** 2
+    want = terms.sum(dim=1) + (0 if clear else before.double())
+    bound = 3 * (cols + 1) * U32 * (terms.sum(dim=1) + before.double().abs() * (1 - clear))
+    assert ((out.double() - want).abs() <= bound).all(), (out, want)
+
+
 # ---- copies -----------------------------------------------------------------------------------------------------
 
 

@@ -48,6 +48,17 @@ def test_layer_norm_op(dtype, affine):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_norm_op_with_deviations_whose_squares_overflow_float16(dtype):
+    """Rows of float16 with deviations of hundreds (an LLM's outlier features): the squares summed in float32.
+    They went through Y's float16 tile once, overflowed, and the output was all zeros."""
+    x = _x((3, 1029), dtype) * 200
+    ref = F.layer_norm(x.double(), (1029,), None, None, 1e-5)
+    got = ops.layer_norm(x, 1029, None, None, 1e-5)
+    assert got.abs().amax() > 1
+    assert_flash_rule(got, ref, F.layer_norm(x, (1029,), None, None, 1e-5))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("weight", [True, False])
 def test_rms_norm_op(dtype, weight):
     x = _x((2, 13, 67), dtype)

@@ -39,6 +39,8 @@ class PrimitiveSig:
     # to nothing (a shifted or guarded read beside it): the extent an allocated output takes where nothing ties
     # it, from a rank 0 (an unguarded plain read) before a rank 1 (guarded reads only; the longest).
     defaults: tuple[tuple[int, int, str, int], ...] = ()
+    # operands read in a type of their own (a row's float32 statistic beside float16 rows), not the one shared type
+    own_type: tuple[str, ...] = ()
 
     @property
     def ranks(self) -> tuple[Optional[int], ...]:
@@ -116,6 +118,11 @@ PRIMITIVES: dict[str, PrimitiveSig] = {
         # its own kind: TileLang has no reduction of squares, so only a target that says so runs it (RMSNorm's sum
         # of squares read from X in one pass, no tile of squares written and read back)
         _reduce("row_sum_squares", "sumsq", Privilege.WRITE, True, "out[i] = sum_j X[i, j]^2", kind="reduce_squares"),
+        PrimitiveSig(  # a variance's numerator in one pass over X, the squares in float32 (LayerNorm's second pass)
+            name="row_sum_squared_deviations", kind="reduce_squares", params=("out", "X", "center"),
+            privileges=(Privilege.WRITE, Privilege.READ, Privilege.READ), dims=("i", "ij", "i"),
+            meaning="out[i] = sum_j (X[i, j] - center[i])^2", attrs=MappingProxyType({"op": "sumsq_dev", "clear": True}),
+            own_type=("center",)),
         _elementwise("silu", ("X",), ("ij",), lambda x: x / (1.0 + el.Call("exp", (-x,))), "X = X * sigmoid(X)"),
     )
 }

@@ -81,7 +81,8 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
                                 f"{st.dtypes[region.of]}", prim.loc,
                                 hint="call the kernel on float tensors, or convert in a task.compute into a float temp "
                                      "(task.cast)")
-    read = {st.dtypes[r.of]: pname for k, (pname, r) in enumerate(args) if sig.privileges[k] is Privilege.READ}
+    read = {st.dtypes[r.of]: pname for k, (pname, r) in enumerate(args)
+            if sig.privileges[k] is Privilege.READ and pname not in sig.own_type}
     if len(read) > 1:
         raise LoweringError(f"{prim.name} reads its operands in one element type, but "
                             + ", ".join(f"{p} is {d}" for d, p in read.items()), prim.loc,

@@ -23,6 +23,7 @@ def layernorm_sums(
         rstd = T.alloc_local((BM,), "float32")
         s = T.alloc_local((BM,), "float32")
         S = T.alloc_local((BM, BN), "float32")
+        Y_local = T.alloc_local((BM, BN), "float32")
         T.call_extern("int32", "septran_cpu_fill_zero_f32", mean.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1))
         T.call_extern("int32", "septran_cpu_fill_zero_f32", rstd.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1))
         for k in T.serial(T.ceildiv(X_dim1, BN)):
@@ -32,13 +33,12 @@ def layernorm_sums(
         for a in T.grid(BM):
             mean[a] = mean[a] / T.float32(X_dim1)
         for k_2 in T.serial(T.ceildiv(X_dim1, BN)):
-            for a, b in T.grid(BM, T.min(BN, X_dim1 - k_2 * BN)):
-                Y[bx * BM + a, k_2 * BN + b] = (X[bx * BM + a, k_2 * BN + b] - mean[a]) * (X[bx * BM + a, k_2 * BN + b] - mean[a])
-            T.call_extern("int32", "septran_cpu_reduce_sum_f32", s.access_ptr("rw"), Y.access_ptr("rw", offset=k_2 * BN + bx * BM * X_dim1), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1 - k_2 * BN)), T.Cast("int64", X_dim1), 1)
+            T.call_extern("int32", "septran_cpu_reduce_sumsq_dev_f32", s.access_ptr("rw"), X.access_ptr("rw", offset=k_2 * BN + bx * BM * X_dim1), mean.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1 - k_2 * BN)), T.Cast("int64", X_dim1), 1)
             for a in T.grid(BM):
                 rstd[a] = rstd[a] + s[a]
         for a in T.grid(BM):
             rstd[a] = T.rsqrt(rstd[a] / T.float32(X_dim1) + T.float32(1e-05))
         for k_3 in T.serial(T.ceildiv(X_dim1, BN)):
-            for i, j in T.grid(BM, T.min(BN, X_dim1 - k_3 * BN)):
-                Y[bx * BM + i, k_3 * BN + j] = (X[bx * BM + i, k_3 * BN + j] - mean[i]) * rstd[i] * W[k_3 * BN + j] + B[k_3 * BN + j]
+            for i, j in T.grid(BM, BN):
+                Y_local[i, j] = (T.if_then_else((k_3 * BN + j) < X_dim1, X[bx * BM + i, k_3 * BN + j], T.float32(0.0)) - mean[i]) * rstd[i] * T.if_then_else((k_3 * BN + j) < X_dim1, W[k_3 * BN + j], T.float32(0.0)) + T.if_then_else((k_3 * BN + j) < X_dim1, B[k_3 * BN + j], T.float32(0.0))
+            T.call_extern("int32", "septran_cpu_stream_f32_f32", Y.access_ptr("rw", offset=k_3 * BN + bx * BM * X_dim1), Y_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1 - k_3 * BN)), T.Cast("int64", X_dim1), T.Cast("int64", BN))

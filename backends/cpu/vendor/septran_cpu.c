@@ -306,6 +306,53 @@ REDUCE_HALF(septran_cpu_reduce_min_half, row_min, min2, INFINITY)
 REDUCE_HALF(septran_cpu_reduce_sum_half, row_sum, add2, 0.0f)
 REDUCE_HALF(septran_cpu_reduce_sumsq_half, row_sumsq, add2, 0.0f)
 
+/* The sum of (x - c)^2 over a row, float32 throughout: a variance's numerator in one pass, where squares written
+ * into a float16 tile and summed after overflowed past a deviation of 256. */
+static float row_sumsq_dev(const float* x, int32_t n, float c) {
+  septran_v8 a0, a1, a2, a3, v, cv;
+  for (int k = 0; k < 8; k++) a0[k] = 0.0f, cv[k] = c;
+  a1 = a2 = a3 = a0;
+  int32_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    v = v8_load(x + j) - cv;      a0 += v * v;
+    v = v8_load(x + j + 8) - cv;  a1 += v * v;
+    v = v8_load(x + j + 16) - cv; a2 += v * v;
+    v = v8_load(x + j + 24) - cv; a3 += v * v;
+  }
+  a0 = (a0 + a1) + (a2 + a3);
+  float r = 0.0f;
+  for (int k = 0; k < 8; k++) r += a0[k];
+  for (; j < n; j++) r += (x[j] - c) * (x[j] - c);
+  return r;
+}
+
+int32_t septran_cpu_reduce_sumsq_dev(float* out, float* x, float* center, int32_t rows, int32_t cols, int32_t ldx,
+                                     int32_t clear) {
+  if (rows < 0 || cols < 0 || ldx < 0) return SEPTRAN_CPU_E_ARGS;
+  for (int32_t i = 0; i < rows; i++) {
+    float r = row_sumsq_dev(x + (size_t)i * (size_t)ldx, cols, center[i]);
+    out[i] = clear ? r : out[i] + r;
+  }
+  return 0;
+}
+
+int32_t septran_cpu_reduce_sumsq_dev_half(float* out, void* x, float* center, int32_t rows, int32_t cols, int32_t ldx,
+                                          int32_t clear) {
+  if (rows < 0 || cols < 0 || ldx < 0) return SEPTRAN_CPU_E_ARGS;
+  float chunk[HALF_CHUNK];
+  for (int32_t i = 0; i < rows; i++) {
+    const _Float16* row = (const _Float16*)x + (size_t)i * (size_t)ldx;
+    float r = 0.0f;
+    for (int32_t j = 0; j < cols; j += HALF_CHUNK) {
+      int32_t n = cols - j < HALF_CHUNK ? cols - j : HALF_CHUNK;
+      half_to_float(chunk, row + j, n);
+      r += row_sumsq_dev(chunk, n, center[i]);
+    }
+    out[i] = clear ? r : out[i] + r;
+  }
+  return 0;
+}
+
 /* ---- GEMM ------------------------------------------------------------------------------ */
 
 /* One row (or one column) of C is a matrix-vector product: sgemv reads the matrix once, where OpenBLAS 0.3's

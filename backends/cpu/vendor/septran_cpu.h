@@ -53,6 +53,12 @@ int32_t septran_cpu_reduce_max_half(float* out, void* x, int32_t rows, int32_t c
 int32_t septran_cpu_reduce_min_half(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
 int32_t septran_cpu_reduce_sum_half(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
 int32_t septran_cpu_reduce_sumsq_half(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
+/* out[i] = (clear ? 0 : out[i]) + the sum over j < cols of (x[i*ldx + j] - center[i])^2, in float32 (x float32, or
+ * float16 for _half). */
+int32_t septran_cpu_reduce_sumsq_dev(float* out, float* x, float* center, int32_t rows, int32_t cols, int32_t ldx,
+                                     int32_t clear);
+int32_t septran_cpu_reduce_sumsq_dev_half(float* out, void* x, float* center, int32_t rows, int32_t cols, int32_t ldx,
+                                          int32_t clear);
 
 /* A rows x cols tile: dst[i*ld_dst + j] = convert(src[i*ld_src + j]) where i < valid_rows and
  * j < valid_cols, else 0 (valid_* are clamped to [0, rows] and [0, cols]). */

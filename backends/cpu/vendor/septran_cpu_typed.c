@@ -79,3 +79,11 @@ REDUCE_F16(max)
 REDUCE_F16(min)
 REDUCE_F16(sum)
 REDUCE_F16(sumsq)
+
+int32_t septran_cpu_reduce_sumsq_dev_f32(f32* out, f32* x, f32* center, i64 rows, i64 cols, i64 ldx, int32_t clear) {
+  return septran_cpu_reduce_sumsq_dev(out, x, center, rows, cols, ldx, clear);
+}
+
+int32_t septran_cpu_reduce_sumsq_dev_f16(f32* out, f16* x, f32* center, i64 rows, i64 cols, i64 ldx, int32_t clear) {
+  return septran_cpu_reduce_sumsq_dev_half(out, x, center, rows, cols, ldx, clear);
+}

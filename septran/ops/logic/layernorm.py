@@ -8,10 +8,10 @@ writes the output tile by tile. ``eps`` is a scalar argument: kernel(x, w, b, ep
 
 A second algorithm, ``layernorm_sums_logic``, which the CPU mapping names by its entry task
 (``layernorm(...)`` carries it as ``.alternatives``, built with the same arguments): the same two passes,
-but each column tile is written into a float32 tile (x, then (x - mean)^2; over a matrix's rows the row
-primitive sums x in place and the squares go into Y's tile, which the write pass overwrites) and reduced by the
-row primitives straight away, into a per-row running sum; no tile-shaped accumulator to clear and to read
-back on every element (a GPU's accumulator lives in registers; a CPU's is memory).
+but each column tile is written into a float32 tile (x, then (x - mean)^2) and reduced straight away, into a
+per-row running sum (over a matrix's rows the row primitives read x in place: ``row_sum``, then
+``row_sum_squared_deviations``); no tile-shaped accumulator to clear and to read back on every element (a GPU's
+accumulator lives in registers; a CPU's is memory).
 """
 from septran import task
 
@@ -228,17 +228,15 @@ def _layernorm_sums(axis: int, rank: int):
     def ln_sums_mean(mean, X):  # X: only its length along the axis is used
         task.compute(mean, stat(lambda *ix: mean[ix] / task.global_size(X, axis)))
 
-    if rows:
-        @task.define(leaf=True)
-        def ln_sums_add_square_dev(s, var, Y, X, mean):  # Y's part inside the tensor = (x - mean)^2, summed
-            # The write pass overwrites Y. Through a tile S (a select per element past the row's end) this cost a
-            # store and a load per element, and 16 KB more of a 4097-column program's working set (with Y's tile
-            # staged: 80 KB): 512x4097 at 2 threads 0.50 -> 0.40 ms, 4096x1024 at 1 thread 1.28 -> 1.00 (Zen 4).
-            task.compute(Y, elem(lambda *ix: (X[ix] - mean[drop(ix)]) * (X[ix] - mean[drop(ix)])))
-            add_sum(s, var, Y)
-    else:
-        @task.define(leaf=True)
-        def ln_sums_add_square_dev(s, var, S, X, mean):  # past the end the deviation is 0 (the mean stands in for x)
+    @task.define(leaf=True)
+    def ln_sums_add_square_dev(s, var, S, X, mean):  # the sum of (x - mean)^2 over the tile's part inside the tensor
+        if rows:  # squared as they are read, in float32 (clears s): no tile written and read back
+            # The squares went into Y's tile before (the write pass overwrote them), and before that into S: a store
+            # and a load per element, Y written twice (so not streamed past the caches), and, for a float16 Y, the
+            # squares rounded to float16, which overflowed past a deviation of 256 (the output all zeros)
+            task.call_primitive("row_sum_squared_deviations", s, X, mean)
+            task.compute(var, stat(lambda *ix: var[ix] + s[ix]))
+        else:  # past the end the deviation is 0 (the mean stands in for x)
             dev = lambda ix: task.where(inside(X, ix), X[ix], mean[drop(ix)]) - mean[drop(ix)]  # noqa: E731
             task.compute(S, elem(lambda *ix: dev(ix) * dev(ix)))
             add_sum(s, var, S)
@@ -267,7 +265,7 @@ def _layernorm_sums(axis: int, rank: int):
             task.launch(ln_sums_add, s, mean, S, Xp[at(k)])
         task.launch(ln_sums_mean, mean, X)
         for k in task.range(Xp.shape[axis]):
-            task.launch(ln_sums_add_square_dev, s, rstd, Yp[at(k)] if rows else S, Xp[at(k)], mean)
+            task.launch(ln_sums_add_square_dev, s, rstd, S, Xp[at(k)], mean)
         task.launch(ln_sums_rstd, rstd, X, eps)
         for k in task.range(Xp.shape[axis]):
             task.launch(write, Yp[at(k)], Xp[at(k)], Wp[k], Bp[k], mean, rstd)
