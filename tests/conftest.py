@@ -126,17 +126,26 @@ GOLDEN_THREADS = 3  # more than any shipped shape_points entry's `threads` bound
 
 
 @pytest.fixture
-def golden(request, monkeypatch):
+def cpu_maker(monkeypatch):
+    """``cpu_maker("GenuineIntel")``: this process's CPU reads as made by that vendor for the test (the mappings'
+    ``shape_points: cpu_vendor`` entries, e.g. an Intel CPU's float32 GEMMs on MKL)."""
+    from septran.records import device
+
+    def made_by(vendor: str) -> None:
+        monkeypatch.setattr(device, "host_vendor", lambda: vendor)
+
+    return made_by
+
+
+@pytest.fixture
+def golden(request, cpu_maker):
     """``golden("name.py", text)``: compares text with tests/golden/name.py (or rewrites it with --update-golden).
     The test runs on GOLDEN_THREADS threads (torch's count, restored after) and as on an AMD CPU, so that its
     programs, whose point may depend on the count and the CPU's maker (``shape_points: threads, cpu_vendor``), do
     not depend on the machine."""
     import torch
 
-    from septran.records import device
-
-    monkeypatch.setattr(device, "host_vendor", lambda: "AuthenticAMD")
-
+    cpu_maker("AuthenticAMD")
     before = torch.get_num_threads()
     torch.set_num_threads(GOLDEN_THREADS)
     request.addfinalizer(lambda: torch.set_num_threads(before))

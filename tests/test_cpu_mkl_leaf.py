@@ -20,7 +20,6 @@ from hypothesis import given, settings
 
 import septran
 from conftest import REPO, assert_flash_rule, mapping_path
-from septran.records import device
 from test_cpu_bf16_units import E_UNIT, SETTINGS, SHAPES, check_gemm, fn, gemm_fn, tiles
 
 pytestmark = pytest.mark.build  # builds the vendor library (and kernels) with gcc
@@ -109,10 +108,6 @@ assert "torch" not in __import__("sys").modules
 GEMM_LOGIC = REPO / "septran" / "ops" / "logic"
 
 
-def _vendor(monkeypatch, vendor: str) -> None:
-    monkeypatch.setattr(device, "host_vendor", lambda: vendor)
-
-
 def _leaves(variant) -> set[str]:
     return {v for p, v in variant.choice.mapping.point.items() if p.endswith(("gemm_leaf_logic", "bmm_leaf_logic", "epi_gemm_leaf"))}
 
@@ -141,23 +136,23 @@ def _spec(args):
 
 
 @pytest.mark.parametrize("op", ["gemm", "bmm", "gemm_epilogue"])
-def test_an_intel_cpu_runs_float32_gemms_on_mkl_and_an_amd_one_on_openblas(monkeypatch, op):
+def test_an_intel_cpu_runs_float32_gemms_on_mkl_and_an_amd_one_on_openblas(cpu_maker, op):
     """gemm and bmm (B as stored: OpenBLAS is the faster on AMD's cores); the epilogue, whose B is a Linear's weight
     stored n x k (MKL the faster on both), on MKL everywhere."""
     amd = LEAF if op == "gemm_epilogue" else "gemm_leaf_blas"
     for vendor, rows, dtype, want in (("GenuineIntel", 37, torch.float32, LEAF), ("AuthenticAMD", 37, torch.float32, amd),
                                       ("GenuineIntel", 4, torch.float32, "gemm_leaf_blas"),   # a decode step streams B
                                       ("GenuineIntel", 700, torch.float32, LEAF)):
-        _vendor(monkeypatch, vendor)
+        cpu_maker(vendor)
         kernel = _kernel(op)
         assert _leaves(kernel.specialize(**_spec(_args(op, rows, dtype)))) == {want}, (vendor, rows)
 
 
 @pytest.mark.parametrize("op", ["gemm", "bmm", "gemm_epilogue"])
-def test_the_mkl_leaf_kernels_are_right_on_odd_shapes(monkeypatch, op):
+def test_the_mkl_leaf_kernels_are_right_on_odd_shapes(cpu_maker, op):
     if not torch.backends.mkl.is_available():
         pytest.skip("this torch carries no MKL")
-    _vendor(monkeypatch, "GenuineIntel")
+    cpu_maker("GenuineIntel")
     kernel = _kernel(op)
     for rows in (37, 300):
         args = _args(op, rows, seed=rows)
@@ -173,12 +168,12 @@ def test_the_mkl_leaf_kernels_are_right_on_odd_shapes(monkeypatch, op):
         assert_flash_rule(out, ref, torch_out, f"{op} {rows} rows")
 
 
-def test_swiglu_runs_float32_on_mkl_and_is_right(monkeypatch):
+def test_swiglu_runs_float32_on_mkl_and_is_right(cpu_maker):
     """SwiGLU's gate and up GEMMs read Linear weights stored n x k: float32 calls of more than 16 rows run on MKL on
     any CPU; a decode step's rows stream the weights through OpenBLAS's leaf."""
     from septran.ops.logic.swiglu_mlp import swiglu_mlp
 
-    _vendor(monkeypatch, "AuthenticAMD")
+    cpu_maker("AuthenticAMD")
     kernel = septran.compile(swiglu_mlp(transpose_b=True), mapping_file=mapping_path("cpu", "swiglu_mlp"))
     gen = torch.Generator().manual_seed(5)
     for rows, want in ((37, LEAF), (3, "gemm_leaf_blas")):
@@ -192,14 +187,14 @@ def test_swiglu_runs_float32_on_mkl_and_is_right(monkeypatch):
 
 @pytest.mark.parametrize("op", ["gemm", "gemm_epilogue"])
 @pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD"])
-def test_a_whole_c_runs_as_one_program_on_every_thread(monkeypatch, op, vendor):
+def test_a_whole_c_runs_as_one_program_on_every_thread(cpu_maker, op, vendor):
     """A float32 C of more than 400 rows and columns (the epilogue: over a depth of more than 384; an Intel CPU's gemm:
     any of more than 16 rows) runs as one
     program over the whole of C in GLOBAL: one vendor call, which splits C over the threads itself (OpenBLAS in
     panels, MKL its own threads); right at odd sizes on 1 and 2 threads, with torch's thread count kept."""
     if vendor == "GenuineIntel" and not torch.backends.mkl.is_available():
         pytest.skip("this torch carries no MKL")
-    _vendor(monkeypatch, vendor)
+    cpu_maker(vendor)
     kernel = _kernel(op)
     gen = torch.Generator().manual_seed(7)
     before = torch.get_num_threads()
@@ -244,7 +239,7 @@ def test_mkl_runs_its_own_threads_for_a_whole_c(typed):
 
 
 @pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD"])
-def test_the_residual_variant_runs_a_whole_c_too(monkeypatch, vendor):
+def test_the_residual_variant_runs_a_whole_c_too(cpu_maker, vendor):
     """The model level's gemm_residual (the epilogue logic's residual variant, on the same mapping) meets the whole-C
     entries as the epilogue does: R and the bias are read in GLOBAL with C, never staged in a LOCAL tile as large as
     C (which the cpu's 1 MiB refuses); right at odd sizes, and a small C keeps its LOCAL tiles."""
@@ -253,7 +248,7 @@ def test_the_residual_variant_runs_a_whole_c_too(monkeypatch, vendor):
     from septran.ops import kernels
     from septran.ops.logic.gemm_epilogue import gemm_epilogue
 
-    _vendor(monkeypatch, vendor)
+    cpu_maker(vendor)
     kernel = septran.compile(gemm_epilogue("none", False, True, residual=True),
                              kernels.mapping("cpu", "gemm_epilogue", unbound=("epi_act_leaf",)))
     gen = torch.Generator().manual_seed(11)

@@ -157,7 +157,7 @@ def test_an_unknown_parameter_is_refused_when_a_call_meets_it():
 
 
 @pytest.mark.build
-def test_a_dynamic_kernel_keeps_one_variant_per_bucket(monkeypatch):
+def test_a_dynamic_kernel_keeps_one_variant_per_bucket(cpu_maker):
     """The model level's GEMM (rows dynamic): a decode step's one row runs the shipped decode point, a prefill the
     first point, and each later call of either kind reuses its variant. (An AMD CPU's entries: an Intel CPU's
     float32 GEMMs of more than 16 rows meet its own, above the size classes.)"""
@@ -165,10 +165,7 @@ def test_a_dynamic_kernel_keeps_one_variant_per_bucket(monkeypatch):
 
     import septran.ops.kernels
     from septran.ops.gemm import gemm_kernel
-    from septran.records import device
-
-    monkeypatch.setattr(device, "host_vendor", lambda: "AuthenticAMD")
-
+    cpu_maker("AuthenticAMD")
     septran.ops.kernels.clear()  # the library's kernels are shared: count this test's variants only
     k = gemm_kernel("cpu", "none", False, True)
     w = torch.randn(32, 24)
