@@ -33,7 +33,7 @@ def _inputs(rows, cols, dtype, seed):
     return x.to(dtype), torch.randn(cols, generator=gen).to(dtype), torch.randn(cols, generator=gen).to(dtype)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("rows,cols", [(9, 1), (5, 768), (6, 4097)])
 @pytest.mark.build
 def test_layernorm_matches_torch(dtype, rows, cols):
@@ -43,13 +43,37 @@ def test_layernorm_matches_torch(dtype, rows, cols):
     assert_flash_rule(out, ref, torch.nn.functional.layer_norm(x, (cols,), w, b, 1e-5), f"{rows}x{cols} {dtype}")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("rows,cols", [(9, 1), (5, 768), (6, 4097)])
 @pytest.mark.build
 def test_rmsnorm_matches_torch(dtype, rows, cols):
     x, w, _ = _inputs(rows, cols, dtype, rows * cols)
     out = kernel("rmsnorm")(x, w, 1e-6)  # a scalar may also follow the inputs positionally
     assert_flash_rule(out, rms_norm(x.float(), w.float(), 1e-6), rms_norm(x, w, 1e-6), f"{rows}x{cols} {dtype}")
+
+
+@pytest.mark.parametrize("x_dtype, w_dtype, y_dtype", [
+    (torch.bfloat16, torch.float32, torch.bfloat16), (torch.float32, torch.bfloat16, torch.float32),
+    (torch.bfloat16, torch.bfloat16, torch.float32), (torch.float32, torch.float32, torch.bfloat16)])
+@pytest.mark.parametrize("rows,cols", [(3, 257), (1030, 1024)])  # the plain store, and the streamed one (> 4 MB)
+@pytest.mark.build
+def test_rmsnorm_keeps_bfloat16_tensors_and_widens_them_in_the_vendor(x_dtype, w_dtype, y_dtype, rows, cols):
+    """The cpu mapping keeps bfloat16 (keep_dtypes): each such tensor, input or output, is staged in LOCAL through
+    the vendor's converting copies (no float32 copy of it made by the runtime), whatever the others' types."""
+    x, w, _ = _inputs(rows, cols, torch.float32, rows + cols)
+    x, w = x.to(x_dtype), w.to(w_dtype)
+    y = torch.empty(rows, cols, dtype=y_dtype)
+    k = kernel("rmsnorm")
+    out = k(x, w, eps=1e-6, Y=y)
+    assert out is y
+    src = k.latest.device_source
+    for name, dtype in (("X", x_dtype), ("W", w_dtype), ("Y", y_dtype)):
+        held = f"uint16_t* {name}" in src
+        assert held == (dtype == torch.bfloat16), f"{name} ({dtype}) held as {'bits' if held else 'floats'}"
+    assert "septran_cpu_load_f32_bf16" in src or x_dtype == w_dtype == torch.float32
+    narrow = min((x_dtype, w_dtype, y_dtype), key=lambda d: torch.finfo(d).bits)
+    ref = rms_norm(x.double(), w.double(), 1e-6)
+    assert_flash_rule(out, ref, rms_norm(x.to(narrow), w.to(narrow), 1e-6).to(y_dtype), f"{x_dtype} {w_dtype} {y_dtype}")
 
 
 @pytest.mark.build

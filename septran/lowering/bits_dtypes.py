@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from septran.errors import MappingError
+from septran.frontend import elementwise as el
 from septran.expr import Sym
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Context
@@ -39,7 +40,12 @@ def _check(ctx: Context, stmt, held: dict) -> None:
             if region.of in held and not _declared(impl, pname, held[region.of].dtype):
                 _refuse(ctx, held[region.of], f"{impl.name} ({pname})", stmt.why)
         return
-    touched = [s for s in _syms(stmt) if s in held]
+    if isinstance(stmt, ir.LeafCall) and stmt.expr is not None:  # elementwise: the tensors it loads and stores
+        # (a tensor named for its size only, task.global_size(X, 1), is not read: its bits never reach the code)
+        data = [n.of for n in el.nodes(stmt.expr) if isinstance(n, el.Elt)] + [stmt.store.of]
+        touched = [s for s in data if s in held]
+    else:
+        touched = [s for s in _syms(stmt) if s in held]
     if touched:
         p = held[touched[0]]
         what = {ir.Copy: "a copy (TileLang's T.copy)", ir.Fill: "a fill"}.get(type(stmt), "elementwise code")
