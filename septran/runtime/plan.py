@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
-from septran.runtime import fast_call
+from septran.runtime import conversion_scratch, fast_call
 
 Source = Union[int, str]  # a positional argument's index, or a keyword
 
@@ -73,6 +73,9 @@ class Plan:
         self._direct = (fn is not None and lay.order is None and not lay.convert and not lay.zero and not lay.reshape
                         and not lay.write_back and all(dtype is None for _, dtype in lay.results))
         self._single = lay.results[0][0] if len(lay.results) == 1 else None
+        # pool indices of allocated outputs returned only as a converted copy (so their own tensor may be scratch)
+        returned = {i for i, dtype in lay.results if dtype is None}
+        self._converted_results = {i for i, dtype in lay.results if dtype is not None} - returned
         self._cpu = getattr(device, "type", None) == _host_type()
         # calls through Python before the kernel's C entry takes this plan (0: never; runtime/fast_call.py)
         self.fast_left = fast_call.eligible(self)
@@ -122,10 +125,26 @@ class Plan:
         copied back into the caller's tensors or converted to the caller's types."""
         lay, device = self.layout, self.device
         given = pool[:]
+        slot = 0
         for i, dtype, fresh in lay.convert:
             t = given[i]
-            pool[i] = t.new_empty(t.shape, dtype=dtype) if fresh else t.to(dtype)
-        allocated = [make(*shape, dtype=dtype, device=device) for make, shape, dtype in lay.allocate]
+            if self._cpu:  # the host's temporaries are reused, not allocated per call (runtime/conversion_scratch.py)
+                pool[i] = conversion_scratch.take(slot, tuple(t.shape), dtype, t.device)
+                slot += 1
+                if not fresh:
+                    pool[i].copy_(t.detach())
+            else:
+                pool[i] = t.new_empty(t.shape, dtype=dtype) if fresh else t.to(dtype)
+        allocated = []
+        for k, (make, shape, dtype) in enumerate(lay.allocate):
+            if self._cpu and len(given) + k in self._converted_results:  # only its converted copy is returned
+                a = conversion_scratch.take(slot, tuple(shape), dtype, device)
+                slot += 1
+                if make is _torch_zeros():
+                    a.zero_()
+            else:
+                a = make(*shape, dtype=dtype, device=device)
+            allocated.append(a)
         pool += allocated
         given += allocated
         if self.fn is not None:
@@ -169,6 +188,12 @@ def _host_type() -> str:
     import torch
 
     return torch.zeros(()).cpu().device.type
+
+
+def _torch_zeros():
+    import torch
+
+    return torch.zeros
 
 
 def _zeros(shape, dtype, device):
