@@ -56,24 +56,31 @@ def test_rmsnorm_matches_torch(dtype, rows, cols):
     (torch.bfloat16, torch.float32, torch.bfloat16), (torch.float32, torch.bfloat16, torch.float32),
     (torch.bfloat16, torch.bfloat16, torch.float32), (torch.float32, torch.float32, torch.bfloat16)])
 @pytest.mark.parametrize("rows,cols", [(3, 257), (1030, 1024)])  # the plain store, and the streamed one (> 4 MB)
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
 @pytest.mark.build
-def test_rmsnorm_keeps_bfloat16_tensors_and_widens_them_in_the_vendor(x_dtype, w_dtype, y_dtype, rows, cols):
-    """The cpu mapping keeps bfloat16 (keep_dtypes): each such tensor, input or output, is staged in LOCAL through
+def test_norms_keep_bfloat16_tensors_and_widen_them_in_the_vendor(op, x_dtype, w_dtype, y_dtype, rows, cols):
+    """The cpu mappings keep bfloat16 (keep_dtypes): each such tensor, input or output, is staged in LOCAL through
     the vendor's converting copies (no float32 copy of it made by the runtime), whatever the others' types."""
-    x, w, _ = _inputs(rows, cols, torch.float32, rows + cols)
-    x, w = x.to(x_dtype), w.to(w_dtype)
+    x, w, b = _inputs(rows, cols, torch.float32, rows + cols)
+    x, w, b = x.to(x_dtype), w.to(w_dtype), b.to(w_dtype)
     y = torch.empty(rows, cols, dtype=y_dtype)
-    k = kernel("rmsnorm")
-    out = k(x, w, eps=1e-6, Y=y)
+    k = kernel(op)
+    out = k(x, w, eps=1e-6, Y=y) if op == "rmsnorm" else k(x, w, b, eps=1e-5, Y=y)
     assert out is y
     src = k.latest.device_source
-    for name, dtype in (("X", x_dtype), ("W", w_dtype), ("Y", y_dtype)):
+    params = (("X", x_dtype), ("W", w_dtype), ("Y", y_dtype)) + ((("B", w_dtype),) if op == "layernorm" else ())
+    for name, dtype in params:
         held = f"uint16_t* {name}" in src
         assert held == (dtype == torch.bfloat16), f"{name} ({dtype}) held as {'bits' if held else 'floats'}"
     assert "septran_cpu_load_f32_bf16" in src or x_dtype == w_dtype == torch.float32
     narrow = min((x_dtype, w_dtype, y_dtype), key=lambda d: torch.finfo(d).bits)
-    ref = rms_norm(x.double(), w.double(), 1e-6)
-    assert_flash_rule(out, ref, rms_norm(x.to(narrow), w.to(narrow), 1e-6).to(y_dtype), f"{x_dtype} {w_dtype} {y_dtype}")
+    if op == "rmsnorm":
+        ref, tor = rms_norm(x.double(), w.double(), 1e-6), rms_norm(x.to(narrow), w.to(narrow), 1e-6)
+    else:
+        ln = torch.nn.functional.layer_norm
+        ref = ln(x.double(), (cols,), w.double(), b.double(), 1e-5)
+        tor = ln(x.to(narrow), (cols,), w.to(narrow), b.to(narrow), 1e-5)
+    assert_flash_rule(out, ref, tor.to(y_dtype), f"{op} {x_dtype} {w_dtype} {y_dtype}")
 
 
 @pytest.mark.build

@@ -34,6 +34,21 @@ def test_cpu_matches_torch(log, dtype, rows, cols):
     assert_flash_rule(out, fn(x.float(), dim=-1), fn(x, dim=-1), f"{rows}x{cols} {dtype}")
 
 
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("cols", [257, 1500, 1024])
+@pytest.mark.build
+def test_rows_staged_on_chip_reduce_only_their_part_inside_the_tensor(tmp_path, log, cols):
+    """X and Y staged in LOCAL 1024-wide tiles over rows of 257 or 1500 (the last tile overhangs): the row maximum
+    and sum read the staged tiles' in-bounds part, not the load's zero padding (the rows summed to 0.01 before)."""
+    path = edited_mapping(tmp_path, "cpu", "softmax", ("mems: {Y: GLOBAL, X: GLOBAL, m: LOCAL", "mems: {Y: LOCAL, X: LOCAL, m: LOCAL"))
+    k = septran.compile(logic.softmax(log), mapping_file=path)
+    x = torch.randn(5, cols, generator=torch.Generator().manual_seed(cols)) - 5  # all negative: a padding 0 would be the max
+    fn = torch.log_softmax if log else torch.softmax
+    out = k(x)
+    assert "X_local" in k.latest.tilelang_source and "Y_local" in k.latest.tilelang_source
+    assert_flash_rule(out, fn(x.double(), dim=-1), fn(x, dim=-1), f"5x{cols}")
+
+
 @pytest.mark.build
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 def test_cpu_output_passed_full_of_nan_is_written_whole(log):

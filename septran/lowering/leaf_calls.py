@@ -91,8 +91,20 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
     _check_declared_dtypes(st, impl, sig, declared, s)  # after the checks at the logic's line, which say more
     if sig.kind == "reduce_axis" and "{body}" in impl.template(sig):
         return reduce_loop.lower(st, prim, args, by_param, impl, why, _safe_index_names)
+    if sig.kind in ("reduce", "reduce_squares"):
+        args = [(pname, _in_bounds(st, region)) for pname, region in args]
     flags = tuple((f, bool(on)) for f, on in sig.flags.items())
     return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, attrs=tuple(sig.attrs.items()))
+
+
+def _in_bounds(st, region):
+    """A reduction reduces a tile's part inside its tensor: for a tile staged on chip from one that overhangs its
+    tensor, the staged tile's in-bounds extents (past them the load wrote zeros, which a maximum, or a sum of
+    squared deviations, would count: a softmax over 257 columns in 1024-wide LOCAL tiles summed to 0.01)."""
+    valid = st.staged_valid.get(region.of)
+    if valid is None or region.extents != tuple(st.shapes[region.of]) or len(valid) < len(region.extents):
+        return region
+    return dataclasses.replace(region, valid=tuple(valid[len(valid) - len(region.extents):]))  # (a batch of one dropped)
 
 
 def _batch_of_one(st, view, rank: int) -> bool:

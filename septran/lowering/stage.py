@@ -70,6 +70,8 @@ class _Stager:
         self.shapes = {t.sym: t.shape for t in flat.tensors}
         self.dtypes = {t.sym: t.dtype for t in flat.tensors}
         self.env = dict(consts.intervals)
+        # on-chip buffer -> the in-bounds extents of the overhanging tile staged into it (past them: the load's zeros)
+        self.staged_valid: dict = {}
 
     def program(self) -> ir.TileProgram:
         root = _Scope(None, [])
@@ -179,6 +181,9 @@ class _Stager:
             why = Why(f"clear the accumulator {sym.name}: {op.param} is reduced into", mapping=op.want.loc, logic=s.launch.loc)
             scope.stmts.append(ir.Fill(sym, 0, why))
         res.source, res.scope = source, scope
+        staged = self.region(source)
+        if staged.valid != staged.extents:  # the tile overhangs its tensor: what of the buffer lies inside it
+            self.staged_valid[sym] = staged.valid
         return self._use(res, view, op, s)
 
     def _use(self, res: _Resident, view: fl.View, op: fl.Operand, s: fl.Invoke) -> fl.View:
