@@ -226,12 +226,14 @@ static inline septran_v8 v8_pick(septran_v8i take_a, septran_v8 a, septran_v8 b)
   return (septran_v8)(((septran_v8i)a & take_a) | ((septran_v8i)b & ~take_a));
 }
 
-/* vstep / sstep fold an element into an accumulator; vjoin / sjoin join two accumulators (the same as the steps
- * but for a sum of squares, whose step squares the element). */
+/* A row's reduction, 32 elements a step in four accumulators. vstep / sstep fold an element into an accumulator;
+ * vjoin / sjoin join two accumulators (the same as the steps but for a sum of squares, whose step squares the
+ * element). c (cv broadcast): the center a sum of squared deviations subtracts; the others ignore it. */
 #define SEPTRAN_ROW_REDUCE(fn, init, vstep, sstep, vjoin, sjoin)                \
-  static float fn(const float* x, int32_t n) {                                 \
-    septran_v8 a0, a1, a2, a3, v;                                              \
-    for (int k = 0; k < 8; k++) a0[k] = init;                                  \
+  static float fn(const float* x, int32_t n, float c) {                        \
+    septran_v8 a0, a1, a2, a3, v, cv;                                          \
+    for (int k = 0; k < 8; k++) a0[k] = init, cv[k] = c;                       \
+    (void)cv;                                                                  \
     a1 = a2 = a3 = a0;                                                         \
     int32_t j = 0;                                                             \
     for (; j + 32 <= n; j += 32) {                                             \
@@ -250,107 +252,84 @@ static inline septran_v8 v8_pick(septran_v8i take_a, septran_v8 a, septran_v8 b)
 #define V_MAX(a, v) v8_pick((v) > (a), (v), (a))
 #define V_MIN(a, v) v8_pick((v) < (a), (v), (a))
 #define V_ADD(a, v) ((a) + (v))
-#define V_ADD_SQUARE(a, v) ((a) + (v) * (v))
+#define V_ADD_SQUARE_DEV(a, v) ((a) + ((v) - cv) * ((v) - cv))
 #define S_MAX(r, x) ((x) > (r) ? (x) : (r))
 #define S_MIN(r, x) ((x) < (r) ? (x) : (r))
 #define S_ADD(r, x) ((r) + (x))
-#define S_ADD_SQUARE(r, x) ((r) + (x) * (x))
+#define S_ADD_SQUARE_DEV(r, x) ((r) + ((x) - c) * ((x) - c))
 
 SEPTRAN_ROW_REDUCE(row_max, -INFINITY, V_MAX, S_MAX, V_MAX, S_MAX)
 SEPTRAN_ROW_REDUCE(row_min, INFINITY, V_MIN, S_MIN, V_MIN, S_MIN)
 SEPTRAN_ROW_REDUCE(row_sum, 0.0f, V_ADD, S_ADD, V_ADD, S_ADD)
-SEPTRAN_ROW_REDUCE(row_sumsq, 0.0f, V_ADD_SQUARE, S_ADD_SQUARE, V_ADD, S_ADD) /* squared as they are read */
-
-#define REDUCE(name, row_op, combine)                                                         \
-  int32_t name(float* out, float* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear) { \
-    if (rows < 0 || cols < 0 || ldx < 0) return SEPTRAN_CPU_E_ARGS;                          \
-    for (int32_t i = 0; i < rows; i++) {                                                      \
-      float r = row_op(x + (size_t)i * (size_t)ldx, cols);                                     \
-      out[i] = clear ? r : combine(out[i], r);                                                 \
-    }                                                                                          \
-    return 0;                                                                                  \
-  }
+/* the sum of (x - c)^2, squared as they are read, float32 throughout (a sum of squares: c = 0) */
+SEPTRAN_ROW_REDUCE(row_sumsq_dev, 0.0f, V_ADD_SQUARE_DEV, S_ADD_SQUARE_DEV, V_ADD, S_ADD)
 
 static float max2(float a, float b) { return b > a ? b : a; }
 static float min2(float a, float b) { return b < a ? b : a; }
 static float add2(float a, float b) { return a + b; }
 
-REDUCE(septran_cpu_reduce_max, row_max, max2)
-REDUCE(septran_cpu_reduce_min, row_min, min2)
-REDUCE(septran_cpu_reduce_sum, row_sum, add2)
-REDUCE(septran_cpu_reduce_sumsq, row_sumsq, add2)
+typedef float (*row_fn)(const float*, int32_t, float);
+typedef float (*join_fn)(float, float);
+
+/* out[i] = row(x's row i) joined into out[i] unless clear; center: a value per row for row (NULL: 0). Inlined
+ * into each caller below, so row and join are direct calls. */
+static inline __attribute__((always_inline)) int32_t reduce_rows(float* out, const float* x, const float* center,
+                                                                 int32_t rows, int32_t cols, int32_t ldx,
+                                                                 int32_t clear, row_fn row, join_fn join) {
+  if (rows < 0 || cols < 0 || ldx < 0) return SEPTRAN_CPU_E_ARGS;
+  for (int32_t i = 0; i < rows; i++) {
+    float r = row(x + (size_t)i * (size_t)ldx, cols, center ? center[i] : 0.0f);
+    out[i] = clear ? r : join(out[i], r);
+  }
+  return 0;
+}
 
 /* float16 rows (a kernel's tensor reduced in place, without a float32 copy): widened a chunk at a time into a
  * stack buffer that stays in L1, reduced there, the chunks combined in order. */
 enum { HALF_CHUNK = 512 };
 
-#define REDUCE_HALF(name, row_op, combine, init)                                                        \
-  int32_t name(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear) {         \
-    if (rows < 0 || cols < 0 || ldx < 0) return SEPTRAN_CPU_E_ARGS;                                   \
-    float chunk[HALF_CHUNK];                                                                           \
-    for (int32_t i = 0; i < rows; i++) {                                                               \
-      const _Float16* row = (const _Float16*)x + (size_t)i * (size_t)ldx;                             \
-      float r = init;                                                                                  \
-      for (int32_t j = 0; j < cols; j += HALF_CHUNK) {                                                 \
-        int32_t n = cols - j < HALF_CHUNK ? cols - j : HALF_CHUNK;                                     \
-        half_to_float(chunk, row + j, n);                                                              \
-        r = combine(r, row_op(chunk, n));                                                              \
-      }                                                                                                \
-      out[i] = clear ? r : combine(out[i], r);                                                         \
-    }                                                                                                  \
-    return 0;                                                                                          \
-  }
-
-REDUCE_HALF(septran_cpu_reduce_max_half, row_max, max2, -INFINITY)
-REDUCE_HALF(septran_cpu_reduce_min_half, row_min, min2, INFINITY)
-REDUCE_HALF(septran_cpu_reduce_sum_half, row_sum, add2, 0.0f)
-REDUCE_HALF(septran_cpu_reduce_sumsq_half, row_sumsq, add2, 0.0f)
-
-/* The sum of (x - c)^2 over a row, float32 throughout: a variance's numerator in one pass, where squares written
- * into a float16 tile and summed after overflowed past a deviation of 256. */
-static float row_sumsq_dev(const float* x, int32_t n, float c) {
-  septran_v8 a0, a1, a2, a3, v, cv;
-  for (int k = 0; k < 8; k++) a0[k] = 0.0f, cv[k] = c;
-  a1 = a2 = a3 = a0;
-  int32_t j = 0;
-  for (; j + 32 <= n; j += 32) {
-    v = v8_load(x + j) - cv;      a0 += v * v;
-    v = v8_load(x + j + 8) - cv;  a1 += v * v;
-    v = v8_load(x + j + 16) - cv; a2 += v * v;
-    v = v8_load(x + j + 24) - cv; a3 += v * v;
-  }
-  a0 = (a0 + a1) + (a2 + a3);
-  float r = 0.0f;
-  for (int k = 0; k < 8; k++) r += a0[k];
-  for (; j < n; j++) r += (x[j] - c) * (x[j] - c);
-  return r;
-}
-
-int32_t septran_cpu_reduce_sumsq_dev(float* out, float* x, float* center, int32_t rows, int32_t cols, int32_t ldx,
-                                     int32_t clear) {
+static inline __attribute__((always_inline)) int32_t reduce_half_rows(float* out, const void* x, const float* center,
+                                                                      int32_t rows, int32_t cols, int32_t ldx,
+                                                                      int32_t clear, row_fn row, join_fn join,
+                                                                      float init) {
   if (rows < 0 || cols < 0 || ldx < 0) return SEPTRAN_CPU_E_ARGS;
+  float chunk[HALF_CHUNK];
   for (int32_t i = 0; i < rows; i++) {
-    float r = row_sumsq_dev(x + (size_t)i * (size_t)ldx, cols, center[i]);
-    out[i] = clear ? r : out[i] + r;
+    const _Float16* h = (const _Float16*)x + (size_t)i * (size_t)ldx;
+    float r = init;
+    for (int32_t j = 0; j < cols; j += HALF_CHUNK) {
+      int32_t n = cols - j < HALF_CHUNK ? cols - j : HALF_CHUNK;
+      half_to_float(chunk, h + j, n);
+      r = join(r, row(chunk, n, center ? center[i] : 0.0f));
+    }
+    out[i] = clear ? r : join(out[i], r);
   }
   return 0;
+}
+
+#define REDUCE(name, row, join, init)                                                                  \
+  int32_t name(float* out, float* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear) {        \
+    return reduce_rows(out, x, NULL, rows, cols, ldx, clear, row, join);                              \
+  }                                                                                                   \
+  int32_t name##_half(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear) {  \
+    return reduce_half_rows(out, x, NULL, rows, cols, ldx, clear, row, join, init);                   \
+  }
+
+REDUCE(septran_cpu_reduce_max, row_max, max2, -INFINITY)
+REDUCE(septran_cpu_reduce_min, row_min, min2, INFINITY)
+REDUCE(septran_cpu_reduce_sum, row_sum, add2, 0.0f)
+REDUCE(septran_cpu_reduce_sumsq, row_sumsq_dev, add2, 0.0f)
+
+/* A variance's numerator in one pass, float32 throughout: squares written into a float16 tile and summed after
+ * overflowed past a deviation of 256. */
+int32_t septran_cpu_reduce_sumsq_dev(float* out, float* x, float* center, int32_t rows, int32_t cols, int32_t ldx,
+                                     int32_t clear) {
+  return reduce_rows(out, x, center, rows, cols, ldx, clear, row_sumsq_dev, add2);
 }
 
 int32_t septran_cpu_reduce_sumsq_dev_half(float* out, void* x, float* center, int32_t rows, int32_t cols, int32_t ldx,
                                           int32_t clear) {
-  if (rows < 0 || cols < 0 || ldx < 0) return SEPTRAN_CPU_E_ARGS;
-  float chunk[HALF_CHUNK];
-  for (int32_t i = 0; i < rows; i++) {
-    const _Float16* row = (const _Float16*)x + (size_t)i * (size_t)ldx;
-    float r = 0.0f;
-    for (int32_t j = 0; j < cols; j += HALF_CHUNK) {
-      int32_t n = cols - j < HALF_CHUNK ? cols - j : HALF_CHUNK;
-      half_to_float(chunk, row + j, n);
-      r += row_sumsq_dev(chunk, n, center[i]);
-    }
-    out[i] = clear ? r : out[i] + r;
-  }
-  return 0;
+  return reduce_half_rows(out, x, center, rows, cols, ldx, clear, row_sumsq_dev, add2, 0.0f);
 }
 
 /* ---- GEMM ------------------------------------------------------------------------------ */
