@@ -30,6 +30,7 @@ def check_mapping(graph: TaskGraph, mapping: Mapping, target: Target) -> None:
     check_dynamic(graph, mapping)
     _space_names(mapping, target)
     _kept_dtypes(mapping, target)
+    _staged_dtypes(mapping, target)
 
 
 # whole-mapping rules ------------------------------------------------------------------
@@ -49,6 +50,14 @@ def _kept_dtypes(mapping: Mapping, target: Target) -> None:
             raise MappingError(f"target {target.name} computes {item.value} in {target.converts[item.value]} and "
                                f"cannot hand a program {item.value} tensors as they are", item.loc,
                                hint=f"delete {item.value} from keep_dtypes")
+
+
+def _staged_dtypes(mapping: Mapping, target: Target) -> None:
+    """``stage_dtypes`` widens tiles only to a type the target computes in."""
+    for narrow, wide in mapping.stage_dtypes:
+        if wide.value not in target.dtypes or wide.value in target.converts:
+            raise MappingError(f"stage_dtypes.{narrow.value}: target {target.name} does not compute in {wide.value}",
+                               wide.loc, hint=f"delete {narrow.value} from stage_dtypes")
 
 
 def _space_names(mapping: Mapping, target: Target) -> None:

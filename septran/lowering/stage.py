@@ -162,7 +162,7 @@ class _Stager:
         reduce_first = op.privilege is Privilege.REDUCE
         # A tensor kept in a type the target computes in another (cpu: bfloat16 as bits) is staged converted: the
         # vendor's copies convert it, and the program computes on the tile.
-        dtype = self._computed(self.dtypes[source.of])
+        dtype = self._staged(self.dtypes[source.of])
         if reduce_first or _reduced_into(self.ctx, s.caller_task, op.param):  # an accumulator, whatever comes first
             dtype = leaf_calls.accum_dtype(s.caller)
         sym = self.names.new(f"{op.param}_{mem.suffix}")
@@ -281,7 +281,7 @@ class _Stager:
         outer = src if self.target.memories[src.space].is_global else dst
         sym = self.names.new(f"{param}_{mem.suffix}")
         buf_why = Why(f"{param} of {s.caller_task.name} passes through {via.value} ({s.caller.name}.copy.{param}.via)", mapping=via.loc)
-        self._new_buffer(sym, shape, self._computed(self.dtypes[outer.of]), mem, buf_why, via.loc)
+        self._new_buffer(sym, shape, self._staged(self.dtypes[outer.of]), mem, buf_why, via.loc)
         mid = fl.View(sym, tuple(Const(0) for _ in shape), shape, via.value, True, src.origin)
         hop = Why(why.text + f", through {via.value}", mapping=via.loc, logic=why.logic)
         if outer is src:
@@ -304,6 +304,11 @@ class _Stager:
         """The type an on-chip buffer of ``dtype`` holds: the one the target computes it in (cpu: bfloat16 in
         float32), whether its tensor was converted by the runtime or kept as it is (keep_dtypes)."""
         return self.target.converts.get(dtype, dtype)
+
+    def _staged(self, dtype: str) -> str:
+        """The type an on-chip tile of a ``dtype`` tensor holds: the computed type, widened where the mapping's
+        ``stage_dtypes`` says (cpu: float16 tiles in float32, converted by the vendor's copies)."""
+        return self.ctx.mapping.staged_dtype(self._computed(dtype))
 
     def _new_buffer(self, sym, shape, dtype: str, mem, why: Why, loc, stages: int = 1) -> ir.Buffer:
         self.dtypes[sym] = dtype

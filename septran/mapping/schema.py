@@ -14,9 +14,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping as TMapping, Optional, Sequence, Union
 
-from septran.dtypes import DTYPES
 from septran.errors import MappingError, SourceLoc
-from septran.mapping import edits, shape_points
+from septran.mapping import dtype_keys, edits, shape_points
 from septran.mapping.halo import Halo, parse_halo
 from septran.mapping.space import SearchSpace, collect
 from septran.mapping.yaml_source import Located, LocatedDict, load_located, read_mapping_text
@@ -28,7 +27,8 @@ TOP_KEYS = ("entrypoint", "task_mappings")
 # dynamic / static: entry parameter -> axes that stay symbolic / that stay numbers;
 # shape_points: the point calls of some shapes run untuned (mapping/shape_points.py);
 # keep_dtypes: types the program takes as they are where the target would convert them (target.yaml holds_as_bits)
-OPTIONAL_TOP_KEYS = ("target", "dynamic", "static", "shape_points", "keep_dtypes")
+# stage_dtypes: on-chip tiles of these types hold a wider one (septran/mapping/dtype_keys.py)
+OPTIONAL_TOP_KEYS = ("target", "dynamic", "static", "shape_points", "keep_dtypes", "stage_dtypes")
 INSTANCE_KEYS = (
     "task_name", "proc", "mems", "tunables", "calls", "pipeline",
     "leaf_task_bindings", "threads", "copy", "accum_dtype", "schedule", "halo",
@@ -103,6 +103,12 @@ class Mapping:
     # Types the program is handed as they are where the target would convert them (cpu: bfloat16 tensors stay
     # bfloat16 for a matrix unit's leaf instead of float32 copies); checked against the target in lowering/bind.py.
     keep_dtypes: tuple[Located, ...] = ()
+    # Types whose on-chip tiles hold a wider one (float16 tiles in float32): (type, wider type) pairs.
+    stage_dtypes: tuple[tuple[Located, Located], ...] = ()
+
+    def staged_dtype(self, dtype: str) -> str:
+        """The type an on-chip tile of a ``dtype`` tensor holds by ``stage_dtypes`` (``dtype`` where it says none)."""
+        return next((wide.value for narrow, wide in self.stage_dtypes if narrow.value == dtype), dtype)
 
     def instance(self, name: str) -> InstanceMapping:
         return self.instances[name]
@@ -335,7 +341,8 @@ def _parse_located(root: Located, file: str) -> Mapping:
                                    axis.loc, hint="name the axis in one of dynamic and static")
     return Mapping(file, target, top["entrypoint"], MappingProxyType(instances), dynamic=dynamic,
                    dynamic_loc=top.key_locs["dynamic"] if "dynamic" in top else None, static=static, source=root,
-                   keep_dtypes=_keep_dtypes(top.get("keep_dtypes")))
+                   keep_dtypes=dtype_keys.keep_dtypes(top.get("keep_dtypes")),
+                   stage_dtypes=dtype_keys.stage_dtypes(top.get("stage_dtypes")))
 
 
 MAX_RANK = 64  # far above any tensor's rank; the logic's ranks are checked where mapping and logic meet
@@ -357,25 +364,6 @@ def _axes(val: Optional[Located], key: str) -> TMapping[str, tuple[Located, ...]
             seen.add(item.value)
         out[param] = tuple(items)
     return MappingProxyType(out)
-
-
-def _keep_dtypes(val: Optional[Located]) -> tuple[Located, ...]:
-    """``keep_dtypes: [bfloat16]``: distinct element types SepTran knows."""
-    if val is None:
-        return ()
-    items = val.value if isinstance(val.value, list) else None
-    if not items:
-        raise MappingError(f"keep_dtypes must be a list of element types, got {val.value!r}", val.loc,
-                           hint="e.g. `keep_dtypes: [bfloat16]`")
-    seen = set()
-    for item in items:
-        if item.value not in DTYPES:
-            raise MappingError(f"keep_dtypes: {item.value!r} is not an element type", item.loc,
-                               hint=f"types: {', '.join(DTYPES)}")
-        if item.value in seen:
-            raise MappingError(f"keep_dtypes names {item.value} twice", item.loc)
-        seen.add(item.value)
-    return tuple(items)
 
 
 def _reachable(entry: str, instances: dict[str, InstanceMapping]) -> list[str]:
