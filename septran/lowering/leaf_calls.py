@@ -93,6 +93,7 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
         return reduce_loop.lower(st, prim, args, by_param, impl, why, _safe_index_names)
     if sig.kind in ("reduce", "reduce_squares"):
         args = [(pname, _in_bounds(st, region)) for pname, region in args]
+        _refuse_reducing_padding(st, impl, sig, prim, s, args, by_param)
     flags = tuple((f, bool(on)) for f, on in sig.flags.items())
     return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, attrs=tuple(sig.attrs.items()))
 
@@ -105,6 +106,27 @@ def _in_bounds(st, region):
     if valid is None or region.extents != tuple(st.shapes[region.of]) or len(valid) < len(region.extents):
         return region
     return dataclasses.replace(region, valid=tuple(valid[len(valid) - len(region.extents):]))  # (a batch of one dropped)
+
+
+def _refuse_reducing_padding(st, impl, sig, prim, s, args, by_param) -> None:
+    """A row reduction over a staged tile that may overhang its tensor's rows, by an implementation that reduces whole tiles
+    (TileLang's ``T.reduce_*``: the template names no valid extent): the zeros the load wrote past the tensor's end,
+    or what elementwise code computed from them, would be reduced too (a softmax's sum of exps). Silently wrong;
+    refused at the binding."""
+    template = impl.template(sig)
+    for k, (pname, region) in enumerate(args):
+        # (rows past the tensor's end reduce into statistics of rows that are never stored: harmless)
+        if not region.valid or region.valid[-1] == region.extents[-1] or "valid" in template:
+            continue
+        arg = prim.args[k].name
+        view = by_param[arg]
+        tile = "x".join(str(st.consts.known(e) or e) for e in view.extents)
+        raise LoweringError(
+            f"{impl.name} reduces {arg}'s whole {tile} tile, which may reach past the end of the tensor it is staged "
+            f"from: the padding would be reduced as well", s.binding.loc,
+            hint=f"bind {s.callee.name} to a leaf whose reduction takes the tile's extent inside the tensor, choose tiles "
+                 f"that divide the tensor, or reduce a temp that the logic fills past the end with the reduction's "
+                 f"identity (task.where(inside, x, -inf) for a maximum, 0 for a sum), as softmax_logic does")
 
 
 def _batch_of_one(st, view, rank: int) -> bool:

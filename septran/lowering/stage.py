@@ -21,6 +21,7 @@ from septran.errors import LoweringError
 from septran.expr import BinOp, Const, Expr, Var, leaves, simplify
 from septran.frontend.ir import Launch, PrimCall, Privilege, TaskDef, root_param, walk
 from septran.lowering import flat_ir as fl
+from septran.lowering.single_trips import drop_single_trips
 from septran.lowering import halo_stage
 from septran.lowering import leaf_calls
 from septran.lowering import tile_ir as ir
@@ -58,7 +59,8 @@ class _Resident:
 
 
 def stage(ctx: Context, consts: Constants, flat: fl.FlatProgram, names: frozenset) -> ir.TileProgram:
-    return _Stager(ctx, consts, flat, names).program()
+    # A loop of one trip stages nothing of its own: its regions do not move (single_trips.py).
+    return _Stager(ctx, consts, drop_single_trips(consts, flat), names).program()
 
 
 class _Stager:

@@ -28,10 +28,8 @@ def conv2d_host(
     # programs run in parallel over by, bz (schedule static)
     with T.Kernel(T.ceildiv(Y_dim2, BW), Y_dim1, Y_dim0) as (bx, by, bz):
         Y_local = T.alloc_local((BW, BCo), "float32")
-        for c in T.serial(T.ceildiv(W_dim3, BCo)):
-            T.call_extern("int32", "septran_cpu_fill_zero_f32", Y_local.access_ptr("rw"), T.Cast("int64", BW), T.Cast("int64", BCo), T.Cast("int64", BCo))
-            for kh in T.serial(W_dim0):
-                for kw in T.serial(W_dim1):
-                    for k in T.serial(T.ceildiv(X_dim3, BK)):
-                        T.call_extern("int32", "septran_cpu_gemm_f32_f32", Y_local.access_ptr("rw"), X.access_ptr("rw", offset=k * BK + (bx * BW + kw) * X_dim3 + (by + kh) * X_dim3 * X_dim2 + bz * X_dim3 * X_dim2 * X_dim1), W.access_ptr("rw", offset=c * BCo + k * BK * W_dim3 + kw * W_dim3 * X_dim3 + kh * W_dim3 * X_dim3 * W_dim1), 0, 0, T.Cast("int64", BW), T.Cast("int64", BCo), T.Cast("int64", T.min(BW, X_dim2 - (bx * BW + kw))), T.Cast("int64", T.min(BK, X_dim3 - k * BK)), T.Cast("int64", T.min(BK, X_dim3 - k * BK)), T.Cast("int64", BCo), T.Cast("int64", BCo), T.Cast("int64", X_dim3), T.Cast("int64", W_dim3))
-            T.call_extern("int32", "septran_cpu_store_f32_f32", Y.access_ptr("rw", offset=c * BCo + bx * BW * W_dim3 + by * W_dim3 * Y_dim2 + bz * W_dim3 * Y_dim2 * Y_dim1), Y_local.access_ptr("rw"), T.Cast("int64", T.min(BW, Y_dim2 - bx * BW)), T.Cast("int64", BCo), T.Cast("int64", W_dim3), T.Cast("int64", BCo))
+        T.call_extern("int32", "septran_cpu_fill_zero_f32", Y_local.access_ptr("rw"), T.Cast("int64", BW), T.Cast("int64", BCo), T.Cast("int64", BCo))
+        for kh in T.serial(W_dim0):
+            for kw in T.serial(W_dim1):
+                T.call_extern("int32", "septran_cpu_gemm_f32_f32", Y_local.access_ptr("rw"), X.access_ptr("rw", offset=(bx * BW + kw) * X_dim3 + (by + kh) * X_dim3 * X_dim2 + bz * X_dim3 * X_dim2 * X_dim1), W.access_ptr("rw", offset=kw * W_dim3 * X_dim3 + kh * W_dim3 * X_dim3 * W_dim1), 0, 0, T.Cast("int64", BW), T.Cast("int64", BCo), T.Cast("int64", T.min(BW, X_dim2 - (bx * BW + kw))), T.Cast("int64", T.min(BK, X_dim3)), T.Cast("int64", T.min(BK, X_dim3)), T.Cast("int64", BCo), T.Cast("int64", BCo), T.Cast("int64", X_dim3), T.Cast("int64", W_dim3))
+        T.call_extern("int32", "septran_cpu_store_f32_f32", Y.access_ptr("rw", offset=bx * BW * W_dim3 + by * W_dim3 * Y_dim2 + bz * W_dim3 * Y_dim2 * Y_dim1), Y_local.access_ptr("rw"), T.Cast("int64", T.min(BW, Y_dim2 - bx * BW)), T.Cast("int64", BCo), T.Cast("int64", W_dim3), T.Cast("int64", BCo))

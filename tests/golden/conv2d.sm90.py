@@ -29,12 +29,11 @@ def conv2d_host(
         X_shared = T.alloc_shared((BW, BK), "float16")
         W_shared = T.alloc_shared((BK, BCo), "float16")
         Y_local = T.alloc_fragment((BW, BCo), "float32")
-        for c in T.serial(T.ceildiv(W_dim3, BCo)):
-            T.clear(Y_local)
-            for kh in T.serial(W_dim0):
-                for kw in T.serial(W_dim1):
-                    for k in T.Pipelined(T.ceildiv(X_dim3, BK), num_stages=3):
-                        T.copy(X[bz, by + kh, bx * BW + kw, k * BK], X_shared, disable_tma=True)
-                        T.copy(W[kh, kw, k * BK, c * BCo], W_shared, disable_tma=True)
-                        T.gemm(X_shared, W_shared, Y_local)
-            T.copy(Y_local, Y[bz, by, bx * BW, c * BCo])
+        T.clear(Y_local)
+        for kh in T.serial(W_dim0):
+            for kw in T.serial(W_dim1):
+                for k in T.Pipelined(T.ceildiv(X_dim3, BK), num_stages=3):
+                    T.copy(X[bz, by + kh, bx * BW + kw, k * BK], X_shared, disable_tma=True)
+                    T.copy(W[kh, kw, k * BK, 0], W_shared, disable_tma=True)
+                    T.gemm(X_shared, W_shared, Y_local)
+        T.copy(Y_local, Y[bz, by, bx * BW, 0])

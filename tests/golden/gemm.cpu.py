@@ -19,5 +19,4 @@ def gemm_host(
     C: T.Tensor((A_dim0, B_dim1), "float32"),
 ):
     with T.Kernel(T.ceildiv(B_dim1, BN), T.ceildiv(A_dim0, BM)) as (bx, by):
-        for k in T.serial(T.ceildiv(A_dim1, BK)):
-            T.call_extern("int32", "septran_cpu_gemm_f32_f32", C.access_ptr("rw", offset=bx * BN + by * BM * B_dim1), A.access_ptr("rw", offset=k * BK + by * BM * A_dim1), B.access_ptr("rw", offset=bx * BN + k * BK * B_dim1), 0, 0, T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BN, B_dim1 - bx * BN)), T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BK, A_dim1 - k * BK)), T.Cast("int64", T.min(BK, A_dim1 - k * BK)), T.Cast("int64", T.min(BN, B_dim1 - bx * BN)), T.Cast("int64", B_dim1), T.Cast("int64", A_dim1), T.Cast("int64", B_dim1))
+        T.call_extern("int32", "septran_cpu_gemm_f32_f32", C.access_ptr("rw", offset=bx * BN + by * BM * B_dim1), A.access_ptr("rw", offset=by * BM * A_dim1), B.access_ptr("rw", offset=bx * BN), 0, 0, T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BN, B_dim1 - bx * BN)), T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BK, A_dim1)), T.Cast("int64", T.min(BK, A_dim1)), T.Cast("int64", T.min(BN, B_dim1 - bx * BN)), T.Cast("int64", B_dim1), T.Cast("int64", A_dim1), T.Cast("int64", B_dim1))

@@ -22,6 +22,5 @@ def gemm_host(
     with T.Kernel(T.ceildiv(B_dim1, BN), T.ceildiv(A_dim0, BM)) as (bx, by):
         C_local = T.alloc_local((BM, BN), "float32")
         T.call_extern("int32", "septran_cpu_fill_zero_f32", C_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN))
-        for k in T.serial(T.ceildiv(A_dim1, BK)):
-            T.call_extern("int32", "septran_cpu_gemm_amx_bf16", C_local.access_ptr("rw"), A.access_ptr("rw", offset=k * BK + by * BM * A_dim1), B.access_ptr("rw", offset=bx * BN + k * BK * B_dim1), 0, 0, T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BK, A_dim1 - k * BK)), T.Cast("int64", T.min(BK, A_dim1 - k * BK)), T.Cast("int64", T.min(BN, B_dim1 - bx * BN)), T.Cast("int64", BN), T.Cast("int64", A_dim1), T.Cast("int64", B_dim1))
+        T.call_extern("int32", "septran_cpu_gemm_amx_bf16", C_local.access_ptr("rw"), A.access_ptr("rw", offset=by * BM * A_dim1), B.access_ptr("rw", offset=bx * BN), 0, 0, T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BK, A_dim1)), T.Cast("int64", T.min(BK, A_dim1)), T.Cast("int64", T.min(BN, B_dim1 - bx * BN)), T.Cast("int64", BN), T.Cast("int64", A_dim1), T.Cast("int64", B_dim1))
         T.call_extern("int32", "septran_cpu_store_bf16_f32", C.access_ptr("rw", offset=bx * BN + by * BM * B_dim1), C_local.access_ptr("rw"), T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BN, B_dim1 - bx * BN)), T.Cast("int64", B_dim1), T.Cast("int64", BN))

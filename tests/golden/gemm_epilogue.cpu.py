@@ -24,8 +24,7 @@ def gemm_epilogue(
         C_local = T.alloc_local((BM, BN), "float32")
         bias_local = T.alloc_local((BN,), "float32")
         T.call_extern("int32", "septran_cpu_fill_zero_f32", C_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", BN))
-        for k in T.serial(T.ceildiv(A_dim1, BK)):
-            T.call_extern("int32", "septran_cpu_gemm_mkl_f32_f32", C_local.access_ptr("rw"), A.access_ptr("rw", offset=k * BK + by * BM * A_dim1), B.access_ptr("rw", offset=k * BK + bx * BN * A_dim1), 0, 1, T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BK, A_dim1 - k * BK)), T.Cast("int64", T.min(BN, B_dim0 - bx * BN)), T.Cast("int64", T.min(BK, A_dim1 - k * BK)), T.Cast("int64", BN), T.Cast("int64", A_dim1), T.Cast("int64", A_dim1))
+        T.call_extern("int32", "septran_cpu_gemm_mkl_f32_f32", C_local.access_ptr("rw"), A.access_ptr("rw", offset=by * BM * A_dim1), B.access_ptr("rw", offset=bx * BN * A_dim1), 0, 1, T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", T.min(BM, A_dim0 - by * BM)), T.Cast("int64", T.min(BK, A_dim1)), T.Cast("int64", T.min(BN, B_dim0 - bx * BN)), T.Cast("int64", T.min(BK, A_dim1)), T.Cast("int64", BN), T.Cast("int64", A_dim1), T.Cast("int64", A_dim1))
         T.call_extern("int32", "septran_cpu_load_f32_f32", bias_local.access_ptr("rw"), bias.access_ptr("rw", offset=bx * BN), T.int64(1), T.Cast("int64", BN), T.int64(1), T.int64(1), T.int64(1), T.Cast("int64", T.min(BN, B_dim0 - bx * BN)))
         for i, j in T.grid(BM, BN):
             C_local[i, j] = C_local[i, j] + bias_local[j]

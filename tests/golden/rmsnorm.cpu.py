@@ -23,13 +23,11 @@ def rmsnorm_sums(
         S = T.alloc_local((BM, BN), "float32")
         Y_local = T.alloc_local((BM, BN), "float32")
         T.call_extern("int32", "septran_cpu_fill_zero_f32", rstd.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1))
-        for k in T.serial(T.ceildiv(X_dim1, BN)):
-            T.call_extern("int32", "septran_cpu_reduce_sumsq_f32", s.access_ptr("rw"), X.access_ptr("rw", offset=k * BN + bx * BM * X_dim1), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1 - k * BN)), T.Cast("int64", X_dim1), 1)
-            for a in T.grid(BM):
-                rstd[a] = rstd[a] + s[a]
+        T.call_extern("int32", "septran_cpu_reduce_sumsq_f32", s.access_ptr("rw"), X.access_ptr("rw", offset=bx * BM * X_dim1), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1)), T.Cast("int64", X_dim1), 1)
+        for a in T.grid(BM):
+            rstd[a] = rstd[a] + s[a]
         for a in T.grid(BM):
             rstd[a] = T.rsqrt(rstd[a] / T.float32(X_dim1) + T.float32(1e-06))
-        for k_2 in T.serial(T.ceildiv(X_dim1, BN)):
-            for i, j in T.grid(BM, BN):
-                Y_local[i, j] = T.if_then_else((k_2 * BN + j) < X_dim1, X[bx * BM + i, k_2 * BN + j], T.float32(0.0)) * rstd[i] * T.if_then_else((k_2 * BN + j) < X_dim1, W[k_2 * BN + j], T.float32(0.0))
-            T.call_extern("int32", "septran_cpu_stream_f32_f32", Y.access_ptr("rw", offset=k_2 * BN + bx * BM * X_dim1), Y_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1 - k_2 * BN)), T.Cast("int64", X_dim1), T.Cast("int64", BN))
+        for i, j in T.grid(BM, BN):
+            Y_local[i, j] = T.if_then_else(j < X_dim1, X[bx * BM + i, j], T.float32(0.0)) * rstd[i] * T.if_then_else(j < X_dim1, W[j], T.float32(0.0))
+        T.call_extern("int32", "septran_cpu_stream_f32_f32", Y.access_ptr("rw", offset=bx * BM * X_dim1), Y_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1)), T.Cast("int64", X_dim1), T.Cast("int64", BN))

@@ -23,16 +23,13 @@ def softmax_cached(
         S = T.alloc_local((BM, BN), "float32")
         T.fill(m, -T.infinity("float32"))
         T.call_extern("int32", "septran_cpu_fill_zero_f32", l.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1))
-        for k in T.serial(T.ceildiv(X_dim1, BN)):
-            T.call_extern("int32", "septran_cpu_reduce_max_f32", m.access_ptr("rw"), X.access_ptr("rw", offset=k * BN + bx * BM * X_dim1), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1 - k * BN)), T.Cast("int64", X_dim1), 0)
-        for k_2 in T.serial(T.ceildiv(X_dim1, BN)):
-            for a, b in T.grid(BM, T.min(BN, X_dim1 - k_2 * BN)):
-                Y[bx * BM + a, k_2 * BN + b] = T.exp(X[bx * BM + a, k_2 * BN + b] - m[a])
-            T.call_extern("int32", "septran_cpu_reduce_sum_f32", s.access_ptr("rw"), Y.access_ptr("rw", offset=k_2 * BN + bx * BM * X_dim1), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1 - k_2 * BN)), T.Cast("int64", X_dim1), 1)
-            for a in T.grid(BM):
-                l[a] = l[a] + s[a]
+        T.call_extern("int32", "septran_cpu_reduce_max_f32", m.access_ptr("rw"), X.access_ptr("rw", offset=bx * BM * X_dim1), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1)), T.Cast("int64", X_dim1), 0)
+        for a, b in T.grid(BM, T.min(BN, X_dim1)):
+            Y[bx * BM + a, b] = T.exp(X[bx * BM + a, b] - m[a])
+        T.call_extern("int32", "septran_cpu_reduce_sum_f32", s.access_ptr("rw"), Y.access_ptr("rw", offset=bx * BM * X_dim1), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1)), T.Cast("int64", X_dim1), 1)
+        for a in T.grid(BM):
+            l[a] = l[a] + s[a]
         for a in T.grid(BM):
             l[a] = T.float32(1.0) / l[a]
-        for k_3 in T.serial(T.ceildiv(X_dim1, BN)):
-            for a, b in T.grid(BM, T.min(BN, X_dim1 - k_3 * BN)):
-                Y[bx * BM + a, k_3 * BN + b] = Y[bx * BM + a, k_3 * BN + b] * l[a]
+        for a, b in T.grid(BM, T.min(BN, X_dim1)):
+            Y[bx * BM + a, b] = Y[bx * BM + a, b] * l[a]
