@@ -391,16 +391,20 @@ def test_store_writes_only_the_valid_part(lib, dst_dtype, src_dtype, rows, cols,
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(dtypes=st.sampled_from([(torch.float32, torch.float32), (torch.float16, torch.float32), (torch.float32, torch.bfloat16)]),
+@given(dtypes=st.sampled_from([(torch.float32, torch.float32), (torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+                                (torch.float32, torch.bfloat16)]),
        rows=st.integers(1, 6), cols=st.integers(1, 90), offset=st.integers(0, 9), pad_dst=st.sampled_from([0, 3]),
        pad_src=st.sampled_from([0, 5]))
 def test_stream_writes_what_store_writes(lib, dtypes, rows, cols, offset, pad_dst, pad_src):
     """septran_cpu_stream (a store past the caches: copy eviction_policy evict_first) writes exactly the valid part,
     from any alignment of the destination (non-temporal stores need 32-byte aligned addresses: the head and tail of
-    a row are plain stores); other types than float32 to float32 are septran_cpu_store's."""
+    a row are plain stores), float32 rows narrowed to float16 or bfloat16 rounded as the plain store rounds them
+    (NaN, inf, ties); float32 from a 16-bit type is septran_cpu_store's."""
     dst_dtype, src_dtype = dtypes
     gen = torch.Generator().manual_seed(rows * 1000 + cols * 10 + offset)
     src, ld_src = strided(rows, cols, pad_src, src_dtype, gen)
+    if src_dtype == torch.float32:
+        f16_specials(src)
     whole = torch.full(((rows + 2) * (cols + pad_dst + 2) + offset,), 7.0, dtype=dst_dtype)
     dst = whole[offset:].view(rows + 2, cols + pad_dst + 2)
     assert call(lib, "septran_cpu_stream", dst, CODES[dst_dtype], src, CODES[src_dtype], rows, cols, dst.stride(0), ld_src) == 0
@@ -544,3 +548,17 @@ def _libmvec_expf() -> bool:
     """Whether the math header leaves expf to glibc's 8-wide variant here: AVX2 without AVX-512 (the header's test)."""
     out = subprocess.run(["g++", "-march=native", "-dM", "-E", "-x", "c++", "/dev/null"], capture_output=True, text=True).stdout
     return "__AVX2__" in out and "__AVX512F__" not in out
+
+
+@pytest.mark.parametrize("dst_dtype", [torch.float16, torch.bfloat16])
+def test_streamed_16_bit_rows_round_as_torch(lib, dst_dtype):
+    """The narrowing non-temporal store (32-byte chunks of 16) on the values that round interestingly, everywhere in
+    rows whose destination is aligned, so that nearly all of them go through the vector path."""
+    gen = torch.Generator().manual_seed(5)
+    src = torch.randn(3, 200, generator=gen) * 1000
+    flat = src.view(-1)
+    flat[::3] = torch.tensor(SPECIALS * (flat[::3].numel() // len(SPECIALS) + 1))[: flat[::3].numel()]
+    dst = torch.full((3, 200), 7.0, dtype=dst_dtype)
+    assert dst.data_ptr() % 16 == 0
+    assert call(lib, "septran_cpu_stream", dst, CODES[dst_dtype], src, 0, 3, 200, 200, 200) == 0
+    torch.testing.assert_close(dst, src.to(dst_dtype), rtol=0, atol=0, equal_nan=True)
