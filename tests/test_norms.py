@@ -27,6 +27,15 @@ def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
+def references(op: str, x, w, b, narrow):
+    """The norm in float64 (the reference) and torch's in ``narrow``, the narrowest type of the call's tensors."""
+    cols = x.shape[-1]
+    if op == "rmsnorm":
+        return rms_norm(x.double(), w.double(), 1e-6), rms_norm(x.to(narrow), w.to(narrow), 1e-6)
+    ln = torch.nn.functional.layer_norm
+    return ln(x.double(), (cols,), w.double(), b.double(), 1e-5), ln(x.to(narrow), (cols,), w.to(narrow), b.to(narrow), 1e-5)
+
+
 def _inputs(rows, cols, dtype, seed):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, cols, generator=gen) * 2 + 0.5  # a non-zero mean: the variance must not cancel
@@ -73,13 +82,7 @@ def test_norms_keep_bfloat16_tensors_and_widen_them_in_the_vendor(op, x_dtype, w
         held = f"uint16_t* {name}" in src
         assert held == (dtype == torch.bfloat16), f"{name} ({dtype}) held as {'bits' if held else 'floats'}"
     assert "septran_cpu_load_f32_bf16" in src or x_dtype == w_dtype == torch.float32
-    narrow = min((x_dtype, w_dtype, y_dtype), key=lambda d: torch.finfo(d).bits)
-    if op == "rmsnorm":
-        ref, tor = rms_norm(x.double(), w.double(), 1e-6), rms_norm(x.to(narrow), w.to(narrow), 1e-6)
-    else:
-        ln = torch.nn.functional.layer_norm
-        ref = ln(x.double(), (cols,), w.double(), b.double(), 1e-5)
-        tor = ln(x.to(narrow), (cols,), w.to(narrow), b.to(narrow), 1e-5)
+    ref, tor = references(op, x, w, b, min((x_dtype, w_dtype, y_dtype), key=lambda d: torch.finfo(d).bits))
     assert_flash_rule(out, ref, tor.to(y_dtype), f"{op} {x_dtype} {w_dtype} {y_dtype}")
 
 
