@@ -70,20 +70,26 @@ def test_rmsnorm_matches_torch(dtype, rows, cols):
 def test_norms_keep_bfloat16_tensors_and_widen_them_in_the_vendor(op, x_dtype, w_dtype, y_dtype, rows, cols):
     """The cpu mappings keep bfloat16 (keep_dtypes): each such tensor, input or output, is staged in LOCAL through
     the vendor's converting copies (no float32 copy of it made by the runtime), whatever the others' types."""
+    src = run_mixed(op, x_dtype, w_dtype, y_dtype, rows, cols)
+    params = (("X", x_dtype), ("W", w_dtype), ("Y", y_dtype)) + ((("B", w_dtype),) if op == "layernorm" else ())
+    for name, dtype in params:
+        held = f"uint16_t* {name}" in src
+        assert held == (dtype == torch.bfloat16), f"{name} ({dtype}) held as {'bits' if held else 'floats'}"
+    assert "septran_cpu_load_f32_bf16" in src or x_dtype == w_dtype == torch.float32
+
+
+def run_mixed(op: str, x_dtype, w_dtype, y_dtype, rows: int, cols: int) -> str:
+    """The norm of X, W (and B) of these types into a Y of its own type, under the FlashAttention rule against
+    float64 (torch's error in the narrowest of the types); the program's C."""
     x, w, b = _inputs(rows, cols, torch.float32, rows + cols)
     x, w, b = x.to(x_dtype), w.to(w_dtype), b.to(w_dtype)
     y = torch.empty(rows, cols, dtype=y_dtype)
     k = kernel(op)
     out = k(x, w, eps=1e-6, Y=y) if op == "rmsnorm" else k(x, w, b, eps=1e-5, Y=y)
     assert out is y
-    src = k.latest.device_source
-    params = (("X", x_dtype), ("W", w_dtype), ("Y", y_dtype)) + ((("B", w_dtype),) if op == "layernorm" else ())
-    for name, dtype in params:
-        held = f"uint16_t* {name}" in src
-        assert held == (dtype == torch.bfloat16), f"{name} ({dtype}) held as {'bits' if held else 'floats'}"
-    assert "septran_cpu_load_f32_bf16" in src or x_dtype == w_dtype == torch.float32
     ref, tor = references(op, x, w, b, min((x_dtype, w_dtype, y_dtype), key=lambda d: torch.finfo(d).bits))
-    assert_flash_rule(out, ref, tor.to(y_dtype), f"{op} {x_dtype} {w_dtype} {y_dtype}")
+    assert_flash_rule(out, ref, tor.to(y_dtype), f"{op} {rows}x{cols} {x_dtype} {w_dtype} {y_dtype}")
+    return k.latest.device_source
 
 
 @pytest.mark.build

@@ -74,16 +74,8 @@ def test_softmax_of_16_bit_rows_keeps_the_flash_rule(dtype, log):
     (torch.float16, torch.float16, torch.float16), (torch.float16, torch.float32, torch.float16),
     (torch.float32, torch.float16, torch.float32), (torch.float16, torch.bfloat16, torch.float32)])
 def test_norms_stage_float16_tensors_in_float32_tiles(op, x_dtype, w_dtype, y_dtype):
-    from test_norms import _inputs, kernel, references
+    from test_norms import run_mixed
     for rows, cols in ((3, 257), (1030, 1024)):  # a plain store, and a streamed one (> 4 MB)
-        x, w, b = _inputs(rows, cols, torch.float32, rows + cols)
-        x, w, b = x.to(x_dtype), w.to(w_dtype), b.to(w_dtype)
-        y = torch.empty(rows, cols, dtype=y_dtype)
-        k = kernel(op)
-        out = k(x, w, eps=1e-6, Y=y) if op == "rmsnorm" else k(x, w, b, eps=1e-5, Y=y)
-        assert out is y
-        src = k.latest.device_source
+        src = run_mixed(op, x_dtype, w_dtype, y_dtype, rows, cols)
         assert ("septran_cpu_load_f32_f16" in src) == (torch.float16 in (x_dtype, w_dtype))
         assert ("septran_cpu_stream_f16_f32" in src or "septran_cpu_store_f16_f32" in src) == (y_dtype == torch.float16)
-        ref, tor = references(op, x, w, b, min((x_dtype, w_dtype, y_dtype), key=lambda d: torch.finfo(d).bits))
-        assert_flash_rule(out, ref, tor.to(y_dtype), f"{op} {rows}x{cols} {x_dtype} {w_dtype} {y_dtype}")
