@@ -61,7 +61,7 @@ def test_a_grid_index_two_programs_share_stays_sequential(tmp_path, repeat_outer
     """Programs that differ only in r write the same rows: r's loop runs on one thread, and every loop
     outside it too (C prints the first grid index outermost)."""
     kernel = septran.compile(_rows_logic(repeat_outer), mapping_file=_mapping(tmp_path, ROWS_MAPPING))
-    x = torch.randn(37, 50)
+    x = torch.randn(401, 50)  # above the one-thread size (a smaller call has no pragma at all)
     torch.testing.assert_close(kernel(x), 2 * x)
     source = kernel.device_source
     if pragma is None:
@@ -172,14 +172,25 @@ def test_a_kernel_that_only_updates_its_arguments_takes_the_fast_path_again():
 
 def test_a_dynamic_grid_starts_no_thread_team_for_one_program():
     """The model level's GEMM (rows dynamic): its grid's size comes with each call, and a decode step's one row in
-    one 4096-wide tile is one program, so the parallel loop carries an if(...) clause; a static grid has none."""
+    one 4096-wide tile is one program, so the grid's loops run under the pragma only behind an if on the call's
+    sizes, and are printed again without it for the other branch (not the pragma's if(...) clause: a false one is a
+    team of one, inside which a vendor leaf's own team is a nested one); a static grid has no test."""
     from septran.ops.gemm import gemm_kernel
 
     k = gemm_kernel("cpu", "none", False, True)
     a, w = torch.randn(3, 40), torch.randn(40, 24)
     torch.testing.assert_close(k(a, w), a @ w, rtol=1e-4, atol=1e-4)
-    pragma = next(line for line in k.latest.device_source.splitlines() if "#pragma omp parallel for" in line)
-    assert " if(" in pragma and pragma.rstrip().endswith("> 1)"), pragma
+    test, pragma = _grid_test(k.latest.device_source)
+    assert test.rstrip().endswith("> 1) {") and " if(" not in pragma, (test, pragma)
+    src = k.latest.device_source
+    assert src.count("for (int64_t by = ") == 2 and "} else {" in src
+
+
+def _grid_test(src: str) -> tuple[str, str]:
+    """The line that tests the call's sizes before the grid's pragma, and the pragma."""
+    lines = src.splitlines()
+    at = next(k for k, line in enumerate(lines) if "#pragma omp parallel for" in line)
+    return lines[at - 1], lines[at]
 
 
 def test_a_small_call_starts_no_thread_team(tmp_path):
@@ -194,10 +205,10 @@ def test_a_small_call_starts_no_thread_team(tmp_path):
     for rows in (3, ONE_THREAD_ELEMENTS // 64 + 5):
         x = torch.randn(rows, 64)
         torch.testing.assert_close(k(x, w, eps=1e-6), torch.nn.functional.rms_norm(x, (64,), w, 1e-6))
-    pragma = next(line for line in k.latest.device_source.splitlines() if "#pragma omp parallel for" in line)
-    assert f"64 * (int64_t)X_dim0 + 64 * (int64_t)X_dim0 + 64 >= {ONE_THREAD_ELEMENTS} && " in pragma, pragma
-    assert pragma.rstrip().endswith("> 1)"), pragma
+    test, _ = _grid_test(k.latest.device_source)
+    assert f"if (64 * (int64_t)X_dim0 + 64 * (int64_t)X_dim0 + 64 >= {ONE_THREAD_ELEMENTS} && " in test, test
+    assert test.rstrip().endswith("> 1) {"), test
     kernel = septran.compile(_rows_logic(True), mapping_file=_mapping(tmp_path, ROWS_MAPPING))
     x = torch.randn(37, 50)
     torch.testing.assert_close(kernel(x), 2 * x)
-    assert " if(0)" in next(line for line in kernel.device_source.splitlines() if "#pragma omp" in line)
+    assert "#pragma omp" not in kernel.device_source  # decided when the C is made: no OpenMP region at all

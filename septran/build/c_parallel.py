@@ -14,17 +14,20 @@ collapse(n)``, and the buffers become private to each thread. C of any other
 shape is left as it is (one thread: slower, never wrong), with a warning.
 
 A call whose tensors hold few elements in all (a decode step's one-row norm or
-softmax) runs on one thread: the loop carries ``if(...)``, which OpenMP
-evaluates at the call, so no thread team starts (a team's start and its barrier
-cost more than such a kernel's work, milliseconds when a core is busy). The
-count is every tensor argument's elements, inputs included: a one-row GEMM
-reads a whole weight matrix and stays parallel. Dynamic sizes are the C
-function's arguments, so the test reads them at the call.
+softmax) runs on one thread: the grid's loops are printed twice, under the
+pragma and without, behind an ``if`` on the call's sizes, so no thread team
+starts (a team's start and its barrier cost more than such a kernel's work,
+milliseconds when a core is busy). The count is every tensor argument's
+elements, inputs included: a one-row GEMM reads a whole weight matrix and stays
+parallel. Dynamic sizes are the C function's arguments, so the test reads them
+at the call; a static kernel's test is decided here (no pragma at all).
 
 A grid of one program gets no pragma, and a dynamic grid none at a call where it
 is one program: its leaves run outside any parallel region, where the vendor's
 one-row GEMM splits the weight over the threads itself (the decode point of
-``mappings/cpu/gemm.yaml`` is one program as wide as the weight).
+``mappings/cpu/gemm.yaml`` is one program as wide as the weight). Not the
+pragma's own ``if(...)`` clause: a region whose clause is false is a team of one,
+and a team the vendor starts inside it is a nested one (see ``parallel_grid``).
 """
 from __future__ import annotations
 
@@ -107,11 +110,35 @@ def parallel_grid(source: str, function: str, par: ParallelGrid, elements: Optio
         # A grid that grows with a dynamic size may be one program at this call (a decode step's one row): no team
         # then, whose idle thread would wait at the barrier (milliseconds on a loaded machine).
         tests.append(f"{' * '.join(f'({e})' for e in extents)} > 1")
-    tests = ["0"] if "0" in tests else [t for t in tests if t != "1"]  # a number: decided here already
-    if tests:
-        clauses += f" if({' && '.join(tests)})"
-    lines.insert(at, f"{indent}#pragma omp parallel for {clauses}")
+    if "0" in tests:  # decided here already: one thread, no OpenMP region at all
+        return source
+    tests = [t for t in tests if t != "1"]
+    pragma = f"{indent}#pragma omp parallel for {clauses}"
+    if not tests:
+        lines.insert(at, pragma)
+        return "\n".join(lines)
+    # Decided at the call: the grid's loops twice, under the pragma and without, rather than the pragma's if(...)
+    # clause. A region whose if(...) is false is still a parallel region (a team of one), so a vendor leaf that
+    # then splits its own work over the threads opened a nested team, whose threads were not the ones torch's
+    # OpenMP calls keep: both sets spun on the same cores (a float16 GEMM with a residual, 64 rows, one program,
+    # 2 threads: 1.06 ms in that form, 0.55 in this; 0.29 on one thread; AMD EPYC Zen 4).
+    end = _loop_end(lines, at)
+    if end is None:
+        return _unchanged(source, function, "the grid's loops do not close where expected")
+    loop = lines[at:end + 1]
+    lines[at:end + 1] = [f"{indent}if ({' && '.join(tests)}) {{", pragma, *loop, f"{indent}}} else {{", *loop,
+                         f"{indent}}}"]
     return "\n".join(lines)
+
+
+def _loop_end(lines: list[str], at: int) -> Optional[int]:
+    """The line that closes the loop opened on line ``at`` (TileLang's C has no braces in strings or comments)."""
+    depth = 0
+    for k in range(at, len(lines)):
+        depth += lines[k].count("{") - lines[k].count("}")
+        if depth == 0:
+            return k
+    return None
 
 
 def _product(extents: list[str]) -> int:

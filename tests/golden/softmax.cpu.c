@@ -28,7 +28,6 @@ int32_t softmax_cached_kernel(float* X, float* Y) {
   float m[1];
   float l[1];
   float s[1];
-  #pragma omp parallel for collapse(1) schedule(static) private(m, l, s) if(0)
   for (int64_t bx = (int64_t)0; bx < (int64_t)8; ++bx) {
     m[(int64_t)0] = -INFINITY;
     septran_cpu_fill_zero_f32((&(l[0])), (int64_t)1, (int64_t)1, (int64_t)1);
