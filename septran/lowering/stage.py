@@ -21,7 +21,6 @@ from septran.errors import LoweringError
 from septran.expr import BinOp, Const, Expr, Var, leaves, simplify
 from septran.frontend.ir import Launch, PrimCall, Privilege, TaskDef, root_param, walk
 from septran.lowering import flat_ir as fl
-from septran.lowering.single_trips import drop_single_trips
 from septran.lowering import halo_stage
 from septran.lowering import leaf_calls
 from septran.lowering import tile_ir as ir
@@ -29,6 +28,7 @@ from septran.lowering.constants import Constants, Context, Names
 from septran.lowering.dynamic import DynamicValue
 from septran.lowering.intervals import Unbounded, bounds
 from septran.lowering.linear import as_expr, difference
+from septran.lowering.single_trips import drop_single_trips
 from septran.lowering.tile_ir import Why
 
 

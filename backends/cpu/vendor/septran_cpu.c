@@ -97,18 +97,19 @@ static __m256i float8_to_bf16_lanes(__m256i u) {
   __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
   return _mm256_blendv_epi8(rounded, quiet, nan);
 }
+
+/* 16 floats from s as 16 bfloat16 in order (packus works within 128-bit lanes: lo0-3 hi0-3 lo4-7 hi4-7, put back) */
+static __m256i float16_to_bf16(const float* s) {
+  __m256i lo = float8_to_bf16_lanes(_mm256_loadu_si256((const __m256i*)s));
+  __m256i hi = float8_to_bf16_lanes(_mm256_loadu_si256((const __m256i*)(s + 8)));
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
+}
 #endif
 
 static void float_to_bf16(uint16_t* restrict d, const float* restrict s, int32_t n) {
   int32_t j = 0;
 #if defined(__AVX2__)
-  for (; j + 16 <= n; j += 16) {
-    __m256i lo = float8_to_bf16_lanes(_mm256_loadu_si256((const __m256i*)(s + j)));
-    __m256i hi = float8_to_bf16_lanes(_mm256_loadu_si256((const __m256i*)(s + j + 8)));
-    /* packus works within 128-bit lanes: lo0-3 hi0-3 lo4-7 hi4-7, put back in order */
-    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8);
-    _mm256_storeu_si256((__m256i*)(d + j), packed);
-  }
+  for (; j + 16 <= n; j += 16) _mm256_storeu_si256((__m256i*)(d + j), float16_to_bf16(s + j));
 #endif
   for (; j < n; j++) {
     uint32_t u;
@@ -213,16 +214,10 @@ int32_t septran_cpu_stream(void* dst, int32_t dst_dtype, void* src, int32_t src_
       while (j < valid_cols && ((uintptr_t)(d + j) & 31)) j++; /* to the first aligned 32 bytes */
       convert_row(d, dst_dtype, s, SEPTRAN_CPU_F32, j);
       for (; j + 16 <= valid_cols; j += 16) {
-        __m256 lo = _mm256_loadu_ps(s + j), hi = _mm256_loadu_ps(s + j + 8);
-        __m256i packed;
-        if (f16) {
-          packed = _mm256_set_m128i(_mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-                                    _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        } else { /* as float_to_bf16 */
-          packed = _mm256_packus_epi32(float8_to_bf16_lanes(_mm256_castps_si256(lo)),
-                                       float8_to_bf16_lanes(_mm256_castps_si256(hi)));
-          packed = _mm256_permute4x64_epi64(packed, 0xD8);
-        }
+        __m256i packed = f16 ? _mm256_set_m128i(
+                                   _mm256_cvtps_ph(_mm256_loadu_ps(s + j + 8), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                   _mm256_cvtps_ph(_mm256_loadu_ps(s + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+                             : float16_to_bf16(s + j);
         _mm256_stream_si256((__m256i*)(d + j), packed);
       }
       convert_row(d + j, dst_dtype, s + j, SEPTRAN_CPU_F32, valid_cols - j);
