@@ -209,12 +209,12 @@ def test_a_sum_of_squares_on_a_leaf_without_one_is_refused_at_the_binding(tmp_pa
     assert info.value.loc.file == str(path) and f"rms_sums_add_square: {leaf}" in path.read_text().splitlines()[info.value.loc.line - 1]
 
 
-def test_a_sum_of_squared_deviations_on_a_leaf_without_one_is_refused_at_the_binding(tmp_path):
-    """layernorm's row_sum_squared_deviations (kind reduce_squares) on the cpu's TileLang-reduction leaf."""
+def test_a_row_statistics_primitive_on_a_leaf_without_one_is_refused_at_the_binding(tmp_path):
+    """layernorm's row_moments (kind reduce_squares) on the cpu's TileLang-reduction leaf."""
     from conftest import edited_mapping
 
-    path = edited_mapping(tmp_path, "cpu", "layernorm", ("ln_sums_add_square_dev: vector_loops", "ln_sums_add_square_dev: tile_loops"))
+    path = edited_mapping(tmp_path, "cpu", "layernorm", ("ln_sums_add: vector_loops", "ln_sums_add: tile_loops"))
     with pytest.raises(septran.MappingError, match="tile_loops implements elementwise, reduce, reduce_axis, but "
-                                                   r"ln_sums_add_square_dev calls 'row_sum_squared_deviations' \(reduce_squares"):
+                                                   r"ln_sums_add calls 'row_moments' \(reduce_squares"):
         septran.compile(logic_file=REPO / "septran" / "ops" / "logic" / "layernorm.py", mapping_file=path)
 

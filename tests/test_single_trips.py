@@ -28,13 +28,13 @@ def _loads_of_x(src: str) -> int:
 def test_a_row_in_one_tile_is_staged_once_for_every_pass(layernorm):
     x, w, b = torch.randn(5, 768).half(), torch.randn(768).half(), torch.randn(768).half()
     layernorm(x, w, b)
-    assert _loads_of_x(layernorm.latest.device_source) == 1  # was 3: one per pass
-    assert "T.serial" not in layernorm.latest.tilelang_source  # the three walks over one column tile are no loops
+    assert _loads_of_x(layernorm.latest.device_source) == 1  # was 3: one per pass (the passes are two now)
+    assert "T.serial" not in layernorm.latest.tilelang_source  # the two walks over one column tile are no loops
 
 
 def test_a_row_of_several_tiles_keeps_its_loops(layernorm):
     tl = layernorm.specialize(X=((5, 9000), "float16"), W=((9000,), "float16"), B=((9000,), "float16")).tilelang_source
-    assert tl.count("T.serial(") >= 3
+    assert tl.count("T.serial(") >= 2  # the statistics, the output
 
 
 @pytest.mark.build

@@ -123,6 +123,13 @@ PRIMITIVES: dict[str, PrimitiveSig] = {
             privileges=(Privilege.WRITE, Privilege.READ, Privilege.READ), dims=("i", "ij", "i"),
             meaning="out[i] = sum_j (X[i, j] - center[i])^2", attrs=MappingProxyType({"op": "sumsq_dev", "clear": True}),
             own_type=("center",)),
+        PrimitiveSig(  # LayerNorm's statistics in one pass over X (Welford's update, Chan's join): merged into running
+            # ones, so that a row may come in tiles; count 0 starts a row
+            name="row_moments", kind="reduce_squares", params=("mean", "m2", "count", "X"),
+            privileges=(Privilege.READ_WRITE,) * 3 + (Privilege.READ,), dims=("i", "i", "i", "ij"),
+            meaning="mean[i], m2[i], count[i]: the mean of X's row i, the sum of its squared deviations from that mean "
+                    "and its length, joined with the values they held (count 0: none)",
+            attrs=MappingProxyType({"op": "moments"}), own_type=("mean", "m2", "count")),
         _elementwise("silu", ("X",), ("ij",), lambda x: x / (1.0 + el.Call("exp", (-x,))), "X = X * sigmoid(X)"),
     )
 }

@@ -21,19 +21,15 @@ def layernorm_sums(
     with T.Kernel(T.ceildiv(X_dim0, BM)) as bx:
         mean = T.alloc_local((BM,), "float32")
         rstd = T.alloc_local((BM,), "float32")
+        count = T.alloc_local((BM,), "float32")
         s = T.alloc_local((BM,), "float32")
+        q = T.alloc_local((BM,), "float32")
         S = T.alloc_local((BM, BN), "float32")
         Y_local = T.alloc_local((BM, BN), "float32")
         T.call_extern("int32", "septran_cpu_fill_zero_f32", mean.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1))
         T.call_extern("int32", "septran_cpu_fill_zero_f32", rstd.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1))
-        T.call_extern("int32", "septran_cpu_reduce_sum_f32", s.access_ptr("rw"), X.access_ptr("rw", offset=bx * BM * X_dim1), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1)), T.Cast("int64", X_dim1), 1)
-        for a in T.grid(BM):
-            mean[a] = mean[a] + s[a]
-        for a in T.grid(BM):
-            mean[a] = mean[a] / T.float32(X_dim1)
-        T.call_extern("int32", "septran_cpu_reduce_sumsq_dev_f32", s.access_ptr("rw"), X.access_ptr("rw", offset=bx * BM * X_dim1), mean.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1)), T.Cast("int64", X_dim1), 1)
-        for a in T.grid(BM):
-            rstd[a] = rstd[a] + s[a]
+        T.call_extern("int32", "septran_cpu_fill_zero_f32", count.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1))
+        T.call_extern("int32", "septran_cpu_moments_f32", mean.access_ptr("rw"), rstd.access_ptr("rw"), count.access_ptr("rw"), X.access_ptr("rw", offset=bx * BM * X_dim1), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1)), T.Cast("int64", X_dim1))
         for a in T.grid(BM):
             rstd[a] = T.rsqrt(rstd[a] / T.float32(X_dim1) + T.float32(1e-05))
         for i, j in T.grid(BM, BN):

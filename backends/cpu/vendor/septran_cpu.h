@@ -60,6 +60,13 @@ int32_t septran_cpu_reduce_sumsq_dev(float* out, float* x, float* center, int32_
 int32_t septran_cpu_reduce_sumsq_dev_half(float* out, void* x, float* center, int32_t rows, int32_t cols, int32_t ldx,
                                           int32_t clear);
 
+/* A row's statistics in one pass (septran_cpu_moments.c): the mean of x's row i and the sum of its squared
+ * deviations from that mean (cols elements, float32 or float16 for _half) joined into mean[i], m2[i] over count[i]
+ * elements (count[i] 0: they start the row). Welford's update per lane, Chan's join: as stable as two passes. */
+int32_t septran_cpu_moments(float* mean, float* m2, float* count, float* x, int32_t rows, int32_t cols, int32_t ldx);
+int32_t septran_cpu_moments_half(float* mean, float* m2, float* count, void* x, int32_t rows, int32_t cols,
+                                 int32_t ldx);
+
 /* A rows x cols tile: dst[i*ld_dst + j] = convert(src[i*ld_src + j]) where i < valid_rows and
  * j < valid_cols, else 0 (valid_* are clamped to [0, rows] and [0, cols]). */
 int32_t septran_cpu_load(void* dst, int32_t dst_dtype, void* src, int32_t src_dtype, int32_t rows, int32_t cols,

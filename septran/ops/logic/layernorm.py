@@ -7,11 +7,12 @@ accumulator and reduces it once (the mean), does the same with (X - mean)^2
 writes the output tile by tile. ``eps`` is a scalar argument: kernel(x, w, b, eps=1e-6).
 
 A second algorithm, ``layernorm_sums_logic``, which the CPU mapping names by its entry task
-(``layernorm(...)`` carries it as ``.alternatives``, built with the same arguments): the same two passes,
-but each column tile is written into a float32 tile (x, then (x - mean)^2) and reduced straight away, into a
-per-row running sum (over a matrix's rows the row primitives read x in place: ``row_sum``, then
-``row_sum_squared_deviations``); no tile-shaped accumulator to clear and to read back on every element (a GPU's
-accumulator lives in registers; a CPU's is memory).
+(``layernorm(...)`` carries it as ``.alternatives``, built with the same arguments): one walk for the
+statistics, each column tile's mean and squared deviations from it (two passes over the tile, which the caches
+hold) joined into the running mean and sum of squared deviations by Chan's formula (over a matrix's rows the
+primitive ``row_moments`` reads the tile once, in place); then the walk that writes the output. No tile-shaped
+accumulator to clear and read back (a GPU's accumulator lives in registers; a CPU's is memory), and X read once
+for its statistics, not twice.
 """
 from septran import task
 
@@ -187,8 +188,8 @@ def _write_any(axis: int, rank: int, drop):
 
 
 def _layernorm_sums(axis: int, rank: int):
-    """The per-tile-sums algorithm (see the module's docstring) over any axis: a program owns BM elements along
-    the last kept dimension (one along the others) and walks the normalised axis in tiles of BN, three times."""
+    """The per-tile statistics algorithm (see the module's docstring) over any axis: a program owns BM elements
+    along the last kept dimension (one along the others) and walks the normalised axis in tiles of BN, twice."""
     _check(axis, rank)
     kept = [d for d in range(rank) if d != axis]
     inner = kept[-1]
@@ -203,43 +204,37 @@ def _layernorm_sums(axis: int, rank: int):
     stat = lambda fn: each(rank - 1, fn)  # noqa: E731
     elem = lambda fn: each(rank, fn)  # noqa: E731
 
-    def add_sum(s, total, S):  # total += the sum of S over the axis (s: scratch)
-        if rows:
-            task.call_primitive("row_sum", s, S)  # clears s
-        else:
-            task.compute(s, stat(lambda *ix: 0.0))
-            task.call_primitive("reduce_sum", s, S, axis=axis, rank=rank)
-        task.compute(total, stat(lambda *ix: total[ix] + s[ix]))
+    def tile_sum(s, S):  # s = the sum of S over the axis
+        task.compute(s, stat(lambda *ix: 0.0))
+        task.call_primitive("reduce_sum", s, S, axis=axis, rank=rank)
 
     @task.define(leaf=True)
-    def ln_sums_start(mean, rstd):
+    def ln_sums_start(mean, m2, count):
         task.compute(mean, stat(lambda *ix: 0.0))
-        task.compute(rstd, stat(lambda *ix: 0.0))
+        task.compute(m2, stat(lambda *ix: 0.0))
+        task.compute(count, stat(lambda *ix: 0.0))
 
-    @task.define(leaf=True)
-    def ln_sums_add(s, mean, S, X):  # S = x (0 past the end), its sum into mean
-        if rows:  # the row primitive sums the tile's part inside the tensor: no copy into S
-            add_sum(s, mean, X)
-        else:
-            task.compute(S, elem(lambda *ix: X[ix]))
-            add_sum(s, mean, S)
-
-    @task.define(leaf=True)
-    def ln_sums_mean(mean, X):  # X: only its length along the axis is used
-        task.compute(mean, stat(lambda *ix: mean[ix] / task.global_size(X, axis)))
-
-    @task.define(leaf=True)
-    def ln_sums_add_square_dev(s, var, S, X, mean):  # the sum of (x - mean)^2 over the tile's part inside the tensor
-        if rows:  # squared as they are read, in float32 (clears s): no tile written and read back
-            # The squares went into Y's tile before (the write pass overwrote them), and before that into S: a store
-            # and a load per element, Y written twice (so not streamed past the caches), and, for a float16 Y, the
-            # squares rounded to float16, which overflowed past a deviation of 256 (the output all zeros)
-            task.call_primitive("row_sum_squared_deviations", s, X, mean)
-            task.compute(var, stat(lambda *ix: var[ix] + s[ix]))
-        else:  # past the end the deviation is 0 (the mean stands in for x)
-            dev = lambda ix: task.where(inside(X, ix), X[ix], mean[drop(ix)]) - mean[drop(ix)]  # noqa: E731
+    if rows:
+        @task.define(leaf=True)
+        def ln_sums_add(mean, m2, count, X):  # the tile's statistics from one read of it, joined to the running ones
+            task.call_primitive("row_moments", mean, m2, count, X)
+    else:
+        @task.define(leaf=True)
+        def ln_sums_add(s, q, mean, m2, count, S, X):
+            """The tile's mean s and squared deviations q (two passes over the tile, which the caches hold), joined to
+            the running mean and m2 over count elements by Chan's formula."""
+            n = task.minimum(X.shape[axis], task.global_size(X, axis) - task.global_offset(X, axis))  # inside the tensor
+            task.compute(S, elem(lambda *ix: X[ix]))  # 0 past the end
+            tile_sum(s, S)
+            task.compute(s, stat(lambda *ix: s[ix] / n))
+            dev = lambda ix: task.where(inside(X, ix), X[ix], s[drop(ix)]) - s[drop(ix)]  # noqa: E731 (0 past the end)
             task.compute(S, elem(lambda *ix: dev(ix) * dev(ix)))
-            add_sum(s, var, S)
+            tile_sum(q, S)
+            # (m2 first: it reads the mean and count the tile joins; then the mean, then the count)
+            task.compute(m2, stat(lambda *ix: m2[ix] + q[ix] + (s[ix] - mean[ix]) * (s[ix] - mean[ix])
+                                  * count[ix] * n / (count[ix] + n)))
+            task.compute(mean, stat(lambda *ix: mean[ix] + (s[ix] - mean[ix]) * n / (count[ix] + n)))
+            task.compute(count, stat(lambda *ix: count[ix] + n))
 
     @task.define(leaf=True)
     def ln_sums_rstd(rstd, X, eps=1e-5):  # rstd held the sum of squared deviations
@@ -257,15 +252,17 @@ def _layernorm_sums(axis: int, rank: int):
         stats = [X.shape[d] for d in kept]
         mean = task.temp(*stats)
         rstd = task.temp(*stats)  # the sum of squared deviations, then 1 / sqrt(variance + eps)
-        s = task.temp(*stats)  # one tile's sum
-        S = task.temp(*(X.shape[d] if d != axis else "BN" for d in range(rank)))  # (unused over a matrix's rows)
+        count = task.temp(*stats)  # the elements joined so far
+        s = task.temp(*stats)  # one tile's mean (s, q and S: unused over a matrix's rows)
+        q = task.temp(*stats)  # one tile's squared deviations from its mean
+        S = task.temp(*(X.shape[d] if d != axis else "BN" for d in range(rank)))
         at = lambda k: tuple(k if d == axis else 0 for d in range(rank))  # noqa: E731
-        task.launch(ln_sums_start, mean, rstd)
+        task.launch(ln_sums_start, mean, rstd, count)
         for k in task.range(Xp.shape[axis]):
-            task.launch(ln_sums_add, s, mean, S, Xp[at(k)])
-        task.launch(ln_sums_mean, mean, X)
-        for k in task.range(Xp.shape[axis]):
-            task.launch(ln_sums_add_square_dev, s, rstd, S, Xp[at(k)], mean)
+            if rows:
+                task.launch(ln_sums_add, mean, rstd, count, Xp[at(k)])
+            else:
+                task.launch(ln_sums_add, s, q, mean, rstd, count, S, Xp[at(k)])
         task.launch(ln_sums_rstd, rstd, X, eps)
         for k in task.range(Xp.shape[axis]):
             task.launch(write, Yp[at(k)], Xp[at(k)], Wp[k], Bp[k], mean, rstd)
