@@ -60,14 +60,15 @@ def rows_of(rows: int, cols: int, pad: int, dtype, scale: float, offset: float, 
 
 
 def check(mean, m2, count, x):
-    """Within a few roundings of float64's: the mean 2 ulp of itself plus 4 of the deviations' size (1.8 measured at
-    most), m2 32 ulp of itself (11.4 measured at most over 1 to 9000 columns, offsets 0 to 10^4, float16 rows)."""
+    """Within a few roundings of float64's: the mean 2 ulp of itself plus 8 of the deviations' size (4.6 measured at
+    most), m2 64 ulp of itself (55 measured at most over 1 to 9000 columns, offsets 0 to 10^4, float16 rows, rows
+    whose first 64 elements stand apart)."""
     xd = x.double()
     want_mean = xd.mean(dim=1)
     want_m2 = ((xd - want_mean[:, None]) ** 2).sum(dim=1)
     spread = (xd - want_mean[:, None]).abs().max(dim=1).values
-    assert ((mean.double() - want_mean).abs() <= 2 * U32 * want_mean.abs() + 4 * U32 * spread).all(), (mean, want_mean)
-    assert ((m2.double() - want_m2).abs() <= 32 * U32 * want_m2).all(), (m2, want_m2)
+    assert ((mean.double() - want_mean).abs() <= 2 * U32 * want_mean.abs() + 8 * U32 * spread).all(), (mean, want_mean)
+    assert ((m2.double() - want_m2).abs() <= 64 * U32 * want_m2).all(), (m2, want_m2)
     assert (count == x.shape[1]).all()
 
 
@@ -101,6 +102,24 @@ def test_an_empty_tile_leaves_the_statistics_as_they_were(lib):
     state = (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0, 5.0, 6.0]), torch.tensor([7.0, 8.0, 9.0]))
     after = moments(lib, x[:, :0], 8, state)
     assert all(torch.equal(a, b) for a, b in zip(after, state))
+
+
+@pytest.mark.parametrize("cols", [100, 1024, 4097, 9000])
+@pytest.mark.parametrize("apart", [10.0, 1e3, 1e5])
+def test_a_row_whose_first_elements_stand_apart(lib, cols, apart):
+    """The shift (the mean of the first 64) lies far from the row's mean: the one-pass subtraction would cancel (at 9000
+    columns 2569 roundings off), so the row is summed again from its mean."""
+    x = torch.randn(4, cols, generator=torch.Generator().manual_seed(cols))
+    x[:, :64] += apart
+    check(*moments(lib, x, cols), x)
+
+
+def test_a_nan_or_inf_is_not_hidden(lib):
+    x = torch.randn(3, 700)
+    x[0, 5], x[1, 600], x[2, 0] = float("nan"), float("inf"), float("-inf")
+    mean, m2, _ = moments(lib, x, 700)
+    assert torch.isnan(mean[0]) and torch.isnan(m2[0])
+    assert not torch.isfinite(mean[1:]).any() and not torch.isfinite(m2[1:]).any()
 
 
 def test_a_constant_row_has_no_deviation(lib):
