@@ -5,39 +5,26 @@ column tiles gives what the whole row gives."""
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO
 from septran.build import vendor
 from septran.target import load_target_file
+from test_cpu_vendor import write_target
 
 pytestmark = pytest.mark.build
 
-VENDOR = REPO / "backends/cpu/vendor"
 U32 = 2.0 ** -24  # float32's unit roundoff
 SETTINGS = dict(derandomize=True, deadline=None, phases=[Phase.explicit, Phase.generate])
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    folder: Path = tmp_path_factory.mktemp("cpu_moments")
-    (folder / "target.yaml").write_text(f"""\
-name: moments_probe
-tilelang: {{target: c}}
-torch_device: cpu
-dtypes: [float16, float32]
-procs: {{HOST: {{memories: [GLOBAL], grid: true}}}}
-memories: {{GLOBAL: {{}}}}
-vendor:
-  sources: [{VENDOR / "septran_cpu_moments.c"}]
-  cflags: [-O3, -march=native]
-""")
-    return vendor.library(load_target_file(folder / "target.yaml"))
+    path = write_target(tmp_path_factory.mktemp("cpu_moments"), libraries="[]", sources=("septran_cpu_moments.c",))
+    return vendor.library(load_target_file(path))
 
 
 def moments(lib, x: torch.Tensor, ld: int, state=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

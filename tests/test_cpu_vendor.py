@@ -31,7 +31,9 @@ SETTINGS = dict(derandomize=True, deadline=None, phases=[Phase.explicit, Phase.g
 KERNEL_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno"]  # as the CPU target compiles kernels
 
 
-def write_target(folder: Path, libraries: str = f"[{OPENBLAS}]", extra: str = "") -> Path:
+def write_target(folder: Path, libraries: str = f"[{OPENBLAS}]", extra: str = "",
+                 sources: tuple = ("septran_cpu.c", "septran_cpu_gemv.c")) -> Path:
+    """A target file whose vendor library builds ``sources`` (of backends/cpu/vendor) with ``libraries``."""
     path = folder / "target.yaml"
     path.write_text(f"""\
 name: vendor_probe
@@ -41,7 +43,7 @@ dtypes: [float16, float32]
 procs: {{HOST: {{memories: [GLOBAL], grid: true}}}}
 memories: {{GLOBAL: {{}}}}
 vendor:
-  sources: [{VENDOR / "septran_cpu.c"}, {VENDOR / "septran_cpu_gemv.c"}]
+  sources: [{", ".join(str(VENDOR / s) for s in sources)}]
   cflags: [-O3, -march=native, -fopenmp]
   libraries: {libraries}
   include: [{VENDOR / "septran_cpu_math.h"}]
