@@ -8,22 +8,21 @@ import ctypes
 
 import pytest
 import torch
-from hypothesis import Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from septran.build import vendor
 from septran.target import load_target_file
-from test_cpu_vendor import write_target
+from test_cpu_vendor import SETTINGS, U32, write_target
 
 pytestmark = pytest.mark.build
-
-U32 = 2.0 ** -24  # float32's unit roundoff
-SETTINGS = dict(derandomize=True, deadline=None, phases=[Phase.explicit, Phase.generate])
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    path = write_target(tmp_path_factory.mktemp("cpu_moments"), libraries="[]", sources=("septran_cpu_moments.c",))
+    # (septran_cpu.c for the tile copy that widens float16 rows)
+    path = write_target(tmp_path_factory.mktemp("cpu_moments"),
+                        sources=("septran_cpu.c", "septran_cpu_gemv.c", "septran_cpu_moments.c"))
     return vendor.library(load_target_file(path))
 
 

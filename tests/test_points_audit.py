@@ -8,15 +8,13 @@ and 0 unlocated errors; this keeps two points that run per operator and type (fl
 """
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 
 import pytest
 import torch
 
 import septran
-from conftest import REPO
+from conftest import REPO, load_module
 from septran.errors import SepTranError
 
 pytestmark = pytest.mark.build
@@ -39,13 +37,7 @@ POINTS = 2
 
 def example(op: str) -> dict:
     """What examples/<op>/run_<op>.py hands its runner: the logic, the inputs' maker, the reference, the scalars."""
-    folder = REPO / "examples" / op
-    for path in (REPO / "examples", folder):
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
-    spec = importlib.util.spec_from_file_location(f"audit_run_{op}", folder / f"run_{op}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(REPO / "examples" / op / f"run_{op}.py")  # (it puts examples/ and its folder on sys.path)
     got = {}
 
     def run(logic, title, make_inputs, reference, flops, dtype=None, show_source=True, repeats=5, unit="", scalars=None):

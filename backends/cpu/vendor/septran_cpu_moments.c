@@ -69,7 +69,25 @@ static inline void join(float* mean, float* m2, float* count, float mb, float m2
   *count = n;
 }
 
-/* One read of the row: the sums of y = x - c and of y^2, four accumulators each, then m2 = sum y^2 - (sum y)^2 / n.
+/* s = the sum of x[j] - k over the row, q = the sum of its squares: four accumulators each, so the adds overlap */
+static void sums_from(const float* x, int32_t n, float k, float* s, float* q) {
+  vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, q0 = {0}, q1 = {0}, q2 = {0}, q3 = {0}, y;
+  int32_t j = 0;
+  for (; j + LANES <= n; j += LANES) {
+    y = load(x + j) - k;         a0 += y; q0 += y * y;
+    y = load(x + j + W) - k;     a1 += y; q1 += y * y;
+    y = load(x + j + 2 * W) - k; a2 += y; q2 += y * y;
+    y = load(x + j + 3 * W) - k; a3 += y; q3 += y * y;
+  }
+  float sum = lanes_sum((a0 + a1) + (a2 + a3)), sq = lanes_sum((q0 + q1) + (q2 + q3));
+  for (; j < n; j++) {
+    float t = x[j] - k;
+    sum += t, sq += t * t;
+  }
+  *s = sum, *q = sq;
+}
+
+/* One read of the row: the sums of y = x - c and of y^2, then m2 = sum y^2 - (sum y)^2 / n.
  * c is the mean of the row's first SHIFT_FROM elements, so the sums hold values of the deviations' size, not the
  * data's distance from zero, and the subtraction cancels little: its relative error is a few roundings times
  * 1 + (mean - c)^2 / variance, which is at most 1 + n / SHIFT_FROM (c is the mean of SHIFT_FROM of the n elements)
@@ -89,38 +107,15 @@ static void row(const float* x, int32_t n, float* mean, float* m2) {
     for (int32_t j = 0; j < n; j++) c += x[j];
     c /= (float)n;
   }
-  vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, q0 = {0}, q1 = {0}, q2 = {0}, q3 = {0}, y;
-  int32_t j = 0;
-  for (; j + LANES <= n; j += LANES) {
-    y = load(x + j) - c;         a0 += y; q0 += y * y;
-    y = load(x + j + W) - c;     a1 += y; q1 += y * y;
-    y = load(x + j + 2 * W) - c; a2 += y; q2 += y * y;
-    y = load(x + j + 3 * W) - c; a3 += y; q3 += y * y;
-  }
-  float s = lanes_sum((a0 + a1) + (a2 + a3)), q = lanes_sum((q0 + q1) + (q2 + q3));
-  for (; j < n; j++) {
-    float t = x[j] - c;
-    s += t, q += t * t;
-  }
+  float s, q;
+  sums_from(x, n, c, &s, &q);
   float my = s / (float)n, d = q - s * my;
   if (q > CANCELS * d) { /* the subtraction lost more than 4 bits (c far from the mean: a row whose first elements
                           * stand apart from the rest): the deviations from that mean, summed in a second pass,
                           * correct the mean and give m2 the two-pass way */
-    vec e, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0}, r0 = {0}, r1 = {0}, r2 = {0}, r3 = {0};
     float mc = my + c;
-    for (j = 0; j + LANES <= n; j += LANES) {
-      e = load(x + j) - mc;         b0 += e; r0 += e * e;
-      e = load(x + j + W) - mc;     b1 += e; r1 += e * e;
-      e = load(x + j + 2 * W) - mc; b2 += e; r2 += e * e;
-      e = load(x + j + 3 * W) - mc; b3 += e; r3 += e * e;
-    }
-    float se = lanes_sum((b0 + b1) + (b2 + b3));
-    d = lanes_sum((r0 + r1) + (r2 + r3));
-    for (; j < n; j++) {
-      float t = x[j] - mc;
-      se += t, d += t * t;
-    }
-    *mean = mc + se / (float)n, d -= se * (se / (float)n);
+    sums_from(x, n, mc, &s, &d);
+    *mean = mc + s / (float)n, d -= s * (s / (float)n);
   } else {
     *mean = c + my;
   }
@@ -137,7 +132,8 @@ int32_t septran_cpu_moments(float* mean, float* m2, float* count, float* x, int3
   return 0;
 }
 
-/* float16 rows, widened a chunk at a time into a stack buffer that stays in L1 (as the other row reductions) */
+/* float16 rows, widened a chunk at a time into a stack buffer that stays in L1 (as the other row reductions), by the
+ * library's tile copy (8-wide F16C: g++ converts _Float16 one element at a time and vectorises no such loop) */
 int32_t septran_cpu_moments_half(float* mean, float* m2, float* count, void* x, int32_t rows, int32_t cols,
                                  int32_t ldx) {
   if (rows < 0 || cols < 0 || ldx < 0) return SEPTRAN_CPU_E_ARGS;
@@ -146,7 +142,7 @@ int32_t septran_cpu_moments_half(float* mean, float* m2, float* count, void* x, 
     const _Float16* h = (const _Float16*)x + (size_t)i * (size_t)ldx;
     for (int32_t j = 0; j < cols; j += HALF_CHUNK) {
       int32_t n = cols - j < HALF_CHUNK ? cols - j : HALF_CHUNK;
-      for (int32_t e = 0; e < n; e++) chunk[e] = (float)h[j + e];
+      septran_cpu_load(chunk, SEPTRAN_CPU_F32, (void*)(h + j), SEPTRAN_CPU_F16, 1, n, n, n, 1, n);
       float mb, m2b;
       row(chunk, n, &mb, &m2b);
       join(mean + i, m2 + i, count + i, mb, m2b, (float)n);
