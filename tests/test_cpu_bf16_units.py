@@ -343,6 +343,24 @@ def test_float32_to_bfloat16_rounds_to_nearest_even(libs, cols):
             assert g == w & 0xFFFF, f"{x:#010x} -> {g:#06x}, torch {w & 0xFFFF:#06x}"
 
 
+def test_subnormals_among_normals_round_as_torch(libs):
+    """Where the CPU has AVX512-BF16 the store converts 16 floats in one instruction, which flushes subnormals
+    to zero: a vector holding one is converted on the bits instead. One subnormal in each lane of 16, and whole
+    vectors of them; values near the smallest normal either side."""
+    gen = torch.Generator().manual_seed(11)
+    normals = torch.randn(16 * 17, generator=gen).reshape(17, 16)
+    lane = torch.arange(16)
+    sub = torch.randint(1, 1 << 23, (16,), generator=gen, dtype=torch.int32).view(torch.float32) * torch.where(lane % 2 == 0, 1.0, -1.0)
+    normals[lane, lane] = sub  # row i holds a subnormal in lane i
+    normals[16] = sub  # a vector of nothing else
+    edge = f32_from_bits([0x00800000, 0x007FFFFF, 0x007F8000, 0x007F7FFF, 0x80800000, 0x807FFFFF, 0x00000001, 0x80000001,
+                          0x00808000, 0x00818000, 0x0000FFFF, 0x00017FFF, 0x00008001, 0x3F800000, 0, 0x80000000])
+    src = torch.cat([normals, edge[None]]).reshape(-1, 48)  # 48: three vectors a row
+    dst = torch.zeros(src.shape, dtype=torch.bfloat16)
+    assert load(libs["native"], dst, src) == 0
+    assert torch.equal(bits(dst), bits(src.to(torch.bfloat16)))
+
+
 def test_bfloat16_to_float32_is_exact(libs):
     every = torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
     src = every[:65535].reshape(-1, 255)  # 255: the 8-wide loop and a tail
