@@ -191,6 +191,9 @@ class Target:
     parallel_in_program: bool = False
     # One program may hold two kernels launched one after the other (a mapping's `combine: two_kernels`).
     two_kernels: bool = False
+    # A program whose walks over a dynamic size run once where that size fits one tile is made in two versions,
+    # chosen at run time by the size (lowering/one_tile.py): a row then is staged once for all its passes.
+    one_tile_versions: bool = False
     # The thread count of a program whose mapping names none (``threads: {default: 128}``); None: it must name one.
     default_threads: Optional[int] = None
     # Model-level fusions whose kernels this target's shipped mappings have run against torch

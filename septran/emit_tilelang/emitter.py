@@ -294,6 +294,13 @@ def _stmt(w: _Writer, s, depth: int, prog: _Program) -> None:
             _stmt(w, b, depth + 1, prog)
         if not s.body:
             w.line(depth + 1, "pass")
+    elif isinstance(s, ir.Guarded):
+        w.line(depth, f"if {s.size.name} <= {s.at_most}:  # {s.why.text}")
+        for b in s.then:
+            _stmt(w, b, depth + 1, prog)
+        w.line(depth, "else:")
+        for b in s.otherwise:
+            _stmt(w, b, depth + 1, prog)
     else:  # pragma: no cover
         raise TypeError(f"unknown tile statement {s!r}")
 

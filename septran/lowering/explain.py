@@ -34,6 +34,13 @@ def _stmt(s, depth: int, out: list[str]) -> None:
         out.append(f"{pad}loop {s.var.name} in 0..{s.extent} ({s.kind}{stages})\n{pad}    because: {s.why}")
         for b in s.body:
             _stmt(b, depth + 1, out)
+    elif isinstance(s, ir.Guarded):
+        out.append(f"{pad}where {s.size.name} <= {s.at_most}\n{pad}    because: {s.why}")
+        for b in s.then:
+            _stmt(b, depth + 1, out)
+        out.append(f"{pad}else")
+        for b in s.otherwise:
+            _stmt(b, depth + 1, out)
 
 
 def explain(program: ir.TileProgram) -> str:

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 from septran.errors import internal_errors
 from septran.frontend.printer import format_graph
 from septran.frontend.shapes import ShapeRelations
-from septran.lowering import tile_ir as ir
+from septran.lowering import one_tile, tile_ir as ir
 from septran.lowering.bind import check_mapping
 from septran.lowering.bits_dtypes import hold_as_bits
 from septran.lowering.capacity import check_capacity
@@ -57,29 +57,41 @@ def lower(graph, mapping: Mapping, target: Target, spec: Specialization, shapes:
     with internal_errors("verify", inputs):
         flat = verify(ctx, consts, flat)
     dump("03-verify", lambda: format_flat(flat))
-    # Buffers and copies where mems changes the memory; leaves bound to the target's implementations.
-    with internal_errors("stage", inputs):
-        program = stage(ctx, consts, flat, names)
-    dump("04-stage", lambda: explain(program))
-    # Memories TileLang does not know: addresses, descriptors and vendor calls (targets that have them).
-    with internal_errors("place", inputs):
-        program = place(ctx, program, consts.value)
-    dump("05-place", lambda: explain(program))
-    # On the final statements: which grid indices may run at once, which outputs must start from zeros.
-    with internal_errors("writes", inputs):
-        program = writes(ctx, program, consts.value)
-    # A parallel_range inside a program: T.Parallel where the target has it and each iteration stores its own elements.
-    with internal_errors("parallel_loops", inputs):
-        program = parallel_loops(ctx, program, consts.value)
-    # Outputs that several programs add into: one at a time, atomic adds (the mapping's combine), or refused.
-    with internal_errors("combine", inputs):
-        program = combine(ctx, program)
-    # On what will be emitted: each memory holds what one program allocates.
-    with internal_errors("capacity", inputs):
-        program = check_capacity(ctx, program, consts.value)
-    # Tensors kept in a type TileLang cannot compute in (keep_dtypes): only functions named for the type touch them.
-    with internal_errors("bits_dtypes", inputs):
-        program = hold_as_bits(ctx, program)
-    # Last: nothing the target's TileLang is known to compile wrongly (backends/<t>/target.yaml).
-    with internal_errors("tilelang_limits", inputs):
-        return check_tilelang_limits(ctx, program)
+
+    def finish(names: frozenset, assume=None, suffix: str = "") -> ir.TileProgram:
+        # Buffers and copies where mems changes the memory; leaves bound to the target's implementations.
+        with internal_errors("stage", inputs):
+            program = stage(ctx, consts, flat, names, assume)
+        dump(f"04-stage{suffix}", lambda: explain(program))
+        # Memories TileLang does not know: addresses, descriptors and vendor calls (targets that have them).
+        with internal_errors("place", inputs):
+            program = place(ctx, program, consts.value)
+        dump(f"05-place{suffix}", lambda: explain(program))
+        # On the final statements: which grid indices may run at once, which outputs must start from zeros.
+        with internal_errors("writes", inputs):
+            program = writes(ctx, program, consts.value)
+        # A parallel_range inside a program: T.Parallel where the target has it and each iteration stores its own elements.
+        with internal_errors("parallel_loops", inputs):
+            program = parallel_loops(ctx, program, consts.value)
+        # Outputs that several programs add into: one at a time, atomic adds (the mapping's combine), or refused.
+        with internal_errors("combine", inputs):
+            program = combine(ctx, program)
+        # On what will be emitted: each memory holds what one program allocates.
+        with internal_errors("capacity", inputs):
+            program = check_capacity(ctx, program, consts.value)
+        # Tensors kept in a type TileLang cannot compute in (keep_dtypes): only functions named for the type touch them.
+        with internal_errors("bits_dtypes", inputs):
+            program = hold_as_bits(ctx, program)
+        # Last: nothing the target's TileLang is known to compile wrongly (backends/<t>/target.yaml).
+        with internal_errors("tilelang_limits", inputs):
+            return check_tilelang_limits(ctx, program)
+
+    general = finish(names)
+    # Walks over a dynamic size that run once where it fits a tile: that version too, chosen in the program.
+    small = one_tile.one_tile_size(consts, flat) if target.one_tile_versions else None
+    if small is None:
+        return general
+    size, tile = small
+    version = finish(frozenset(names) | general.names, {size: tile}, "-one-tile")
+    with internal_errors("one_tile", inputs):
+        return one_tile.merge(general, version, size, tile, lambda p: check_capacity(ctx, p, consts.value))

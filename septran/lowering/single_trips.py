@@ -11,39 +11,55 @@ an output is stored once, after its last write.
 Only loops whose trip count is the number 1: a pipelined loop keeps its stages, a ``parallel_range`` its
 meaning, and a count that depends on a dynamic size or on a block index (causal attention) stays a loop. The
 verify pass has already proved every index in bounds with the loop in place; index 0 is one of the values it
-proved.
+proved. ``assume`` bounds dynamic sizes from above (one_tile.py: the version of a program that runs where a row
+fits one tile): a loop whose count is 1 for every size so bounded is dropped there too.
 """
 from __future__ import annotations
 
 import dataclasses
+from types import MappingProxyType
 from typing import Mapping
 
-from septran.expr import Const, Expr, Var, substitute
+from septran.expr import Const, Expr, Sym, Var, substitute
 from septran.lowering import flat_ir as fl
 from septran.lowering.constants import Constants
+from septran.lowering.intervals import Unbounded, bounds
 
 
-def drop_single_trips(consts: Constants, flat: fl.FlatProgram) -> fl.FlatProgram:
-    program = _invoke(flat.program, consts, {})
+def drop_single_trips(consts: Constants, flat: fl.FlatProgram, assume: Mapping[Sym, int] = MappingProxyType({})) -> fl.FlatProgram:
+    """``assume``: dynamic size -> the most it is in the program made (see the module's docstring)."""
+    ranges = {**consts.intervals, **{s: (1, n) for s, n in assume.items()}} if assume else None
+    program = _invoke(flat.program, consts, {}, ranges)
     return flat if program is flat.program else dataclasses.replace(flat, program=program)
 
 
-def _stmts(stmts: tuple, consts: Constants, env: Mapping[Expr, Expr]) -> tuple:
+def one_trip(extent: Expr, consts: Constants, ranges) -> bool:
+    if consts.known(extent) == 1:
+        return True
+    if ranges is None:
+        return False
+    try:
+        return bounds(extent, ranges) == (1, 1)
+    except (Unbounded, KeyError):
+        return False
+
+
+def _stmts(stmts: tuple, consts: Constants, env: Mapping[Expr, Expr], ranges) -> tuple:
     out = []
     for s in stmts:
         if not isinstance(s, fl.Loop):
-            out.append(_invoke(s, consts, env))
+            out.append(_invoke(s, consts, env, ranges))
             continue
         extent = substitute(s.extent, env) if env else s.extent
-        if s.stages is None and not s.parallel and consts.known(extent) == 1:
-            out.extend(_stmts(s.body, consts, {**env, Var(s.var): Const(0)}))
+        if s.stages is None and not s.parallel and one_trip(extent, consts, ranges):
+            out.extend(_stmts(s.body, consts, {**env, Var(s.var): Const(0)}, ranges))
         else:
-            out.append(dataclasses.replace(s, extent=extent, body=_stmts(s.body, consts, env)))
+            out.append(dataclasses.replace(s, extent=extent, body=_stmts(s.body, consts, env, ranges)))
     return tuple(out)
 
 
-def _invoke(s: fl.Invoke, consts: Constants, env: Mapping[Expr, Expr]) -> fl.Invoke:
-    body = _stmts(s.body, consts, env)
+def _invoke(s: fl.Invoke, consts: Constants, env: Mapping[Expr, Expr], ranges) -> fl.Invoke:
+    body = _stmts(s.body, consts, env, ranges)
     if not env:
         return s if body == s.body else dataclasses.replace(s, body=body)
 

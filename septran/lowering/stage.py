@@ -58,9 +58,9 @@ class _Resident:
     scope: Optional[_Scope] = None
 
 
-def stage(ctx: Context, consts: Constants, flat: fl.FlatProgram, names: frozenset) -> ir.TileProgram:
-    # A loop of one trip stages nothing of its own: its regions do not move (single_trips.py).
-    return _Stager(ctx, consts, drop_single_trips(consts, flat), names).program()
+def stage(ctx: Context, consts: Constants, flat: fl.FlatProgram, names: frozenset, assume=None) -> ir.TileProgram:
+    # A loop of one trip stages nothing of its own: its regions do not move (single_trips.py; assume: one_tile.py).
+    return _Stager(ctx, consts, drop_single_trips(consts, flat, assume or {}), names).program()
 
 
 class _Stager:

@@ -146,14 +146,30 @@ class For:
     parallel: bool = False  # a parallel_range inside a program: its iterations need no order
 
 
-Stmt = Union[Fill, Copy, LeafCall, VendorOp, For]
+@dataclass(frozen=True)
+class Guarded:
+    """``then`` where the dynamic size ``size`` is at most ``at_most``, else ``otherwise``: one program in two
+    versions (lowering/one_tile.py). Made after every pass; the emitter and the cost model read it."""
+
+    size: Sym
+    at_most: int
+    then: tuple["Stmt", ...]
+    otherwise: tuple["Stmt", ...]
+    why: Why
+
+
+Stmt = Union[Fill, Copy, LeafCall, VendorOp, For, Guarded]
 
 
 def statements(stmts):
-    """Every statement of ``stmts`` that is no loop, the loops' bodies opened, in program order."""
+    """Every statement of ``stmts`` that is no loop, the loops' bodies opened, in program order (a guarded
+    statement's two versions one after the other)."""
     for s in stmts:
         if isinstance(s, For):
             yield from statements(s.body)
+        elif isinstance(s, Guarded):
+            yield from statements(s.then)
+            yield from statements(s.otherwise)
         else:
             yield s
 

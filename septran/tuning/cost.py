@@ -247,6 +247,12 @@ class _Walker:
             for i, w in _sample(n):
                 out.add(self.stmts(s.body, {**env, s.var: i}), w)
             return out
+        if isinstance(s, ir.Guarded):  # the version the sizes take (the general one where the size is no number)
+            try:
+                small = self.val(Var(s.size), env) <= s.at_most
+            except (KeyError, SepTranError):
+                small = False
+            return self.stmts(s.then if small else s.otherwise, env)
         if isinstance(s, ir.Copy):
             return _Tally(nbytes=self.global_bytes((s.src, s.dst), env))
         if isinstance(s, ir.VendorOp):
@@ -303,6 +309,8 @@ class _Walker:
             for s in stmts:
                 if isinstance(s, ir.For):
                     found |= self._syms(s.extent) | (self.deps_of(s.body) - {s.var})
+                elif isinstance(s, ir.Guarded):
+                    found |= {s.size} | self.deps_of(s.then) | self.deps_of(s.otherwise)
                 elif isinstance(s, ir.Copy):
                     found |= self._region_syms((s.src, s.dst))
                 elif isinstance(s, (ir.VendorOp, ir.LeafCall)):
@@ -356,6 +364,9 @@ def _loop_vars(body):
         if isinstance(s, ir.For):
             yield s.var
             yield from _loop_vars(s.body)
+        elif isinstance(s, ir.Guarded):
+            yield from _loop_vars(s.then)
+            yield from _loop_vars(s.otherwise)
 
 
 def _kind(call: ir.LeafCall, target: Target) -> str:
