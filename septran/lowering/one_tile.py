@@ -13,7 +13,8 @@ a second time with ``n`` at most ``BN``: those walks then run once and single_tr
 runs that version under ``if n <= BN`` and the general one otherwise, so no call depends on which size it
 came with. Both versions come from one verified flat program: the walks' index 0 is a value verify proved for
 every size, and where n <= BN it is the only one. Where the two versions cannot share one kernel (other grids,
-parameters, workspaces, kernels after, or a buffer name taken twice) the program stays as it was.
+parameters, workspaces, kernels after, or a buffer name taken twice), or the one-tile version copies no fewer
+tiles (attention's K and V read where they lie: its walks would only lose their loop), the program stays as it was.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def merge(general: ir.TileProgram, small: ir.TileProgram, size: Sym, tile: int,
             and not general.after and not small.after and general.workspaces == small.workspaces
             and general.parallel == small.parallel and general.index_bits == small.index_bits
             and general.shared_outputs == small.shared_outputs)
-    if not same or g.body == s.body:
+    if not same or _copies(s.body) >= _copies(g.body):  # nothing staged fewer times: the loops alone cost little
         return general
     ours = {b.sym: b for b in g.buffers}
     extra = [b for b in s.buffers if b.sym not in ours]
@@ -75,3 +76,9 @@ def merge(general: ir.TileProgram, small: ir.TileProgram, size: Sym, tile: int,
         return check(merged)
     except SepTranError:  # both versions' buffers do not fit where the general one alone did
         return general
+
+
+def _copies(body) -> int:
+    """The tile copies in a program's text (TileLang's or the vendor's): a version whose walks run once holds fewer."""
+    return sum(isinstance(s, ir.Copy) or (isinstance(s, ir.VendorOp) and s.op in ("load", "store", "stream"))
+               for s in ir.statements(body))
