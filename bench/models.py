@@ -8,6 +8,7 @@ ms per step, tokens/s, and the peak memory a step allocates.
     python bench/models.py                                   # everything, eager, inductor and septran, fp32, 2 then 1 threads
     python bench/models.py --blocks llama --hf none --backends eager,septran --threads 2,1
     python bench/models.py --quick --sizes small --backends eager,aot_eager   # the smoke test
+    python bench/models.py --hf none --dtype bfloat16                        # the example blocks in bfloat16
 
 Each backend compiles the block once (``fullgraph=True``; compile_s: the first prefill and the first decode step,
 compiles included) and is checked before it is timed: its prefill and decode outputs against the same block in
@@ -45,7 +46,8 @@ PHASES = ("prefill", "decode")
 
 
 def block(name: str, small: bool, prompt: int):
-    """The block's model (seeded weights, fp32) with its cache long enough for the prompt and one step."""
+    """The block's model (seeded weights, fp32) with its cache long enough for the prompt and one step (``prepare``
+    converts it to the run's dtype)."""
     if name == "llama":
         module = model_runner.load(REPO / "examples" / "llama_block" / "model.py", "septran_example_llama_block_model")
         sizes = dict(hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=172) if small else {}
@@ -57,15 +59,18 @@ def block(name: str, small: bool, prompt: int):
         f"{k} {v}" for k, v in (sizes or dict(hidden=256, heads=8, mlp=1024)).items())
 
 
-def prepare(model, backends: list[str], prompt: int) -> tuple[dict, dict, list[dict]]:
+def prepare(model, backends: list[str], prompt: int, dtype=None) -> tuple[dict, dict, list[dict]]:
     """Per backend that runs and passes the check: its prefill and decode calls. Also each one's compile seconds
-    and errors, and a note per backend that is skipped or failed."""
+    and errors, and a note per backend that is skipped or failed. ``dtype``: the model's weights, inputs and cache
+    (float32 by default); the reference is the same weights widened to float64."""
     import copy
 
     import torch
 
+    dtype = dtype or torch.float32
+    model = model.to(dtype)
     gen = torch.Generator().manual_seed(0)
-    xp, xd = torch.randn(1, prompt, model.cfg.hidden, generator=gen), torch.randn(1, 1, model.cfg.hidden, generator=gen)
+    xp, xd = (torch.randn(1, n, model.cfg.hidden, generator=gen).to(dtype) for n in (prompt, 1))
     ref_model = copy.deepcopy(model).double()
     kr, vr = ref_model.new_cache(dtype=torch.float64)
     ref = [ref_model(xp.double(), 0, kr, vr), ref_model(xd.double(), prompt, kr, vr)]
@@ -75,7 +80,7 @@ def prepare(model, backends: list[str], prompt: int) -> tuple[dict, dict, list[d
             notes.append({"backend": name, "skipped": why})
             continue
         try:
-            fn, (kc, vc) = model_runner.compiled(model, name), model.new_cache()
+            fn, (kc, vc) = model_runner.compiled(model, name), model.new_cache(dtype=dtype)
             start = time.perf_counter()
             outs = [fn(xp, 0, kc, vc), fn(xd, prompt, kc, vc)]
             compile_s = time.perf_counter() - start
@@ -84,7 +89,7 @@ def prepare(model, backends: list[str], prompt: int) -> tuple[dict, dict, list[d
             continue
         errs = [(o.double() - r).abs().max().item() for o, r in zip(outs, ref)]
         eager_err = eager_err or errs
-        bounds = [model_runner.bound(e, r, torch.float32) for e, r in zip(eager_err, ref)]
+        bounds = [model_runner.bound(e, r, dtype) for e, r in zip(eager_err, ref)]
         info[name] = {"compile_s": compile_s, "max_abs_err": dict(zip(PHASES, errs)), "bound": dict(zip(PHASES, bounds))}
         if any(e > b for e, b in zip(errs, bounds)):
             notes.append({"backend": name, "error": "WRONG: max |out - float64| " + ", ".join(
@@ -147,12 +152,12 @@ def measure(name: str, sizes: str, calls: dict, info: dict, notes: list, phases:
 
 
 def run_block(name: str, backends: list[str], threads: list[int], small: bool, prompt: int, rounds: int,
-              sample_s: float, idle_s: float, memory: bool = False) -> list[dict]:
+              sample_s: float, idle_s: float, memory: bool = False, dtype=None) -> list[dict]:
     import torch
 
     model, sizes = block(name, small, prompt)
     with torch.no_grad():
-        calls, info, notes = prepare(model, backends, prompt)
+        calls, info, notes = prepare(model, backends, prompt, dtype)
     return measure(name, sizes, calls, info, notes, {"prefill": (prompt, 0), "decode": (1, prompt)}, threads, rounds,
                    sample_s, idle_s, memory)
 
@@ -209,6 +214,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sample-s", type=float, default=None, help="seconds per sample (default 0.2, --quick 0.02)")
     ap.add_argument("--wait-idle", type=float, default=0.0, metavar="S", help="before each block of rounds, wait up to S "
                     "seconds for other work to drop below 0.3 cores (a shared machine)")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                    help="the example blocks' weights, inputs and cache (the HF models stay float32)")
     ap.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "models.json")
     args = ap.parse_args(argv)
     blocks = [b.strip() for b in args.blocks.split(",") if b.strip() and b.strip() != "none"]
@@ -217,6 +224,8 @@ def main(argv=None) -> int:
     if unknown := sorted(set(blocks) - set(BLOCKS)) + sorted(set(hf) - set(HF_MODELS)) + sorted(set(backends) - set(BACKENDS)):
         ap.error(f"unknown block(s), model(s) or backend(s) {', '.join(unknown)}")
     backends = [b for b in BACKENDS if b in backends]  # eager first: the speed-ups are against it
+    if args.dtype != "float32" and hf:
+        ap.error(f"--dtype {args.dtype} runs the example blocks only (the HF models are built in float32): add --hf none")
     threads = [int(t) for t in args.threads.split(",")]
     if min(threads) < 1 or args.prompt < 1 or (args.rounds is not None and args.rounds < 1):
         ap.error("--threads, --prompt and --rounds take positive numbers")
@@ -241,8 +250,9 @@ def main(argv=None) -> int:
     start, rows = time.perf_counter(), []
     runs = [(run_block, name) for name in blocks] + [(run_hf, name) for name in hf]
     for run, name in runs:
+        extra = {"dtype": getattr(torch, args.dtype)} if run is run_block else {}
         new = run(name, backends, threads, args.sizes == "small", args.prompt, rounds, sample_s, args.wait_idle,
-                  not args.no_memory)
+                  not args.no_memory, **extra)
         rows += new
         print(f"  {new[0]['block']} ({new[0]['sizes']}): compile s " + ", ".join(
             f"{b} {s:.1f}" for b, s in new[0]["compile_s"].items()), flush=True)
@@ -250,13 +260,14 @@ def main(argv=None) -> int:
         sys.stdout.flush()
     elapsed = time.perf_counter() - start
     torch.set_num_threads(max(threads))
-    print(f"\nfp32, batch 1; ms per call: median of {rounds} interleaved rounds (min-max); x backend = eager's median / "
+    print(f"\n{args.dtype}, batch 1; ms per call: median of {rounds} interleaved rounds (min-max); x backend = eager's median / "
           "the backend's; tok/s: the phase's tokens / the median; MiB: the most the allocator held above its start "
           "during one call; other: cores other processes used meanwhile (!: memory stalls)\n")
     print_rows(rows, backends)
     print(f"the whole run {elapsed:.1f} s")
     info["loadavg_end"] = os.getloadavg()
     report = {"machine": info, "settings": {"rounds": rounds, "sample_s": sample_s, "threads": threads, "prompt": args.prompt,
+                                            "dtype": args.dtype,
                                             "sizes": args.sizes, "quick": args.quick, "blocks": blocks, "hf": hf,
                                             "backends": backends, "memory": not args.no_memory},
               "rows": rows, "seconds": elapsed}
