@@ -12,10 +12,13 @@ import re
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import septran
 from conftest import REPO, assert_flash_rule, edited_mapping
 from septran.target import load_target
+from test_cpu_vendor import SETTINGS
 
 DYNAMIC = ("target: cpu\n", "target: cpu\ndynamic: {X: [0, 1]}\n")
 BN_256 = ("BN: 1024", "BN: 256")
@@ -62,6 +65,24 @@ def test_one_build_is_right_on_both_sides_of_the_tile(tmp_path, log, staged):
             out = kernel(x)
             assert_flash_rule(out, fn(x.double(), -1), fn(x, -1), f"{rows}x{cols} {dtype} log={log}")
         assert sum(v.spec.dtypes["X"] == str(dtype).removeprefix("torch.") for v in kernel.variants) == 1
+
+
+_KERNELS: dict = {}
+
+
+@pytest.mark.build
+@settings(max_examples=30, **SETTINGS)
+@given(log=st.booleans(), dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]),
+       rows=st.integers(1, 9), cols=st.integers(1, 3 * 256 + 7), seed=st.integers(0, 2 ** 16))
+def test_any_size_on_either_side_runs_right(tmp_path_factory, log, dtype, rows, cols, seed):
+    """Random sizes through one build per (softmax, log-softmax): the one-tile version up to 256 columns, the
+    walks past it; rows of random scale, some far apart from each other."""
+    if log not in _KERNELS:
+        _KERNELS[log] = _kernel(tmp_path_factory.mktemp("one_tile"), log, staged=True)
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(rows, cols, generator=gen) * torch.rand(rows, 1, generator=gen) * 20).to(dtype)
+    fn = torch.log_softmax if log else torch.softmax
+    assert_flash_rule(_KERNELS[log](x), fn(x.double(), -1), fn(x, -1), f"{rows}x{cols} {dtype} log={log}")
 
 
 def test_only_targets_that_ask_get_two_versions():
