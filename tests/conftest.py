@@ -69,7 +69,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(
             f"lowering records: {hits} kernels read, {misses} lowered by TileLang"
             + (" (their source changed since the records were made: SEPTRAN_TEST_LOWERING=record make test with an "
-               "empty SEPTRAN_CACHE_DIR, then python tests/support/lowering_records.py pack --prune)" if misses else ""))
+               "empty SEPTRAN_CACHE_DIR, then python tests/support/lowering_records.py pack; --prune would also drop the "
+               "records of the other CPU family's programs)" if misses else ""))
 
 
 def pytest_addoption(parser):

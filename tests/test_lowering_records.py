@@ -32,7 +32,7 @@ def test_a_recorded_kernel_is_what_tilelang_prints(variant):
             pytest.skip("the records are being made, or not read")
         pytest.fail("tests/golden/lowered.json.xz lacks this kernel: SepTran's emitted source changed since the "
                     "records were made, and every changed cpu kernel is lowered again (slow, still right). Refresh "
-                    "them: SEPTRAN_TEST_LOWERING=record make test; python tests/support/lowering_records.py pack --prune")
+                    "them: SEPTRAN_TEST_LOWERING=record make test; python tests/support/lowering_records.py pack")
     lower = getattr(tilelang_api.device_source_of, "lower", tilelang_api.device_source_of)  # TileLang's own
     assert lower(job) == recorded
 

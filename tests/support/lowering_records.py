@@ -19,7 +19,9 @@ compares, so a TileLang that stopped answering the same is seen.
 - ``record``: lower what misses and stage every kernel the run used (hit or miss) under
   ``tests/golden/.lowered.staging/``; then ``python tests/support/lowering_records.py pack`` adds the staged
   records to ``tests/golden/lowered.json.xz`` (commit it). After a whole run, ``SEPTRAN_TEST_LOWERING=record
-  make test``, ``pack --prune`` keeps only the records the run used. Run it with an empty ``SEPTRAN_CACHE_DIR``:
+  make test``, ``pack --prune`` keeps only the records the run used: those of this CPU's programs only (the cpu
+  mappings' ``shape_points`` give an Intel CPU other programs than an AMD one), so prune only what both families'
+  runs have staged. Run it with an empty ``SEPTRAN_CACHE_DIR``:
   a kernel the build cache already holds never reaches TileLang, so it is neither read nor staged.
 """
 from __future__ import annotations
