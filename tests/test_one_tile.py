@@ -34,7 +34,7 @@ def _kernel(tmp_path, log: bool, staged: bool):
 
 def _branches(src: str) -> tuple[str, str]:
     """The one-tile version's text and the general one's."""
-    head, _, rest = src.partition("if X_dim1 <= 256:")
+    head, _, rest = src.partition("if T.And(X_dim1 >= 1, X_dim1 <= 256):")
     assert rest, "no one-tile version"
     small, _, general = rest.partition("\n        else:\n")
     return small, general

@@ -295,7 +295,8 @@ def _stmt(w: _Writer, s, depth: int, prog: _Program) -> None:
         if not s.body:
             w.line(depth + 1, "pass")
     elif isinstance(s, ir.Guarded):
-        w.line(depth, f"if {s.size.name} <= {s.at_most}:  # {s.why.text}")
+        # from 1: a size of 0 (untested, not refused) keeps the walks, which then run no trip
+        w.line(depth, f"if T.And({s.size.name} >= 1, {s.size.name} <= {s.at_most}):  # {s.why.text}")
         for b in s.then:
             _stmt(w, b, depth + 1, prog)
         w.line(depth, "else:")

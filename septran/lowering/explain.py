@@ -35,7 +35,7 @@ def _stmt(s, depth: int, out: list[str]) -> None:
         for b in s.body:
             _stmt(b, depth + 1, out)
     elif isinstance(s, ir.Guarded):
-        out.append(f"{pad}where {s.size.name} <= {s.at_most}\n{pad}    because: {s.why}")
+        out.append(f"{pad}where 1 <= {s.size.name} <= {s.at_most}\n{pad}    because: {s.why}")
         for b in s.then:
             _stmt(b, depth + 1, out)
         out.append(f"{pad}else")

@@ -10,8 +10,8 @@ Here, on targets that ask (``one_tile_versions`` in target.yaml: each version's 
 CPU's stack affords and a GPU's shared memory would not), a program whose serial walks count
 ``ceildiv(n, BN)`` tiles of one dynamic size ``n`` (every such walk over the same ``n`` and ``BN``) is lowered
 a second time with ``n`` at most ``BN``: those walks then run once and single_trips.py drops them. The program
-runs that version under ``if n <= BN`` and the general one otherwise, so no call depends on which size it
-came with. Both versions come from one verified flat program: the walks' index 0 is a value verify proved for
+runs that version under ``if 1 <= n <= BN`` and the general one otherwise (a size of 0 keeps its walks of no
+trip), so no call depends on which size it came with. Both versions come from one verified flat program: the walks' index 0 is a value verify proved for
 every size, and where n <= BN it is the only one. Where the two versions cannot share one kernel (other grids,
 parameters, workspaces, kernels after, or a buffer name taken twice), or the one-tile version copies no fewer
 tiles (attention's K and V read where they lie: its walks would only lose their loop), the program stays as it was.

@@ -148,7 +148,7 @@ class For:
 
 @dataclass(frozen=True)
 class Guarded:
-    """``then`` where the dynamic size ``size`` is at most ``at_most``, else ``otherwise``: one program in two
+    """``then`` where the dynamic size ``size`` is from 1 to ``at_most``, else ``otherwise``: one program in two
     versions (lowering/one_tile.py). Made after every pass; the emitter and the cost model read it."""
 
     size: Sym

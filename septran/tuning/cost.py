@@ -249,7 +249,7 @@ class _Walker:
             return out
         if isinstance(s, ir.Guarded):  # the version the sizes take (the general one where the size is no number)
             try:
-                small = self.val(Var(s.size), env) <= s.at_most
+                small = 1 <= self.val(Var(s.size), env) <= s.at_most
             except (KeyError, SepTranError):
                 small = False
             return self.stmts(s.then if small else s.otherwise, env)
