@@ -11,10 +11,11 @@ CPU's stack affords and a GPU's shared memory would not), a program whose serial
 ``ceildiv(n, BN)`` tiles of one dynamic size ``n`` (every such walk over the same ``n`` and ``BN``) is lowered
 a second time with ``n`` at most ``BN``: those walks then run once and single_trips.py drops them. The program
 runs that version under ``if 1 <= n <= BN`` and the general one otherwise (a size of 0 keeps its walks of no
-trip), so no call depends on which size it came with. Both versions come from one verified flat program: the walks' index 0 is a value verify proved for
-every size, and where n <= BN it is the only one. Where the two versions cannot share one kernel (other grids,
-parameters, workspaces, kernels after, or a buffer name taken twice), or the one-tile version copies no fewer
-tiles (attention's K and V read where they lie: its walks would only lose their loop), the program stays as it was.
+trip), so no call depends on which size it came with. Both versions come from one verified flat program: the
+walks' index 0 is a value verify proved for every size, and where 1 <= n <= BN it is the only one. Where the two
+versions cannot share one kernel (other grids, parameters, workspaces, kernels after, or a buffer name taken
+twice), or the one-tile version copies no fewer tiles (attention's K and V read where they lie: its walks would
+only lose their loop), the program stays as it was.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def one_tile_size(consts: Constants, flat: fl.FlatProgram) -> Optional[tuple[Sym
 
 def merge(general: ir.TileProgram, small: ir.TileProgram, size: Sym, tile: int,
           check: Callable[[ir.TileProgram], ir.TileProgram]) -> ir.TileProgram:
-    """One program running ``small``'s body where ``size <= tile`` and ``general``'s otherwise (``check``: the
+    """One program running ``small``'s body where ``1 <= size <= tile`` and ``general``'s otherwise (``check``: the
     capacity pass, on both versions' buffers); ``general`` where they cannot share a kernel."""
     g, s = general.kernel, small.kernel
     same = (general.params == small.params and g.grid == s.grid and g.threads == s.threads and g.folded == s.folded
