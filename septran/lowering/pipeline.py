@@ -70,7 +70,8 @@ def lower(graph, mapping: Mapping, target: Target, spec: Specialization, shapes:
         # On the final statements: which grid indices may run at once, which outputs must start from zeros.
         with internal_errors("writes", inputs):
             program = writes(ctx, program, consts.value)
-        # A parallel_range inside a program: T.Parallel where the target has it and each iteration stores its own elements.
+        # A parallel_range inside a program: T.Parallel where the target has it and each iteration stores its own
+        # elements.
         with internal_errors("parallel_loops", inputs):
             program = parallel_loops(ctx, program, consts.value)
         # Outputs that several programs add into: one at a time, atomic adds (the mapping's combine), or refused.

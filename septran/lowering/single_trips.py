@@ -26,7 +26,8 @@ from septran.lowering.constants import Constants
 from septran.lowering.intervals import Unbounded, bounds
 
 
-def drop_single_trips(consts: Constants, flat: fl.FlatProgram, assume: Mapping[Sym, int] = MappingProxyType({})) -> fl.FlatProgram:
+def drop_single_trips(consts: Constants, flat: fl.FlatProgram,
+                      assume: Mapping[Sym, int] = MappingProxyType({})) -> fl.FlatProgram:
     """``assume``: dynamic size -> the most it is in the program made (see the module's docstring)."""
     ranges = {**consts.intervals, **{s: (1, n) for s, n in assume.items()}} if assume else None
     program = _invoke(flat.program, consts, {}, ranges)
