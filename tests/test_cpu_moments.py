@@ -62,7 +62,8 @@ def check(mean, m2, count, x):
 @given(rows=st.integers(1, 5), cols=st.sampled_from([1, 2, 31, 64, 65, 511, 512, 513, 1023, 1500, 4097]),
        pad=st.sampled_from([0, 3]), offset=st.sampled_from([0.0, 1e4]), half=st.booleans())
 def test_a_row_mean_and_squared_deviations_in_one_pass(lib, rows, cols, pad, offset, half):
-    """Short rows (two passes over L1) and long ones (Welford's lanes), float32 and float16 rows, data far from 0."""
+    """Rows shorter than the shift's 64 elements (their own mean the shift) and longer ones (the mean of their first
+    64), float32 and float16 rows, data far from 0."""
     dtype = torch.float16 if half else torch.float32
     x, ld = rows_of(rows, cols, pad, dtype, 3.0, offset if not half else offset / 10, seed=cols + rows)
     check(*moments(lib, x, ld), x)

@@ -123,7 +123,7 @@ PRIMITIVES: dict[str, PrimitiveSig] = {
             privileges=(Privilege.WRITE, Privilege.READ, Privilege.READ), dims=("i", "ij", "i"),
             meaning="out[i] = sum_j (X[i, j] - center[i])^2", attrs=MappingProxyType({"op": "sumsq_dev", "clear": True}),
             own_type=("center",)),
-        PrimitiveSig(  # LayerNorm's statistics in one pass over X (Welford's update, Chan's join): merged into running
+        PrimitiveSig(  # LayerNorm's statistics in one pass over X (shifted sums, Chan's join): merged into running
             # ones, so that a row may come in tiles; count 0 starts a row
             name="row_moments", kind="reduce_squares", params=("mean", "m2", "count", "X"),
             privileges=(Privilege.READ_WRITE,) * 3 + (Privilege.READ,), dims=("i", "i", "i", "ij"),

@@ -62,7 +62,8 @@ int32_t septran_cpu_reduce_sumsq_dev_half(float* out, void* x, float* center, in
 
 /* A row's statistics in one pass (septran_cpu_moments.c): the mean of x's row i and the sum of its squared
  * deviations from that mean (cols elements, float32 or float16 for _half) joined into mean[i], m2[i] over count[i]
- * elements (count[i] 0: they start the row). Welford's update per lane, Chan's join: as stable as two passes. */
+ * elements (count[i] 0: they start the row). Shifted sums from one read (the row summed again from its mean where
+ * they would cancel), Chan's join: as stable as two passes. */
 int32_t septran_cpu_moments(float* mean, float* m2, float* count, float* x, int32_t rows, int32_t cols, int32_t ldx);
 int32_t septran_cpu_moments_half(float* mean, float* m2, float* count, void* x, int32_t rows, int32_t cols,
                                  int32_t ldx);

@@ -133,7 +133,7 @@ int32_t septran_cpu_moments(float* mean, float* m2, float* count, float* x, int3
 }
 
 /* float16 rows, widened a chunk at a time into a stack buffer that stays in L1 (as the other row reductions), by the
- * library's tile copy (8-wide F16C: g++ converts _Float16 one element at a time and vectorises no such loop) */
+ * library's tile copy (F16C: g++ converts _Float16 one element at a time and vectorises no such loop) */
 int32_t septran_cpu_moments_half(float* mean, float* m2, float* count, void* x, int32_t rows, int32_t cols,
                                  int32_t ldx) {
   if (rows < 0 || cols < 0 || ldx < 0) return SEPTRAN_CPU_E_ARGS;
