@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from septran.errors import MappingError
@@ -70,6 +70,7 @@ _SCALARS = st.sampled_from(["64", "-3", "1e-5", "0x1F", "true", "null", "~", "BM
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
+@example([("a", 0, "\t")])  # "a: \t": libyaml composes it, PyYAML refuses it (found by a run of random draws)
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "k k", "é", "1"]), st.integers(0, 3), _SCALARS), max_size=8))
 def test_drawn_documents_compose_alike_or_fail_alike(lines):
     _check_alike("\n".join(f"{'  ' * depth}{key}: {value}" for key, depth, value in lines) + "\n")
