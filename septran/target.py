@@ -140,6 +140,7 @@ def load_target_file(path: Path) -> Target:
         atomic_add=bool(_plain(d.get("atomic_add", Located(False, root.loc)))),
         two_kernels=bool(_plain(d.get("two_kernels", Located(False, root.loc)))),
         one_tile_versions=bool(_plain(d.get("one_tile_versions", Located(False, root.loc)))),
+        clip_staged_loops=bool(_plain(d.get("clip_staged_loops", Located(False, root.loc)))),
         parallel_in_program=bool(_plain(d.get("parallel_in_program", Located(False, root.loc)))),
         compile_flags=tuple(tlp.get("compile_flags", ())),
         pass_configs=MappingProxyType(dict(tlp.get("pass_configs", {}))),

@@ -194,6 +194,9 @@ class Target:
     # A program whose walks over a dynamic size run once where that size fits one tile is made in two versions,
     # chosen at run time by the size (lowering/one_tile.py): a row then is staged once for all its passes.
     one_tile_versions: bool = False
+    # Elementwise loops over a tile staged from one that overhangs its tensor run over its in-bounds part where no
+    # reader needs the rest (lowering/clip_staged.py): their extents are then expressions, which plain loops take.
+    clip_staged_loops: bool = False
     # The thread count of a program whose mapping names none (``threads: {default: 128}``); None: it must name one.
     default_threads: Optional[int] = None
     # Model-level fusions whose kernels this target's shipped mappings have run against torch

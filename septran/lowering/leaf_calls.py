@@ -253,6 +253,12 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why, ha
     regions = {prim.args[k].name: r for k, (_, r) in enumerate(args)}  # by the leaf's parameter names
     out_name = prim.args[0].name
     names_in = tuple(sig.dims[0])
+    # A staged tile whose readers read its in-bounds part only: the loop runs over that part (clip_staged.py).
+    inside = st.clip.get(regions[out_name].of.name) if regions[out_name].whole else None
+    clipped = inside is not None and len(inside) == len(names_in) == len(by_param[out_name].extents)
+    if clipped:
+        regions[out_name] = dataclasses.replace(regions[out_name], valid=inside)
+        args = [(args[0][0], regions[out_name])] + list(args[1:])
     rename = _safe_index_names(st, names_in)
     names = tuple(rename[n] for n in names_in)
     if prim.expr is not None:
@@ -305,9 +311,10 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why, ha
         return index_reads.element(by_param[name], idx, integer, st.dtypes)[0]
 
     def overhangs(name: str) -> list[int]:
-        """The dimensions along which a tile read in place from global memory may leave its tensor."""
+        """The dimensions along which a tile read in place from global memory may leave its tensor (and those along
+        which a clipped output's loop stops short of its buffer)."""
         view, region = by_param[name], regions[name]
-        if not st.target.memories[view.space].is_global:
+        if not st.target.memories[view.space].is_global and not (clipped and name == out_name):
             return []
         return [d for d, (v, e) in enumerate(zip(region.valid, region.extents)) if v != e]
 

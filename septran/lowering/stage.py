@@ -20,6 +20,7 @@ from typing import Optional
 from septran.errors import LoweringError
 from septran.expr import BinOp, Const, Expr, Var, leaves, simplify
 from septran.frontend.ir import Launch, PrimCall, Privilege, TaskDef, root_param, walk
+from septran.lowering import clip_staged
 from septran.lowering import flat_ir as fl
 from septran.lowering import halo_stage
 from septran.lowering import leaf_calls
@@ -60,12 +61,21 @@ class _Resident:
 
 def stage(ctx: Context, consts: Constants, flat: fl.FlatProgram, names: frozenset, assume=None) -> ir.TileProgram:
     # A loop of one trip stages nothing of its own: its regions do not move (single_trips.py; assume: one_tile.py).
-    return _Stager(ctx, consts, drop_single_trips(consts, flat, assume or {}), names).program()
+    flat = drop_single_trips(consts, flat, assume or {})
+    first = _Stager(ctx, consts, flat, names)
+    program = first.program()
+    if not ctx.target.clip_staged_loops:
+        return program
+    # Staged again where elementwise loops may run over an overhanging tile's in-bounds part only (clip_staged.py).
+    clip = clip_staged.clippable(program.kernel.body, first.staged_valid, {b.sym: b.shape for b in first.buffers})
+    return _Stager(ctx, consts, flat, names, clip).program() if clip else program
 
 
 class _Stager:
-    def __init__(self, ctx: Context, consts: Constants, flat: fl.FlatProgram, names):
+    def __init__(self, ctx: Context, consts: Constants, flat: fl.FlatProgram, names, clip=None):
         self.ctx, self.consts, self.flat = ctx, consts, flat
+        # buffer name -> in-bounds extents: elementwise loops over that buffer run over those (clip_staged.py)
+        self.clip = clip or {}
         self.target = ctx.target
         self.names = Names(names)
         self.buffers: list[ir.Buffer] = []

@@ -32,6 +32,6 @@ def layernorm_sums(
         T.call_extern("int32", "septran_cpu_moments_f32", mean.access_ptr("rw"), rstd.access_ptr("rw"), count.access_ptr("rw"), X.access_ptr("rw", offset=bx * BM * X_dim1), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1)), T.Cast("int64", X_dim1))
         for a in T.grid(BM):
             rstd[a] = T.rsqrt(rstd[a] / T.float32(X_dim1) + T.float32(1e-05))
-        for i, j in T.grid(BM, BN):
-            Y_local[i, j] = (T.if_then_else(j < X_dim1, X[bx * BM + i, j], T.float32(0.0)) - mean[i]) * rstd[i] * T.if_then_else(j < X_dim1, W[j], T.float32(0.0)) + T.if_then_else(j < X_dim1, B[j], T.float32(0.0))
+        for i, j in T.grid(BM, T.min(BN, X_dim1)):
+            Y_local[i, j] = (X[bx * BM + i, j] - mean[i]) * rstd[i] * W[j] + B[j]
         T.call_extern("int32", "septran_cpu_stream_f32_f32", Y.access_ptr("rw", offset=bx * BM * X_dim1), Y_local.access_ptr("rw"), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1)), T.Cast("int64", X_dim1), T.Cast("int64", BN))

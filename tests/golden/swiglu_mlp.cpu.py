@@ -29,6 +29,6 @@ def swiglu_mlp(
         for k in T.serial(T.ceildiv(X_dim1, BK)):
             T.call_extern("int32", "septran_cpu_gemm_mkl_f32_f32", G.access_ptr("rw"), X.access_ptr("rw", offset=k * BK + by * BM * X_dim1), Wg.access_ptr("rw", offset=bx * BN + k * BK * Wg_dim1), 0, 0, T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", T.min(BM, X_dim0 - by * BM)), T.Cast("int64", BK), T.Cast("int64", BK), T.Cast("int64", BN), T.Cast("int64", BN), T.Cast("int64", X_dim1), T.Cast("int64", Wg_dim1))
             T.call_extern("int32", "septran_cpu_gemm_mkl_f32_f32", U.access_ptr("rw"), X.access_ptr("rw", offset=k * BK + by * BM * X_dim1), Wu.access_ptr("rw", offset=bx * BN + k * BK * Wg_dim1), 0, 0, T.Cast("int64", BM), T.Cast("int64", BN), T.Cast("int64", T.min(BM, X_dim0 - by * BM)), T.Cast("int64", BK), T.Cast("int64", BK), T.Cast("int64", BN), T.Cast("int64", BN), T.Cast("int64", X_dim1), T.Cast("int64", Wg_dim1))
-        for i, j in T.grid(BM, BN):
+        for i, j in T.grid(T.min(BM, X_dim0 - by * BM), BN):
             H_local[i, j] = G[i, j] / (T.float32(1.0) + T.exp(-G[i, j])) * U[i, j]
         T.call_extern("int32", "septran_cpu_store_f32_f32", H.access_ptr("rw", offset=bx * BN + by * BM * Wg_dim1), H_local.access_ptr("rw"), T.Cast("int64", T.min(BM, X_dim0 - by * BM)), T.Cast("int64", BN), T.Cast("int64", Wg_dim1), T.Cast("int64", BN))
