@@ -7,7 +7,8 @@ computes there is read by nobody where every reader of the buffer reads its in-b
 
 - the copy out to its tensor (a copy stores what lies inside the tensor);
 - a row reduction given the in-bounds extents (``leaf_calls._in_bounds``: the vendor's row primitives);
-- an elementwise loop that is clipped too, to the same extents, reading the buffer at its own element.
+- an elementwise loop that is clipped too, reading the buffer at its own indices, each of which runs over the
+  buffer's in-bounds extent along its dimension (Y[i, j] = X[i, j] * W[j]: X's and W's columns alike).
 
 A buffer with any other reader (a loop over a whole temp, a reduction of a whole tile, another leaf, a copy to
 another buffer) keeps its loops over the whole tile, as before. The clipped loops are found as the largest set
@@ -67,11 +68,13 @@ def _reads_inside(s, sym, valid: dict, clipped: set, buffers: dict) -> bool:
     v = valid[sym]
     if isinstance(s, ir.Copy):  # out to its tensor: what lies inside the tensor (into a buffer: all of it)
         return s.src.whole and s.dst.of not in buffers
-    if _elementwise(s):  # a loop clipped to the same extents, reading the element it stores
+    if _elementwise(s):  # a clipped loop whose indices keep each read of the buffer in its in-bounds part
         out = s.args[0][1]
-        return (out.whole and out.of in clipped and valid[out.of] == v and len(s.loop) == len(v)
-                and all(_printed(n.index) == _printed(s.store.index) for n in el.nodes(s.expr)
-                        if isinstance(n, el.Elt) and n.of is sym))
+        if not (out.whole and out.of in clipped and len(s.loop) == len(valid[out.of])):
+            return False
+        loop = {name: extent for name, extent in zip(_printed(s.store.index), valid[out.of])}
+        return all(len(n.index) == len(v) and all(loop.get(i) == e for i, e in zip(_printed(n.index), v))
+                   for n in el.nodes(s.expr) if isinstance(n, el.Elt) and n.of is sym)
     if isinstance(s, ir.LeafCall):  # a row reduction told the in-bounds extents (leaf_calls._in_bounds)
         return "valid_" in s.template and all(r.valid == v for _, r in s.args if r.of is sym)
     return False

@@ -288,7 +288,10 @@ class _Stager:
         """One copy, or two through a buffer in the ``via`` memory (global memory's side takes the options)."""
         options = self._dtype_copy_options(src, dst, options)
         if via is None:
-            return [ir.Copy(self.region(src), self.region(dst), options, why)]
+            into = self.region(dst)
+            if dst.whole and dst.of.name in self.clip:  # no reader reads past the in-bounds part: no zeros there
+                into = dataclasses.replace(into, valid=self.clip[dst.of.name])
+            return [ir.Copy(self.region(src), into, options, why)]
         mem = self.target.memories[via.value]
         outer = src if self.target.memories[src.space].is_global else dst
         sym = self.names.new(f"{param}_{mem.suffix}")
