@@ -17,7 +17,8 @@ the cores other processes used during the block (a row with ~1 is not to be trus
 2 threads); --wait-idle S waits up to S seconds for a quiet moment before each block.
 Rows: the GEMM family (square, odd), decode-shaped GEMMs (M = 1 to 16 rows, N and K in the thousands: the
 mapping's shape_points give them their own point), a bf16 GEMM (the header line says whether the CPU has
-bf16 matrix units), the row operators (rows16: on bfloat16 and float16 rows too), attention; --inductor OPS
+bf16 matrix units), the row operators (rows16: on bfloat16 and float16 rows too; rows_odd: widths no shape point
+names, float32 and bfloat16), attention; --inductor OPS
 adds torch.compile of the torch code as a second baseline. Call overhead: a 16x16x16 GEMM called --calls times through SepTran (and with its output
 passed by keyword), through
 the built kernel's own call (tensors to addresses), the compiled function through ctypes with
@@ -46,7 +47,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from interleave import Others, interleaved, stats, wait_idle  # noqa: E402
 OPS = ("gemm", "decode", "bmm", "gemm_epilogue", "bf16", "fp16", "softmax", "log_softmax", "layernorm", "rmsnorm", "rows16",
-       "attention", "overhead")
+       "rows_odd", "attention", "overhead")
 INDUCTOR: set = set()  # operators also timed against torch.compile (inductor) of the same torch code (--inductor)
 MATRIX_UNIT_FLAGS = ("amx_bf16", "avx512_bf16")  # what the bf16 GEMM leaves on the matrix units need (target.yaml cpu_flags)
 
@@ -134,17 +135,32 @@ def cases(small: bool) -> list[dict]:
             "GB/s", scalars={"eps": 1e-5}, first=lambda x: x + 1)
         add("rmsnorm", "rmsnorm", f"{r}x{c}", "rmsnorm", [(r, c), (c,)],
             {"rms_norm": lambda x, w: F.rms_norm(x, x.shape[-1:], w, 1e-6)}, (2.0 * r * c + c) * 4, "GB/s", scalars={"eps": 1e-6})
+    def row_ops(case, r, c, dtype, tag, ops=("softmax", "layernorm", "rmsnorm")):
+        """The row operators on (r, c) rows of ``dtype``, in and out in that type."""
+        size, tol = (4, {}) if dtype == torch.float32 else (2, dict(atol=5e-2, rtol=2e-2))
+        if "softmax" in ops:
+            add(case, f"softmax {tag}", f"{r}x{c}", ("softmax", (False,)), [(r, c)],
+                {"softmax": lambda x: torch.softmax(x, -1)}, 2.0 * r * c * size, "GB/s", first=lambda x: 3 * x,
+                dtype=dtype, **({} if size == 4 else dict(atol=1e-2, rtol=2e-2)))
+        if "layernorm" in ops:
+            add(case, f"layernorm {tag}", f"{r}x{c}", "layernorm", [(r, c), (c,), (c,)],
+                {"layer_norm": lambda x, w, bias: F.layer_norm(x, x.shape[-1:], w, bias, 1e-5)},
+                (2.0 * r * c + 2 * c) * size, "GB/s", scalars={"eps": 1e-5}, first=lambda x: x + 1, dtype=dtype, **tol)
+        if "rmsnorm" in ops:
+            add(case, f"rmsnorm {tag}", f"{r}x{c}", "rmsnorm", [(r, c), (c,)],
+                {"rms_norm": lambda x, w: F.rms_norm(x, x.shape[-1:], w, 1e-6)}, (2.0 * r * c + c) * size, "GB/s",
+                scalars={"eps": 1e-6}, dtype=dtype, **tol)
+
     # the row operators on 16-bit rows (a bfloat16 or float16 model's activations), in and out in that type
     r, c = (256, 1024) if small else (4096, 1024)
     for dtype, tag in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
-        add("rows16", f"softmax {tag}", f"{r}x{c}", ("softmax", (False,)), [(r, c)], {"softmax": lambda x: torch.softmax(x, -1)},
-            2.0 * r * c * 2, "GB/s", first=lambda x: 3 * x, dtype=dtype, atol=1e-2, rtol=2e-2)
-        add("rows16", f"layernorm {tag}", f"{r}x{c}", "layernorm", [(r, c), (c,), (c,)],
-            {"layer_norm": lambda x, w, bias: F.layer_norm(x, x.shape[-1:], w, bias, 1e-5)}, (2.0 * r * c + 2 * c) * 2,
-            "GB/s", scalars={"eps": 1e-5}, first=lambda x: x + 1, dtype=dtype, atol=5e-2, rtol=2e-2)
-        add("rows16", f"rmsnorm {tag}", f"{r}x{c}", "rmsnorm", [(r, c), (c,)],
-            {"rms_norm": lambda x, w: F.rms_norm(x, x.shape[-1:], w, 1e-6)}, (2.0 * r * c + c) * 2, "GB/s",
-            scalars={"eps": 1e-6}, dtype=dtype, atol=5e-2, rtol=2e-2)
+        row_ops("rows16", r, c, dtype, tag)
+    # rows of widths no shape point names (about 2M elements a call): a tile that overhangs its row, a vocabulary's
+    # softmax
+    for c in ((300, 1500) if small else (700, 1500, 5000, 32000)):
+        for dtype, tag in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+            row_ops("rows_odd", (20_000 if small else 2_000_000) // c, c, dtype, tag,
+                    ("softmax",) if c > 8192 else ("softmax", "layernorm", "rmsnorm"))
     bt, h, sq, d = (1, 2, 128, 64) if small else (1, 8, 512, 64)
     for causal in (False, True):  # Sq == Sk: SepTran's bottom-right causal mask is torch's is_causal
         # the mapping torch.ops.septran.attention runs (septran/ops/attention.py): attention_full.yaml without the mask

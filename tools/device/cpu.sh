@@ -29,9 +29,9 @@ if [ -n "$LEAVES" ]; then
     2>&1 | tee "${OUT:-/tmp}/leaves.log" | grep -v Warning
   echo "leaves: at $(( $(date +%s) - t0 )) s"
 fi
-cases=${1:-gemm,decode,bmm,gemm_epilogue,bf16,fp16,softmax,log_softmax,layernorm,rmsnorm,rows16,attention,overhead}
+cases=${1:-gemm,decode,bmm,gemm_epilogue,bf16,fp16,softmax,log_softmax,layernorm,rmsnorm,rows16,rows_odd,attention,overhead}
 left=$(( ${BUDGET:-520} - ($(date +%s) - t0) ))  # BUDGET: seconds for the whole script; the bench gets what is left
 timeout $left python3 bench/cpu.py --threads 2,1 --rounds ${ROUNDS:-7} --cases "$cases" \
-  --inductor softmax,log_softmax,layernorm,rmsnorm,rows16,attention --json "${OUT:-/tmp}/cpu.json" > "${OUT:-/tmp}/bench.log" 2>&1
+  --inductor softmax,log_softmax,layernorm,rmsnorm,rows16,rows_odd,attention --json "${OUT:-/tmp}/cpu.json" > "${OUT:-/tmp}/bench.log" 2>&1
 echo "bench: rc $? at $(( $(date +%s) - t0 )) s"
 grep -A80 '^operator' "${OUT:-/tmp}/bench.log" | head -80
