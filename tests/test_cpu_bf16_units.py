@@ -47,10 +47,13 @@ def openblas() -> Path:
 
 @pytest.fixture(scope="module")
 def libs(tmp_path_factory) -> dict[str, ctypes.CDLL]:
-    """{"native": as SepTran builds it, "emulated": the units' instructions in plain C}, built at once.
+    """{"native": as SepTran builds it, "emulated": the units' instructions in plain C, "emulated_k64": the same with
+    AMX's k blocks 64 deep}, built at once.
     -Bsymbolic: each binds its own functions, not those of a vendor library another test loaded RTLD_GLOBAL."""
     folder, blas = tmp_path_factory.mktemp("bf16_units"), openblas()
-    builds = {"native": [], "emulated": ["-DSEPTRAN_CPU_EMULATE_UNITS"]}
+    # emulated_k64: AMX's k in blocks of 64, so that small products cross blocks (the shipped blocks are 512 deep)
+    builds = {"native": [], "emulated": ["-DSEPTRAN_CPU_EMULATE_UNITS"],
+              "emulated_k64": ["-DSEPTRAN_CPU_EMULATE_UNITS", "-DSEPTRAN_CPU_AMX_K_STEPS=2"]}
     jobs = {}
     for name, extra in builds.items():
         out = folder / f"libseptran_cpu_{name}.so"
@@ -91,6 +94,7 @@ def units(lib) -> int:
 # (build, function, the unit it needs): each unit's kernel emulated; natively where the CPU has the unit; the
 # widened GEMM (OpenBLAS) everywhere.
 KERNELS = [("emulated", "septran_cpu_gemm_avx512bf16_bf16", AVX512BF16), ("emulated", "septran_cpu_gemm_amx_bf16", AMX),
+           ("emulated_k64", "septran_cpu_gemm_amx_bf16", AMX),
            ("native", "septran_cpu_gemm_avx512bf16_bf16", AVX512BF16), ("native", "septran_cpu_gemm_amx_bf16", AMX),
            ("native", "septran_cpu_gemm_bf16_bf16", 0)]
 

@@ -566,6 +566,16 @@ static void emu_dp(int c, int a, int b) {
  * (32 x 32), 4-5 its two A tiles, 6-7 its two B tiles (oneDNN's brgemm blocking: 4 products per 4 loads). */
 enum { T_M = 16, T_N = 16, T_K = 32, T_A = T_M * T_K /* bf16 */, T_B = T_K / 2 * T_N /* words */ };
 
+/* k in blocks of this many tile steps (16: 512 k). Each TDPBF16PS of the 2 x 2 block wants 1 KB of tiles, about 64
+ * bytes a cycle: more than L2 gives. Over a block, the two B panels (2 x 16 KB) stay in L1 while every tile row of A
+ * passes them and only A's tiles come from L2; over the whole k of a 1024-deep call they were 64 KB, past L1, and
+ * both operands came from L2 (the fifteenth session measured this kernel at 0.64 to 0.83x torch's oneDNN as one
+ * call, Intel Xeon, family 6 model 207). C's tiles then pass through the unit once a block, not once a call. Set
+ * smaller by a test build, so that small products cross blocks. */
+#ifndef SEPTRAN_CPU_AMX_K_STEPS
+#define SEPTRAN_CPU_AMX_K_STEPS 16
+#endif
+
 static AMX_FN void amx_configure(void) {
   _Alignas(64) unsigned char cfg[64] = {1}; /* palette 1, start row 0 */
   for (int t = 0; t < 8; t++) cfg[16 + 2 * t] = 64, cfg[48 + t] = 16;
@@ -652,8 +662,8 @@ static AVX512BF16_FN void amx_pack_b(uint32_t* d, const gemm_t* g, int64_t qp) {
  * tiles), except the rows of an m edge, packed zero-padded; a longer k that is not runs its whole tiles' depth
  * so and the rest (under 32 columns) on AVX512-BF16, which every CPU with AMX has (packing all of A element by
  * element was a quarter of a 333 x 555 x 777 call on AVX512-BF16, whose arithmetic is slower); A stored k x m is
- * packed whole. B is packed whole (the units' pair layout). Two B panels (2 x kt KB) stay in cache while every
- * row block of A passes them. */
+ * packed whole. B is packed whole (the units' pair layout). For each k block, two B panels' part of it (2 x 16 KB)
+ * stays in L1 while every tile row of A passes it. */
 static AMX_FN int32_t amx_gemm(const gemm_t* g) {
   if (!g->trans_a && g->k % T_K && g->k > T_K) {
     gemm_t head = *g, tail = *g;
@@ -681,20 +691,23 @@ static AMX_FN int32_t amx_gemm(const gemm_t* g) {
     rest.a = g->trans_a ? g->a + mfull * T_M : g->a + mfull * T_M * g->lda;
     pack_a(pa, &rest, T_M, T_K, kt); /* tile (mfull + i, s) at pa + (i * kt + s) * T_A */
   }
-  a_tiles in_place = {g->a, T_M * g->lda, T_K, g->lda * 2}, packed = {pa, kt * T_A, T_A, 64};
   amx_configure();
-  for (int64_t j = 0; j < nt; j += 2) {
-    const uint32_t* b1 = j + 1 < nt ? pb + (j + 1) * kt * T_B : NULL;
-    for (int64_t i = 0; i < mt; i += 2) {
-      /* a pair of tile rows both in place, or both packed (an in-place row next to a packed one: two blocks) */
-      int two = i + 1 < mt && (i + 1 < mfull || i >= mfull);
-      float* c = g->c + i * T_M * g->ldc + j * T_N;
-      int cols = (int)min64(2 * T_N, g->n - j * T_N);
-      amx_block(i < mfull ? in_place : packed, i < mfull ? i : i - mfull, two, pb + j * kt * T_B, b1, kt, c, g->ldc,
-                (int)min64(two ? 2 * T_M : T_M, g->m - i * T_M), cols);
-      if (i + 1 < mt && !two) {
-        amx_block(packed, 0, 0, pb + j * kt * T_B, b1, kt, c + T_M * g->ldc, g->ldc,
-                  (int)min64(T_M, g->m - (i + 1) * T_M), cols);
+  for (int64_t s0 = 0; s0 < kt; s0 += SEPTRAN_CPU_AMX_K_STEPS) { /* k blocks: see SEPTRAN_CPU_AMX_K_STEPS */
+    int64_t ks = min64(SEPTRAN_CPU_AMX_K_STEPS, kt - s0);
+    a_tiles in_place = {g->a + s0 * T_K, T_M * g->lda, T_K, g->lda * 2}, packed = {pa + s0 * T_A, kt * T_A, T_A, 64};
+    for (int64_t j = 0; j < nt; j += 2) {
+      const uint32_t* b0 = pb + (j * kt + s0) * T_B;
+      const uint32_t* b1 = j + 1 < nt ? b0 + kt * T_B : NULL;
+      for (int64_t i = 0; i < mt; i += 2) {
+        /* a pair of tile rows both in place, or both packed (an in-place row next to a packed one: two blocks) */
+        int two = i + 1 < mt && (i + 1 < mfull || i >= mfull);
+        float* c = g->c + i * T_M * g->ldc + j * T_N;
+        int cols = (int)min64(2 * T_N, g->n - j * T_N);
+        amx_block(i < mfull ? in_place : packed, i < mfull ? i : i - mfull, two, b0, b1, ks, c, g->ldc,
+                  (int)min64(two ? 2 * T_M : T_M, g->m - i * T_M), cols);
+        if (i + 1 < mt && !two) {
+          amx_block(packed, 0, 0, b0, b1, ks, c + T_M * g->ldc, g->ldc, (int)min64(T_M, g->m - (i + 1) * T_M), cols);
+        }
       }
     }
   }
