@@ -163,3 +163,13 @@ def test_measured_rank_correlation_on_cpu_is_reported():
     print("\n" + bench.table(result))
     assert all(r["estimate_s"] > 0 and r["measured_s"] > 0 for r in result["rows"])
     assert -1.0 <= result["spearman"] <= 1.0
+
+
+def test_a_clipped_loop_counts_its_in_bounds_elements():
+    """A bfloat16 softmax row of 1500 in a 4104-wide LOCAL tile: the exps and the scaling run over the row only
+    (lowering/clip_staged.py), and the vector work counts its 1500 elements, not the tile's 4104."""
+    from septran.ops.logic import softmax as logic
+    kernel = septran.compile(logic.softmax(False), mapping_file=mapping_path("cpu", "softmax"))
+    narrow, wide = (estimate_of(kernel.specialize(X=((4, cols), "bfloat16")).program, "cpu") for cols in (1500, 4104))
+    assert "BN = 4104" in kernel.specialize(X=((4, 1500), "bfloat16")).tilelang_source
+    assert narrow.flops == pytest.approx(wide.flops * 1500 / 4104, rel=0.02)

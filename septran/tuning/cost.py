@@ -263,9 +263,9 @@ class _Walker:
 
     def leaf(self, call: ir.LeafCall, env: dict) -> _Tally:
         args = dict(call.args)
-        if call.expr is not None:  # elementwise: the loop over the output
+        if call.expr is not None:  # elementwise: the loop over the output (its in-bounds part where it runs over that)
             out = call.args[0][1]
-            elements = math.prod(self.val(e, env) for e in out.extents)
+            elements = math.prod(max(self.val(e, env), 0) for e in (out.valid or out.extents))
             ops = sum(isinstance(n, ELEMENTWISE_COUNTED) for n in el.nodes(call.expr))
             touched = {n.of for n in el.nodes(call.expr) if isinstance(n, el.Elt)} | {call.store.of}
             regions = [r for _, r in call.args if r.of in touched]
@@ -277,9 +277,10 @@ class _Walker:
             flops = 2.0 * math.prod(self.val(e, env) for e in c.extents) * self.val(k, env)
             dtype = a.dtype or self.dtypes[a.of]
             return _Tally(matrix={dtype: flops}, nbytes=self.global_bytes(tuple(args.values()), env))
-        if kind == "reduce":
+        if kind == "reduce":  # the in-bounds part where the leaf is told it (a vendor's row reduction), else all
             x = args["X"]
-            return _Tally(vector=float(math.prod(self.val(e, env) for e in x.extents)),
+            extents = (x.valid or x.extents) if "valid_" in call.template else x.extents
+            return _Tally(vector=float(math.prod(max(self.val(e, env), 0) for e in extents)),
                           nbytes=self.global_bytes(tuple(args.values()), env))
         note = f"leaf {call.impl} ({kind}) not counted"
         if note not in self.notes:
