@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import septran
-from conftest import assert_flash_rule
+from conftest import assert_flash_rule, edited_mapping
 from septran import task
 from septran.target import load_target
+from test_cpu_vendor import SETTINGS
 
 
 def _source(op: str, logic, shapes: dict) -> str:
@@ -121,6 +125,41 @@ def test_the_results_are_right_either_way(tmp_path, masked):
         y, s = kernel(x)
         assert_flash_rule(y, x.double().exp(), x.exp(), f"exp {rows}x{cols}")
         assert_flash_rule(s, x.double().exp().sum(1), x.exp().sum(1), f"sum {rows}x{cols}")
+
+
+# The norms with dynamic columns in 256-wide staged tiles, BM 3: one build per operator serves rows inside one tile
+# (the one-tile version, clipped), rows that walk tiles (the last one clipped), and blocks of rows past the end.
+NORM_EDITS = (("target: cpu\n", "target: cpu\ndynamic: {X: [0, 1]}\n"), ("BN: 1024", "BN: 256"), ("BM: 1,", "BM: 3,"))
+STAGED = {"layernorm": ("{Y: GLOBAL, X: GLOBAL, W: GLOBAL, B: GLOBAL, mean:", "{Y: LOCAL, X: LOCAL, W: LOCAL, B: LOCAL, mean:"),
+          "rmsnorm": ("{Y: GLOBAL, X: GLOBAL, W: GLOBAL, rstd:", "{Y: LOCAL, X: LOCAL, W: LOCAL, rstd:")}
+_NORMS: dict = {}
+
+
+def _norm(tmp_path_factory, op: str):
+    if op not in _NORMS:
+        from septran.ops.logic import layernorm, rmsnorm
+        path = edited_mapping(tmp_path_factory.mktemp("clip"), "cpu", op, *NORM_EDITS, STAGED[op])
+        _NORMS[op] = septran.compile(layernorm.layernorm_logic if op == "layernorm" else rmsnorm.rmsnorm_logic,
+                                     mapping_file=path)
+    return _NORMS[op]
+
+
+@pytest.mark.build
+@settings(max_examples=24, **SETTINGS)
+@given(op=st.sampled_from(["layernorm", "rmsnorm"]), dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+       rows=st.integers(1, 8), cols=st.integers(1, 3 * 256 + 9), seed=st.integers(0, 2 ** 16))
+def test_norms_of_any_width_are_right(tmp_path_factory, op, dtype, rows, cols, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(rows, cols, generator=gen) * 3 + torch.randn(rows, 1, generator=gen)).to(dtype)
+    w, b = (torch.randn(cols, generator=gen).to(dtype) for _ in range(2))
+    kernel = _norm(tmp_path_factory, op)
+    if op == "layernorm":
+        out, fn = kernel(x, w, b), lambda *t: F.layer_norm(t[0], (cols,), t[1], t[2], 1e-5)
+        args = (x, w, b)
+    else:
+        out, fn = kernel(x, w), lambda *t: F.rms_norm(t[0], (cols,), t[1], 1e-6)
+        args = (x, w)
+    assert_flash_rule(out, fn(*(t.double() for t in args)), fn(*args), f"{op} {rows}x{cols} {dtype}")
 
 
 def test_only_the_cpu_asks():
