@@ -37,6 +37,13 @@ def test_a_softmax_row_past_the_tile_loops_over_the_row():
     assert wide == ["for a, b in T.grid(BM, T.min(BN, X_dim1)):"] * 2  # the exps and the scaling
 
 
+def test_explain_says_which_loops_run_over_the_in_bounds_part():
+    from septran.ops.logic import softmax as logic
+    kernel = septran.compile(logic.softmax(False), mapping_file="mappings/cpu/softmax.yaml")
+    text = kernel.specialize(X=((7, 1500), "bfloat16")).explain()
+    assert text.count("over (BM, min(BN, X_dim1)) of the tile: its in-bounds part (clip_staged.py)") == 2
+
+
 def test_a_norm_reads_its_weights_in_place_unguarded():
     from septran.ops.logic import layernorm as logic
     src = _source("layernorm", logic.layernorm_logic, {"X": ((7, 1500), "bfloat16"), "W": ((1500,), "bfloat16"),

@@ -28,7 +28,11 @@ def _stmt(s, depth: int, out: list[str]) -> None:
         out.append(f"{pad}vendor {s.op}({args})\n{pad}    because: {s.why}")
     elif isinstance(s, ir.LeafCall):
         args = ", ".join(f"{n}={_region(r)}" for n, r in s.args)
-        out.append(f"{pad}call {s.impl}({args})\n{pad}    because: {s.why}")
+        out_region = s.args[0][1] if s.args else None
+        clipped = (s.store is not None and out_region.whole and out_region.valid
+                   and tuple(out_region.valid) != tuple(out_region.extents))
+        over = f" over {_shape(out_region.valid)} of the tile: its in-bounds part (clip_staged.py)" if clipped else ""
+        out.append(f"{pad}call {s.impl}({args}){over}\n{pad}    because: {s.why}")
     elif isinstance(s, ir.For):
         stages = f", {s.num_stages} stages" if s.kind == "pipelined" else ""
         out.append(f"{pad}loop {s.var.name} in 0..{s.extent} ({s.kind}{stages})\n{pad}    because: {s.why}")
