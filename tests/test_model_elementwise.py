@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from septran.ops import kernels
 from septran.ops import elementwise as ew
@@ -121,30 +121,38 @@ _UN = sorted(set(UNARY_TORCH) - POSITIVE)
 
 
 @settings(max_examples=6, deadline=None, derandomize=True)
+@example([("abs", 0), ("exp", 0), ("exp", 0)])  # past float32's range (found by a run of random draws)
 @given(st.lists(st.tuples(st.sampled_from(_UN + sorted(BINARY_TORCH)), st.integers(0, 10)), min_size=1, max_size=6))
 def test_random_chains_match_torch(steps):
     """Random chains over two inputs: each step applies an op to the last result (and an earlier value)."""
     a, b = _x((3, 19), seed=1), _x((3, 19), seed=2)
-    ops, vals, refs = [], [("i", 0), ("i", 1)], [a.double(), b.double()]
+    ops, vals = [], [("i", 0), ("i", 1)]
+    refs = {dtype: [a.to(dtype), b.to(dtype)] for dtype in (torch.float64, torch.float32)}  # torch in both
     last = ("i", 0)
     for name, k in steps:
-        ref_last = refs[vals.index(last)]
         if name in BINARY_TORCH:
             other = vals[k % len(vals)]
             if name == "div":
                 name, other = "mul", other  # keep values finite
             ops.append((name, last, other))
-            r = BINARY_TORCH[name](ref_last, refs[vals.index(other)])
+            for r in refs.values():
+                r.append(BINARY_TORCH[name](r[vals.index(last)], r[vals.index(other)]))
         else:
             ops.append((name, last))
-            r = UNARY_TORCH[name](ref_last)
+            for r in refs.values():
+                r.append(UNARY_TORCH[name](r[vals.index(last)]))
         last = ("v", len(ops) - 1)
         vals.append(last)
-        refs.append(r)
     out = run([a, b], _spec(*ops), torch.float32)
-    ref = refs[-1]
-    scale = ref.abs().max().item() + 1
-    assert torch.allclose(out.double(), ref, rtol=1e-4, atol=1e-4 * scale, equal_nan=True)
+    # Where torch's float32 chain leaves float32's range (exp(exp(|x|)): inf), the kernel's does too; elsewhere it
+    # is the float64 chain's value within float32's error (a random draw of exp twice found the float64 reference
+    # finite past float32's range, compared with an atol scaled by it).
+    ref, ref32 = refs[torch.float64][-1], refs[torch.float32][-1]
+    inside = ref32.isfinite() & ref.isfinite() & (ref.abs() < torch.finfo(torch.float32).max)
+    assert torch.equal(out[~inside].isnan(), ref32[~inside].isnan())
+    assert torch.equal(out[~inside].isinf(), ref32[~inside].isinf())
+    scale = (ref[inside].abs().max().item() if bool(inside.any()) else 0.0) + 1
+    assert torch.allclose(out.double()[inside], ref[inside], rtol=1e-4, atol=1e-4 * scale)
 
 
 def _compile(f, x, dtype=torch.float32):
