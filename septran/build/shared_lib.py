@@ -5,10 +5,13 @@ The file's name holds the hash of what it is built from; a sidecar
 itself. A library that does not match it (truncated, overwritten; loading one
 can crash the process with SIGBUS) is rebuilt, with a warning, before it is
 loaded. Builds go to a temporary name and are renamed into place, so a
-concurrent reader never sees half a file.
+concurrent reader never sees half a file, under an exclusive lock on the
+folder, so that a process never takes another's build in progress for damage.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import subprocess
@@ -49,11 +52,40 @@ def built(kind: str, name: str, digest: str, command: Callable[[str, Optional[st
     folder = env.cache_dir() / kind
     folder.mkdir(parents=True, exist_ok=True)
     lib = folder / f"{name}_{digest}.so"
-    why = integrity.problem(lib)
-    if why is None:
+    if integrity.problem(lib) is None:
         return lib
-    if lib.exists():
-        log.warning("cached %s %s %s; rebuilding it", what, lib, why)
+    # One builder at a time: between another process's rename of the library and the write of its hash, the
+    # library has no recorded hash yet, which read as damage (a warning and a second build) until the lock.
+    with _locked(folder):
+        why = integrity.problem(lib)
+        if why is None:  # built by another process while this one waited
+            return lib
+        if lib.exists():
+            log.warning("cached %s %s %s; rebuilding it", what, lib, why)
+        return _build(lib, folder, command, what, source)
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock on the folder ``path`` for the block (no lock file left in the cache); none where the file
+    system refuses one."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks (some network ones): build unlocked, as before
+            pass
+        yield
+    finally:
+        os.close(fd)  # (closing releases the lock)
+
+
+def _build(lib: Path, folder: Path, command, what: str, source) -> Path:
+    """``lib`` built anew under a temporary name, renamed into place, then its hash recorded."""
     integrity.clear(lib)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{lib.name}.", suffix=".so")
     os.close(fd)
