@@ -29,12 +29,10 @@ from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 
 
-def clippable(stmts: tuple, staged_valid: dict, buffers: dict) -> dict:
+def clippable(stmts: tuple, valid: dict, buffers: set) -> dict:
     """Buffer name -> in-bounds extents, for each staged, overhanging buffer whose elementwise writers may loop over
-    that part only (see the module's docstring). ``staged_valid``: buffer -> the in-bounds extents of the tile
-    staged into it; ``buffers``: every buffer's extents, by its symbol."""
-    valid = {sym: tuple(v[len(v) - len(buffers[sym]):]) for sym, v in staged_valid.items()  # (a batch of one dropped)
-             if len(v) >= len(buffers[sym])}
+    that part only (see the module's docstring). ``valid``: buffer -> the in-bounds extents of the tile staged into
+    it, in the buffer's dimensions (stage's ``staged_valid``); ``buffers``: every buffer's symbol."""
     flat = list(ir.statements(stmts))
     clipped = set(valid)
     changed = True
@@ -63,7 +61,7 @@ def _reads(s) -> set:
     return set()
 
 
-def _reads_inside(s, sym, valid: dict, clipped: set, buffers: dict) -> bool:
+def _reads_inside(s, sym, valid: dict, clipped: set, buffers: set) -> bool:
     """Whether ``s`` reads only the in-bounds part of buffer ``sym``, the loops of ``clipped``'s writers clipped."""
     v = valid[sym]
     if isinstance(s, ir.Copy):  # out to its tensor: what lies inside the tensor (into a buffer: all of it)
@@ -76,7 +74,7 @@ def _reads_inside(s, sym, valid: dict, clipped: set, buffers: dict) -> bool:
         return all(len(n.index) == len(v) and all(loop.get(i) == e for i, e in zip(_printed(n.index), v))
                    for n in el.nodes(s.expr) if isinstance(n, el.Elt) and n.of is sym)
     if isinstance(s, ir.LeafCall):  # a row reduction told the in-bounds extents (leaf_calls._in_bounds)
-        return "valid_" in s.template and all(r.valid == v for _, r in s.args if r.of is sym)
+        return ir.told_in_bounds(s) and all(r.valid == v for _, r in s.args if r.of is sym)
     return False
 
 

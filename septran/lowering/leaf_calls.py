@@ -103,9 +103,9 @@ def _in_bounds(st, region):
     tensor, the staged tile's in-bounds extents (past them the load wrote zeros, which a maximum, or a sum of
     squared deviations, would count: a softmax over 257 columns in 1024-wide LOCAL tiles summed to 0.01)."""
     valid = st.staged_valid.get(region.of)
-    if valid is None or region.extents != tuple(st.shapes[region.of]) or len(valid) < len(region.extents):
+    if valid is None or region.extents != tuple(st.shapes[region.of]):
         return region
-    return dataclasses.replace(region, valid=tuple(valid[len(valid) - len(region.extents):]))  # (a batch of one dropped)
+    return dataclasses.replace(region, valid=valid)
 
 
 def _refuse_reducing_padding(st, impl, sig, prim, s, args, by_param) -> None:

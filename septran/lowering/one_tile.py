@@ -81,5 +81,5 @@ def merge(general: ir.TileProgram, small: ir.TileProgram, size: Sym, tile: int,
 
 def _copies(body) -> int:
     """The tile copies in a program's text (TileLang's or the vendor's): a version whose walks run once holds fewer."""
-    return sum(isinstance(s, ir.Copy) or (isinstance(s, ir.VendorOp) and s.op in ("load", "store", "stream"))
+    return sum(isinstance(s, ir.Copy) or (isinstance(s, ir.VendorOp) and s.op in ("load", "store"))
                for s in ir.statements(body))

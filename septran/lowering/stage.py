@@ -67,7 +67,7 @@ def stage(ctx: Context, consts: Constants, flat: fl.FlatProgram, names: frozense
     if not ctx.target.clip_staged_loops:
         return program
     # Staged again where elementwise loops may run over an overhanging tile's in-bounds part only (clip_staged.py).
-    clip = clip_staged.clippable(program.kernel.body, first.staged_valid, {b.sym: b.shape for b in first.buffers})
+    clip = clip_staged.clippable(program.kernel.body, first.staged_valid, {b.sym for b in first.buffers})
     return _Stager(ctx, consts, flat, names, clip).program() if clip else program
 
 
@@ -82,7 +82,8 @@ class _Stager:
         self.shapes = {t.sym: t.shape for t in flat.tensors}
         self.dtypes = {t.sym: t.dtype for t in flat.tensors}
         self.env = dict(consts.intervals)
-        # on-chip buffer -> the in-bounds extents of the overhanging tile staged into it (past them: the load's zeros)
+        # on-chip buffer -> the in-bounds extents of the overhanging tile staged into it, in the buffer's dimensions
+        # (past them: the load's zeros)
         self.staged_valid: dict = {}
 
     def program(self) -> ir.TileProgram:
@@ -195,7 +196,7 @@ class _Stager:
         res.source, res.scope = source, scope
         staged = self.region(source)
         if staged.valid != staged.extents:  # the tile overhangs its tensor: what of the buffer lies inside it
-            self.staged_valid[sym] = staged.valid
+            self.staged_valid[sym] = tuple(staged.valid[len(staged.valid) - len(shape):])  # (a batch of one dropped)
         return self._use(res, view, op, s)
 
     def _use(self, res: _Resident, view: fl.View, op: fl.Operand, s: fl.Invoke) -> fl.View:

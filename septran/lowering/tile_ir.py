@@ -124,6 +124,12 @@ class LeafCall:
     guard: tuple[tuple[Expr, Expr], ...] = ()
 
 
+def told_in_bounds(call: LeafCall) -> bool:
+    """Whether a leaf's template passes its operands' in-bounds extents (``{X.valid_rows}``, ``{X.valid_cols}``): it
+    reads a staged tile's part inside its tensor only (a vendor's row reduction), not the whole tile."""
+    return "valid_" in call.template
+
+
 @dataclass(frozen=True)
 class VendorOp:
     """A call into a vendor library for one of a memory space's ops (load, store, sync, ...)."""

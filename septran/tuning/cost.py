@@ -279,7 +279,7 @@ class _Walker:
             return _Tally(matrix={dtype: flops}, nbytes=self.global_bytes(tuple(args.values()), env))
         if kind == "reduce":  # the in-bounds part where the leaf is told it (a vendor's row reduction), else all
             x = args["X"]
-            extents = (x.valid or x.extents) if "valid_" in call.template else x.extents
+            extents = (x.valid or x.extents) if ir.told_in_bounds(call) else x.extents
             return _Tally(vector=float(math.prod(max(self.val(e, env), 0) for e in extents)),
                           nbytes=self.global_bytes(tuple(args.values()), env))
         note = f"leaf {call.impl} ({kind}) not counted"
