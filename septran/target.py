@@ -19,6 +19,16 @@ from septran.target_types import (  # noqa: F401  (the types, re-exported: septr
 )
 
 
+def _flag(d, key: str) -> bool:
+    """A yes / no key of target.yaml (false where absent): true or false, nothing a truthy string would pass for."""
+    val = d.get(key)
+    if val is None:
+        return False
+    if not isinstance(val.value, bool):
+        raise TargetError(f"{key} is true or false, got {val.value!r}", val.loc)
+    return val.value
+
+
 def _plain(val: Located):
     """A located value without locations (for nested plain data such as a TileLang target dict)."""
     v = val.value
@@ -137,11 +147,11 @@ def load_target_file(path: Path) -> Target:
         language=tlp.get("language", "tilelang.language"),
         execution_backend=tlp.get("execution_backend", "tvm_ffi"),
         builder=_builder(tlp.get("builder", "tilelang"), tl.loc),
-        atomic_add=bool(_plain(d.get("atomic_add", Located(False, root.loc)))),
-        two_kernels=bool(_plain(d.get("two_kernels", Located(False, root.loc)))),
-        one_tile_versions=bool(_plain(d.get("one_tile_versions", Located(False, root.loc)))),
-        clip_staged_loops=bool(_plain(d.get("clip_staged_loops", Located(False, root.loc)))),
-        parallel_in_program=bool(_plain(d.get("parallel_in_program", Located(False, root.loc)))),
+        atomic_add=_flag(d, "atomic_add"),
+        two_kernels=_flag(d, "two_kernels"),
+        one_tile_versions=_flag(d, "one_tile_versions"),
+        clip_staged_loops=_flag(d, "clip_staged_loops"),
+        parallel_in_program=_flag(d, "parallel_in_program"),
         compile_flags=tuple(tlp.get("compile_flags", ())),
         pass_configs=MappingProxyType(dict(tlp.get("pass_configs", {}))),
         torch_device=_plain(_need(d, "torch_device", "target.yaml")),

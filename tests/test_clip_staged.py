@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import septran
-from conftest import assert_flash_rule, edited_mapping
+from conftest import REPO, assert_flash_rule, edited_mapping
 from septran import task
 from septran.target import load_target
 from test_cpu_vendor import SETTINGS
@@ -168,6 +168,17 @@ def test_norms_of_any_width_are_right(tmp_path_factory, op, dtype, rows, cols, s
         out, fn = kernel(x, w), lambda *t: F.rms_norm(t[0], (cols,), t[1], 1e-6)
         args = (x, w)
     assert_flash_rule(out, fn(*(t.double() for t in args)), fn(*args), f"{op} {rows}x{cols} {dtype}")
+
+
+@pytest.mark.parametrize("value", ["maybe", "1", "[true]"])
+def test_a_targets_flag_is_true_or_false(tmp_path, value):
+    """target.yaml's yes / no keys take true or false: "maybe" had read as true."""
+    from septran.target import TargetError, load_target_file
+    text = (REPO / "backends" / "cpu" / "target.yaml").read_text()
+    (tmp_path / "target.yaml").write_text(text.replace("clip_staged_loops: true", f"clip_staged_loops: {value}"))
+    with pytest.raises(TargetError, match=r"clip_staged_loops is true or false, got") as info:
+        load_target_file(tmp_path / "target.yaml")
+    assert ":" in str(info.value.loc)  # at the key's line
 
 
 def test_only_the_cpu_asks():
