@@ -86,16 +86,18 @@ def test_any_size_on_either_side_runs_right(tmp_path_factory, log, dtype, rows, 
 
 
 @pytest.mark.build
-@pytest.mark.xfail(strict=True, reason="known: a bfloat16 row longer than its column tile is stored as rounded exps, then "
-                   "scaled and rounded again (README, what does not work yet)")
 def test_a_bfloat16_row_past_its_tile_is_rounded_once(tmp_path):
     """Found by a run of the test above with random draws (2 x 265, BN 256): 7.2e-4 off float64 where torch is
-    2.5e-4 off, past the FlashAttention rule's 2x. The walks write each tile's exps to Y (bfloat16) and scale
-    them in a third walk; a row that fits its tile keeps them in float32 between the passes."""
+    2.5e-4 off, past the FlashAttention rule's 2x. The walks wrote each tile's exps to Y (bfloat16) and scaled them,
+    read back, in a third walk: rounded twice. The scaling reads them through task.recomputable, so the walking
+    version computes them again from X, and the one-tile version (float32 between the passes) reads its tile."""
     kernel = _kernel(tmp_path, False, staged=True)
     gen = torch.Generator().manual_seed(242)
     x = (torch.randn(2, 265, generator=gen) * torch.rand(2, 1, generator=gen) * 20).to(torch.bfloat16)
     assert_flash_rule(kernel(x), torch.softmax(x.double(), -1), torch.softmax(x, -1), "2x265 bfloat16")
+    small, general = _branches(kernel.specialize(X=((2, 265), "bfloat16")).tilelang_source)
+    assert "T.exp" in small and small.count("T.exp") == 1  # the exps once, kept in float32
+    assert general.count("T.exp") == 2 and general.count("septran_cpu_load_f32_bf16") == 3  # X thrice, Y never
 
 
 def test_only_targets_that_ask_get_two_versions():

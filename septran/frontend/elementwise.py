@@ -29,6 +29,10 @@ FUNCTIONS = {
     "maximum": (2, "the larger of two values"),
     "minimum": (2, "the smaller of two values"),
     "where": (3, "where(cond, a, b): a where cond holds, else b"),
+    # The lowering picks one side (leaf_calls.choose_recomputed); no target computes it.
+    "recomputable": (2, "recomputable(T[i, j], value): a tile's element that holds value; read where it holds it "
+                        "exactly, value computed again where its stored copy was rounded (a 16-bit tensor written, "
+                        "then read back)"),
 }
 
 
@@ -363,6 +367,31 @@ def check_function(fn: str, args: tuple, loc: Optional[SourceLoc]) -> Call:
     if len(args) != arity:
         raise FrontendError(f"task.{fn} takes {arity} argument{'s' if arity > 1 else ''}, got {len(args)}", loc)
     try:
-        return Call(fn, tuple(as_elem(a) for a in args))
+        call = Call(fn, tuple(as_elem(a) for a in args))
     except TypeError as err:
         raise FrontendError(f"task.{fn}: {err}", loc) from None
+    if fn == "recomputable" and not (isinstance(call.args[0], Load) and not children(call.args[0])):
+        raise FrontendError(f"task.recomputable's first argument is a tile's element (Y[i, j]), not "
+                            f"{type(call.args[0]).__name__}", loc,
+                            hint="write task.recomputable(Y[i, j], task.exp(X[i, j] - m[i])): Y's element, and the value "
+                                 "it holds")
+    return call
+
+
+def choose_recomputed(e: Elem, exact) -> Elem:
+    """``e`` with each ``recomputable(stored, value)`` replaced by ``stored`` where ``exact(stored)`` (the element
+    read holds what was computed, unrounded) and by ``value`` elsewhere."""
+    if isinstance(e, Call) and e.fn == "recomputable":
+        stored, value = e.args
+        return choose_recomputed(stored if exact(stored) else value, exact)
+    if isinstance(e, Bin):
+        return Bin(e.op, choose_recomputed(e.lhs, exact), choose_recomputed(e.rhs, exact))
+    if isinstance(e, Neg):
+        return Neg(choose_recomputed(e.operand, exact))
+    if isinstance(e, AsFloat):
+        return AsFloat(choose_recomputed(e.operand, exact))
+    if isinstance(e, Cast):
+        return Cast(e.dtype, choose_recomputed(e.operand, exact))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(choose_recomputed(a, exact) for a in e.args))
+    return e

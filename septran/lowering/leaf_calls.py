@@ -265,6 +265,8 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why, ha
         expr = prim.expr
     else:  # a named primitive: its element function of the operands' elements
         expr = sig.element(*(el.Load(prim.args[k], tuple(sig.dims[k])) for k in range(len(sig.params))))
+    # task.recomputable(Y[i, j], value): Y's element where it holds what was stored unrounded, else value again.
+    expr = el.choose_recomputed(expr, lambda load: st.holds_exactly(by_param[load.arg.name].of))
 
     def arg_of(sym):
         return next(a for a in prim.args if a.sym == sym)

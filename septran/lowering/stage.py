@@ -24,6 +24,7 @@ from septran.lowering import clip_staged
 from septran.lowering import flat_ir as fl
 from septran.lowering import halo_stage
 from septran.lowering import leaf_calls
+from septran.lowering import recomputed
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Constants, Context, Names
 from septran.lowering.dynamic import DynamicValue
@@ -85,6 +86,9 @@ class _Stager:
         # on-chip buffer -> the in-bounds extents of the overhanging tile staged into it, in the buffer's dimensions
         # (past them: the load's zeros)
         self.staged_valid: dict = {}
+        # buffers copied from a tensor whose type holds less than the computed one (a bfloat16 row's float32 tile): a
+        # value written out and read back through one of them was rounded on the way (holds_exactly)
+        self.rounded: set = set()
 
     def program(self) -> ir.TileProgram:
         root = _Scope(None, [])
@@ -187,7 +191,12 @@ class _Stager:
         scope.residents.append(res)
         tile = fl.View(sym, tuple(Const(0) for _ in shape), shape, op.want.value, True, view.origin)
         options, via = self._copy_options(s.caller, op.param)
-        if op.privilege.reads:
+        # A leaf that reads the tile only as task.recomputable's stored element computes it again from a rounded
+        # copy (holds_exactly) and writes it whole: that copy would be read by nobody.
+        read_back = recomputed.exact(self.dtypes[source.of]) or not recomputed.only_recomputed(s, s.operands.index(op))
+        if not read_back:
+            self.rounded.add(sym)
+        if op.privilege.reads and read_back:
             why = Why(f"copy {op.param} in before its first read ({op.privilege.value})", mapping=op.want.loc, logic=s.launch.loc)
             scope.stmts.extend(self._copies(source, tile, options, via, why, op.param, shape, s))
         elif reduce_first:
@@ -288,6 +297,8 @@ class _Stager:
     def _copies(self, src: fl.View, dst: fl.View, options, via, why: Why, param: str, shape, s: fl.Invoke) -> list:
         """One copy, or two through a buffer in the ``via`` memory (global memory's side takes the options)."""
         options = self._dtype_copy_options(src, dst, options)
+        if not recomputed.exact(self.dtypes[src.of]):
+            self.rounded.add(dst.of)
         if via is None:
             into = self.region(dst)
             if dst.whole and dst.of.name in self.clip:  # no reader reads past the in-bounds part: no zeros there
@@ -315,6 +326,11 @@ class _Stager:
                 if k not in given:
                     extra[k] = v
         return options + tuple(sorted(extra.items()))
+
+    def holds_exactly(self, sym) -> bool:
+        """Whether an element read from tensor or buffer ``sym`` is what the program computed and stored there: its
+        type holds a computed value whole and no copy into it came through a narrower one (task.recomputable)."""
+        return recomputed.exact(self.dtypes[sym]) and sym not in self.rounded
 
     def _computed(self, dtype: str) -> str:
         """The type an on-chip buffer of ``dtype`` holds: the one the target computes it in (cpu: bfloat16 in

@@ -230,8 +230,9 @@ def _softmax_cached(log: bool, axis: int, rank: int):
             task.compute(l, stat(lambda *ix: 1.0 / l[ix]))
 
         @task.define(leaf=True)
-        def softmax_cached_write(Y, X, m, l):
-            task.compute(Y, elem(lambda *ix: Y[ix] * l[drop(ix)]))
+        def softmax_cached_write(Y, X, m, l):  # Y holds the exps: where it held them rounded, they are computed again
+            # (a 16-bit row walked in tiles stores its exps; scaling them read back rounds twice, torch once)
+            task.compute(Y, elem(lambda *ix: task.recomputable(Y[ix], task.exp(X[ix] - m[drop(ix)])) * l[drop(ix)]))
 
     @task.define
     def softmax_cached_rows(Y, X):
