@@ -266,7 +266,17 @@ def _elementwise(st, prim: PrimCall, args, by_param, scalars, impl, why: Why, ha
     else:  # a named primitive: its element function of the operands' elements
         expr = sig.element(*(el.Load(prim.args[k], tuple(sig.dims[k])) for k in range(len(sig.params))))
     # task.recomputable(Y[i, j], value): Y's element where it holds what was stored unrounded, else value again.
-    expr = el.choose_recomputed(expr, lambda load: st.holds_exactly(by_param[load.arg.name].of))
+    chosen: list[str] = []
+
+    def exact(load: el.Load) -> bool:
+        held = st.holds_exactly(by_param[load.arg.name].of)
+        chosen.append(f"{load.arg.name} read (it holds the value as computed)" if held else
+                      f"{load.arg.name}'s value computed again (what it holds here was rounded)")
+        return held
+
+    expr = el.choose_recomputed(expr, exact)
+    if chosen:  # explain() says which
+        why = dataclasses.replace(why, text=f"{why.text}; recomputable: {', '.join(chosen)}")
 
     def arg_of(sym):
         return next(a for a in prim.args if a.sym == sym)
