@@ -221,18 +221,25 @@ def children(e: Elem) -> tuple[Elem, ...]:
     return ()
 
 
+def _rebuilt(e: Elem, go) -> Elem:
+    """``e`` with ``go`` applied to each operand of an operation (a leaf as it is)."""
+    if isinstance(e, Bin):
+        return Bin(e.op, go(e.lhs), go(e.rhs))
+    if isinstance(e, Neg):
+        return Neg(go(e.operand))
+    if isinstance(e, AsFloat):
+        return AsFloat(go(e.operand))
+    if isinstance(e, Cast):
+        return Cast(e.dtype, go(e.operand))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(go(a) for a in e.args))
+    return e
+
+
 def map_leaves(e: Elem, fn) -> Elem:
     """``e`` rebuilt with every leaf (a load, a number, a position...) replaced by ``fn(leaf)``."""
-    if isinstance(e, Bin):
-        return Bin(e.op, map_leaves(e.lhs, fn), map_leaves(e.rhs, fn))
-    if isinstance(e, Neg):
-        return Neg(map_leaves(e.operand, fn))
-    if isinstance(e, AsFloat):
-        return AsFloat(map_leaves(e.operand, fn))
-    if isinstance(e, Cast):
-        return Cast(e.dtype, map_leaves(e.operand, fn))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(map_leaves(a, fn) for a in e.args))
+    if isinstance(e, (Bin, Neg, AsFloat, Cast, Call)):
+        return _rebuilt(e, lambda x: map_leaves(x, fn))
     if isinstance(e, Load) and children(e):  # a gather: its index expression first
         from septran.frontend.index_expr import renamed
 
@@ -384,14 +391,4 @@ def choose_recomputed(e: Elem, exact) -> Elem:
     if isinstance(e, Call) and e.fn == "recomputable":
         stored, value = e.args
         return choose_recomputed(stored if exact(stored) else value, exact)
-    if isinstance(e, Bin):
-        return Bin(e.op, choose_recomputed(e.lhs, exact), choose_recomputed(e.rhs, exact))
-    if isinstance(e, Neg):
-        return Neg(choose_recomputed(e.operand, exact))
-    if isinstance(e, AsFloat):
-        return AsFloat(choose_recomputed(e.operand, exact))
-    if isinstance(e, Cast):
-        return Cast(e.dtype, choose_recomputed(e.operand, exact))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(choose_recomputed(a, exact) for a in e.args))
-    return e
+    return _rebuilt(e, lambda x: choose_recomputed(x, exact))
