@@ -38,6 +38,7 @@ from typing import Mapping as TMapping, Optional
 
 from septran.dtypes import DTYPES
 from septran.errors import MappingError, SourceLoc
+from septran.mapping.shadowed_points import refuse_shadowed
 from septran.mapping.yaml_source import Located, LocatedDict
 
 MAX_BOUND = 2**62
@@ -118,7 +119,9 @@ def parse(val: Optional[Located], space) -> tuple[ShapePoint, ...]:
     if not isinstance(val.value, list) or not val.value:
         raise MappingError("shape_points must be a list of {when: ..., point: ...}", val.loc)
     dims = {d.path: d for d in space.dimensions}
-    return tuple(_entry(item, dims) for item in val.value)
+    entries = tuple(_entry(item, dims) for item in val.value)
+    refuse_shadowed(entries)
+    return entries
 
 
 def _entry(item: Located, dims: dict) -> ShapePoint:
