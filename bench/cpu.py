@@ -75,7 +75,8 @@ def cases(small: bool) -> list[dict]:
             made = [torch.randn(*s, generator=gen) for s in shapes]
             return [t.to(dtype) for t in [first(made[0])] + made[1:]]
         # torch.compile of the first baseline, compiled in each block of rounds (run_case)
-        inductor_of = next(iter(baselines.values())) if op in INDUCTOR else None
+        # (a row case's own operator counts too: --inductor rmsnorm times rows16's and rows_odd's RMSNorm rows)
+        inductor_of = next(iter(baselines.values())) if op in INDUCTOR or label.split()[0] in INDUCTOR else None
         out.append(dict(op=op, label=label, shape=shape, logic=logic, inputs=inputs, baselines=baselines, work=work,
                         unit=unit, atol=atol, rtol=rtol, scalars=scalars or {}, mapping=mapping, inductor_of=inductor_of))
 
@@ -411,8 +412,9 @@ def main(argv=None) -> int:
     ap.add_argument("--autotune", default="", metavar="OPS", help="comma-separated operators whose kernels are tuned for each "
                     "shape before they are timed (septran's autotune; the tuning database keeps the result); their "
                     "rows also time the shipped point in the same rounds and print the tuned gain")
-    ap.add_argument("--inductor", default="", metavar="OPS", help="comma-separated operators also timed against "
-                    "torch.compile (inductor) of the torch baseline, e.g. softmax,layernorm,rmsnorm,gemm_epilogue")
+    ap.add_argument("--inductor", default="", metavar="OPS", help="comma-separated operators (or cases: rows16, "
+                    "rows_odd) also timed against torch.compile (inductor) of the torch baseline, e.g. "
+                    "softmax,layernorm,rmsnorm,gemm_epilogue (an operator's rows in rows16 and rows_odd too)")
     ap.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "cpu.json")
     args = ap.parse_args(argv)
     wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
