@@ -193,7 +193,7 @@ class _Stager:
         options, via = self._copy_options(s.caller, op.param)
         # A leaf that reads the tile only as task.recomputable's stored element computes it again from a rounded
         # copy (holds_exactly) and writes it whole: that copy would be read by nobody.
-        read_back = recomputed.exact(self.dtypes[source.of]) or not recomputed.only_recomputed(s, s.operands.index(op))
+        read_back = self.holds_exactly(source.of) or not recomputed.only_recomputed(s, s.operands.index(op))
         if not read_back:
             self.rounded.add(sym)
         if op.privilege.reads and read_back:
@@ -297,7 +297,7 @@ class _Stager:
     def _copies(self, src: fl.View, dst: fl.View, options, via, why: Why, param: str, shape, s: fl.Invoke) -> list:
         """One copy, or two through a buffer in the ``via`` memory (global memory's side takes the options)."""
         options = self._dtype_copy_options(src, dst, options)
-        if not recomputed.exact(self.dtypes[src.of]):
+        if not self.holds_exactly(src.of):  # (a copy of a copy that was rounded: rounded too)
             self.rounded.add(dst.of)
         if via is None:
             into = self.region(dst)
