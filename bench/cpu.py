@@ -339,7 +339,27 @@ def machine() -> dict:
             "matrix_units": [f for f in MATRIX_UNIT_FLAGS if f in (field("flags") or "").split()],
             "cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)), "torch": torch.__version__,
             "tilelang": tilelang.__version__, "septran": septran.__version__, "python": platform.python_version(),
-            "commit": commit or None, "loadavg_start": os.getloadavg()}
+            "commit": commit or None, "loadavg_start": os.getloadavg(), "openblas_core": openblas_core(),
+            "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE")}
+
+
+def openblas_core() -> str | None:
+    """The kernel set OpenBLAS runs the cpu leaves' GEMMs with (its CPU detection, or OPENBLAS_CORETYPE where set:
+    forced to Haswell on an AVX-512 CPU, its sgemm runs 256-bit FMAs, half of a Zen 5 core's peak)."""
+    import ctypes
+    import importlib.util
+
+    try:
+        from septran.build import vendor
+        from septran.target import load_target
+
+        vendor.load(load_target("cpu"))  # OpenBLAS chooses when it loads: with the vendor library, as a kernel does
+        spec = importlib.util.find_spec("scipy_openblas32")
+        lib = ctypes.CDLL(str(Path(spec.submodule_search_locations[0]) / "lib" / "libscipy_openblas.so"))
+        lib.scipy_openblas_get_corename.restype = ctypes.c_char_p
+        return lib.scipy_openblas_get_corename().decode()
+    except Exception:  # noqa: BLE001 - a machine fact for the JSON, not worth failing the run over
+        return None
 
 
 def fmt(s: dict | None) -> str:
@@ -442,7 +462,9 @@ def main(argv=None) -> int:
     info = machine()
     print(f"cpu: {info['cpu_model']} ({info['usable_cores']} of {info['cores']} cores, avx512f {info['avx512f']}, "
           f"bf16 matrix units: {', '.join(info['matrix_units']) or 'none (no AMX, no AVX512-BF16)'}), "
-          f"torch {info['torch']}, tilelang {info['tilelang']}, mappings {mapping_dir}, {rounds} rounds")
+          f"torch {info['torch']}, tilelang {info['tilelang']}, OpenBLAS kernels {info['openblas_core']}"
+          + (f" (OPENBLAS_CORETYPE={info['openblas_coretype_env']})" if info["openblas_coretype_env"] else "")
+          + f", mappings {mapping_dir}, {rounds} rounds")
     start, rows = time.perf_counter(), []
     for case in [c for c in cases(args.sizes == "small") if c["op"] in wanted] + ([None] if "overhead" in wanted else []):
         try:  # a case that cannot compile or run is reported; the others still run
