@@ -139,14 +139,18 @@ def cpu_maker(monkeypatch):
 
 
 @pytest.fixture
-def golden(request, cpu_maker):
+def golden(request, cpu_maker, monkeypatch):
     """``golden("name.py", text)``: compares text with tests/golden/name.py (or rewrites it with --update-golden).
-    The test runs on GOLDEN_THREADS threads (torch's count, restored after) and as on an AMD CPU, so that its
-    programs, whose point may depend on the count and the CPU's maker (``shape_points: threads, cpu_vendor``), do
-    not depend on the machine."""
+    The test runs on GOLDEN_THREADS threads (torch's count, restored after) and as on an AMD CPU that reports none
+    of the flags a shape point asks for (a test may set some: ``_with_flags``), so that its programs, whose point may
+    depend on the count, the CPU's maker and its flags (``shape_points: threads, cpu_vendor, cpu_flags``), do not
+    depend on the machine."""
     import torch
 
+    from septran.records import device
+
     cpu_maker("AuthenticAMD")
+    monkeypatch.setattr(device, "host_flags", lambda: frozenset())
     before = torch.get_num_threads()
     torch.set_num_threads(GOLDEN_THREADS)
     request.addfinalizer(lambda: torch.set_num_threads(before))

@@ -190,7 +190,7 @@ def test_the_shipped_cpu_gemm_mappings_bucket_small_and_decode_calls():
 
         units = sum(1 for e in m.shape_points if e.cpu_flags)
         # both units: a middling C (128 x 256 tiles), then the rest; the epilogue's small bf16 prefill first
-        assert units == (4 if name == "gemm" else 6)
+        assert units == (4 if name == "gemm" else 7)
 
         # one row, small or not (a GEMV: tiles as wide as C, up to one program as wide as B), then a small call,
         # then a few rows; last, a bfloat16 call of more rows on a CPU with a matrix unit (entries of dtypes and
@@ -368,3 +368,26 @@ def test_a_middling_bfloat16_c_runs_smaller_tiles_on_the_unit():
             mid = point((333, 555))
             assert mid[leaf_key] == leaf and (mid["BM"], mid["BN"], mid["schedule"]) == (128, 256, "dynamic")
             assert point((2000, 1500))[leaf_key] == leaf and "BM" not in point((2000, 1500))
+
+
+def test_zen_5_runs_the_float32_linears_on_openblas():
+    """AMD CPUs that report VP2INTERSECT (Zen 5) run the epilogue's and SwiGLU's float32 GEMMs on OpenBLAS, whose
+    AVX-512 kernels use the full-width units; a Zen 4 (no VP2INTERSECT) and an Intel CPU keep MKL."""
+    from septran.mapping import shape_points
+
+    cases = {"gemm_epilogue": ({"A": (333, 777), "B": (555, 777), "C": (333, 555), "bias": (555,)},
+                               {"A": "float32", "B": "float32", "C": "float32", "bias": "float32"},
+                               "task_mappings.epi_block_cpu.leaf_task_bindings.epi_gemm_leaf"),
+             "swiglu_mlp": ({"X": (128, 256), "Wg": (256, 688), "Wu": (256, 688), "H": (128, 688)},
+                            {"X": "float32", "Wg": "float32", "Wu": "float32", "H": "float32"},
+                            "task_mappings.swiglu_block_cpu.leaf_task_bindings.swiglu_gate")}
+    for name, (shapes, dtypes, leaf) in cases.items():
+        m = parse_mapping((REPO / "mappings" / "cpu" / f"{name}.yaml").read_text(), f"{name}.yaml")
+
+        def point(vendor, flags):
+            met = shape_points.bucket(m.shape_points, shapes, dtypes, frozenset(flags), 2, vendor)
+            return shape_points.point_of(m.shape_points, met)[leaf]
+
+        assert point("AuthenticAMD", {"avx512f", "avx512_vp2intersect"}) == "gemm_leaf_blas", name
+        assert point("AuthenticAMD", {"avx512f", "avx512_bf16"}) == "gemm_leaf_mkl", name
+        assert point("GenuineIntel", {"avx512f", "avx512_vp2intersect"}) == "gemm_leaf_mkl", name
