@@ -29,6 +29,9 @@ def test_run_bmm_on_cpu(monkeypatch, capsys):
 
 
 def test_run_gemm_epilogue_on_cpu(monkeypatch, capsys):
+    from septran.records import device
+
+    monkeypatch.setattr(device, "host_flags", lambda: frozenset())  # MKL's point: a CPU but Zen 5 (no VP2INTERSECT)
     monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
     monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
     run = _load(REPO / "examples" / "gemm_epilogue" / "run_gemm_epilogue.py")
