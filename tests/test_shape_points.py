@@ -391,3 +391,21 @@ def test_zen_5_runs_the_float32_linears_on_openblas():
         assert point("AuthenticAMD", {"avx512f", "avx512_vp2intersect"}) == "gemm_leaf_blas", name
         assert point("AuthenticAMD", {"avx512f", "avx512_bf16"}) == "gemm_leaf_mkl", name
         assert point("GenuineIntel", {"avx512f", "avx512_vp2intersect"}) == "gemm_leaf_mkl", name
+
+
+@pytest.mark.parametrize("name", ["attention", "attention_full"])
+def test_zen_5_computes_attention_scores_on_openblas(name):
+    from septran.mapping import shape_points
+
+    m = parse_mapping((REPO / "mappings" / "cpu" / f"{name}.yaml").read_text(), f"{name}.yaml")
+    shape = (1, 8, 512, 64)
+    leaf = "task_mappings.attn_block.leaf_task_bindings.attn_scores"
+
+    def point(vendor, flags):
+        met = shape_points.bucket(m.shape_points, {"Q": shape, "K": shape, "V": shape, "O": shape}, {"Q": "float32"},
+                                  frozenset(flags), 2, vendor)
+        return m.space.first[leaf] if met is None else shape_points.point_of(m.shape_points, met).get(
+            leaf, m.space.first[leaf])
+
+    assert point("AuthenticAMD", {"avx512_vp2intersect"}) == "gemm_leaf_blas"
+    assert point("AuthenticAMD", {"avx512_bf16"}) == point("GenuineIntel", {"avx512_vp2intersect"}) == "gemm_leaf_mkl"
