@@ -29,7 +29,7 @@ FUNCTIONS = {
     "maximum": (2, "the larger of two values"),
     "minimum": (2, "the smaller of two values"),
     "where": (3, "where(cond, a, b): a where cond holds, else b"),
-    # The lowering picks one side (leaf_calls.choose_recomputed); no target computes it.
+    # The lowering picks one side (choose_recomputed, from leaf_calls); no target computes it.
     "recomputable": (2, "recomputable(T[i, j], value): a tile's element that holds value; read where it holds it "
                         "exactly, value computed again where its stored copy was rounded (a 16-bit tensor written, "
                         "then read back)"),

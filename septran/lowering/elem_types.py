@@ -116,6 +116,9 @@ def _typed(e: el.Elem, dtype_of, loc) -> tuple[el.Elem, str]:
                                 hint="divide by a nonzero integer, or use '/' for a float division (x / 0 is inf or nan)")
         return out, "bool" if e.op in _COMPARISONS else common
     if isinstance(e, el.Call):
+        if e.fn == "recomputable":  # leaf_calls chooses a side before typing; any other path reaching here is a bug
+            raise LoweringError("task.recomputable reached the typing of an expression unresolved: only a leaf's "
+                                "elementwise compute may use it", loc)
         args = [_typed(a, dtype_of, loc) for a in e.args]
         if e.fn == "where":
             (c, tc), (a, ta), (b, tb) = args
