@@ -139,18 +139,28 @@ def cpu_maker(monkeypatch):
 
 
 @pytest.fixture
-def golden(request, cpu_maker, monkeypatch):
+def cpu_flags(monkeypatch):
+    """``cpu_flags({"avx2", "avx512_bf16"})``: this process's CPU reads as reporting exactly those flags for the test
+    (the mappings' ``shape_points: cpu_flags`` entries, and the units' leaves, refused where a flag is missing)."""
+    from septran.records import device
+
+    def reports(flags=()) -> None:
+        monkeypatch.setattr(device, "host_flags", lambda: frozenset(flags))
+
+    return reports
+
+
+@pytest.fixture
+def golden(request, cpu_maker, cpu_flags):
     """``golden("name.py", text)``: compares text with tests/golden/name.py (or rewrites it with --update-golden).
     The test runs on GOLDEN_THREADS threads (torch's count, restored after) and as on an AMD CPU that reports none
-    of the flags a shape point asks for (a test may set some: ``_with_flags``), so that its programs, whose point may
+    of the flags a shape point asks for (a test may set some: ``cpu_flags``), so that its programs, whose point may
     depend on the count, the CPU's maker and its flags (``shape_points: threads, cpu_vendor, cpu_flags``), do not
     depend on the machine."""
     import torch
 
-    from septran.records import device
-
     cpu_maker("AuthenticAMD")
-    monkeypatch.setattr(device, "host_flags", lambda: frozenset())
+    cpu_flags()
     before = torch.get_num_threads()
     torch.set_num_threads(GOLDEN_THREADS)
     request.addfinalizer(lambda: torch.set_num_threads(before))

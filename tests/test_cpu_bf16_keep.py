@@ -20,16 +20,12 @@ AMX = frozenset({"amx_tile", "amx_bf16", "avx512_bf16", "avx2"})
 BF16 = {"A": ((37, 50), "bfloat16"), "B": ((50, 29), "bfloat16")}
 
 
-def _with_flags(monkeypatch, flags) -> None:
-    monkeypatch.setattr(device, "host_flags", lambda: frozenset(flags))
-
-
 def _leaf(variant) -> str:
     return variant.choice.point["task_mappings.gemm_block_cpu.leaf_task_bindings.gemm_leaf_logic"]
 
 
-def test_bfloat16_reaches_the_program_as_uint16_bits(monkeypatch):
-    _with_flags(monkeypatch, {"avx2"})  # the widening leaf: the one every host has
+def test_bfloat16_reaches_the_program_as_uint16_bits(cpu_flags):
+    cpu_flags({"avx2"})  # the widening leaf: the one every host has
     kernel = septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu"))
     src = kernel.specialize(**BF16).tilelang_source
     for name in ("A", "B", "C"):
@@ -38,13 +34,13 @@ def test_bfloat16_reaches_the_program_as_uint16_bits(monkeypatch):
     assert "float32" not in kernel.specialize(**BF16).spec.dtypes.values()
 
 
-def test_shape_points_send_bfloat16_to_the_unit_the_cpu_has(monkeypatch):
+def test_shape_points_send_bfloat16_to_the_unit_the_cpu_has(cpu_flags):
     kernel = septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu"))
-    _with_flags(monkeypatch, {"avx2"})
+    cpu_flags({"avx2"})
     assert _leaf(kernel.specialize(**BF16)) == "gemm_leaf_blas"
-    _with_flags(monkeypatch, {"avx2", "avx512_bf16"})
+    cpu_flags({"avx2", "avx512_bf16"})
     assert _leaf(septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu")).specialize(**BF16)) == "gemm_leaf_avx512bf16"
-    _with_flags(monkeypatch, AMX)
+    cpu_flags(AMX)
     k = septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu"))
     amx = k.specialize(**BF16)
     assert _leaf(amx) == "gemm_leaf_amx" and "septran_cpu_gemm_amx_bf16" in amx.tilelang_source
@@ -62,14 +58,14 @@ def test_shape_points_send_bfloat16_to_the_unit_the_cpu_has(monkeypatch):
     assert "bf16" not in f32.tilelang_source and "uint16" not in f32.tilelang_source
 
 
-def test_golden_amx_program(monkeypatch, golden):
-    _with_flags(monkeypatch, AMX)
+def test_golden_amx_program(cpu_flags, golden):
+    cpu_flags(AMX)
     kernel = septran.compile(logic_file=GEMM, mapping_file=mapping_path("cpu"))
     golden("gemm_bf16_amx.cpu.py", kernel.specialize(A=((1000, 520), "bfloat16"), B=((520, 777), "bfloat16")).tilelang_source)
 
 
-def test_a_unit_the_cpu_lacks_is_refused_at_the_binding(tmp_path, monkeypatch):
-    _with_flags(monkeypatch, {"avx2", "avx512_bf16"})
+def test_a_unit_the_cpu_lacks_is_refused_at_the_binding(tmp_path, monkeypatch, cpu_flags):
+    cpu_flags({"avx2", "avx512_bf16"})
     path = edited_mapping(tmp_path, "cpu", "gemm", ("gemm_leaf_logic: gemm_leaf_blas", "gemm_leaf_logic: gemm_leaf_amx"))
     forbid_tilelang(monkeypatch, "refused before TileLang")
     with pytest.raises(septran.MappingError, match=r"gemm_leaf_amx needs a CPU that reports amx_tile, amx_bf16; "
@@ -78,13 +74,13 @@ def test_a_unit_the_cpu_lacks_is_refused_at_the_binding(tmp_path, monkeypatch):
     assert "gemm_leaf_amx" in path.read_text().splitlines()[info.value.loc.line - 1]
 
 
-def test_tuning_skips_a_unit_the_cpu_lacks(tmp_path, monkeypatch):
+def test_tuning_skips_a_unit_the_cpu_lacks(tmp_path, cpu_flags):
     """The space lists the units' leaves: on a CPU without them, static pruning drops their points (the binding
     names what the CPU lacks) and keeps the rest."""
     from septran.lowering import Specialization
     from septran.tuning.prune import prune_static
 
-    _with_flags(monkeypatch, {"avx2"})
+    cpu_flags({"avx2"})
     leaves = "!tune [gemm_leaf_blas, gemm_leaf_cpu, gemm_leaf_amx, gemm_leaf_avx512bf16]"
     path = edited_mapping(tmp_path, "cpu", "gemm", ("gemm_leaf_logic: gemm_leaf_blas", f"gemm_leaf_logic: {leaves}"),
                           ("{C: LOCAL, A: GLOBAL, B: GLOBAL}", "{C: LOCAL, A: LOCAL, B: LOCAL}"), ("BK: 512", "BK: 128"))
@@ -206,13 +202,13 @@ def _swiglu_leaves(variant) -> set:
     return {p[f"task_mappings.swiglu_block_cpu.leaf_task_bindings.swiglu_{g}"] for g in ("gate", "up")}
 
 
-def test_swiglu_sends_bfloat16_to_the_unit_the_cpu_has(monkeypatch):
+def test_swiglu_sends_bfloat16_to_the_unit_the_cpu_has(cpu_flags):
     """The SwiGLU MLP's gate and up GEMMs, as gemm's (mappings/cpu/swiglu_mlp.yaml): the unit's leaf for more than 16
     rows of bfloat16, the widening leaf for a decode step's rows and where the CPU has no unit."""
     from septran.ops.logic.swiglu_mlp import swiglu_mlp
 
     def variant(rows, flags, dtype="bfloat16"):
-        _with_flags(monkeypatch, flags)
+        cpu_flags(flags)
         kernel = septran.compile(swiglu_mlp(transpose_b=True), mapping_file=mapping_path("cpu", "swiglu_mlp"))
         return kernel.specialize(X=((rows, 40), dtype), Wg=((24, 40), dtype), Wu=((24, 40), dtype))
 
@@ -244,13 +240,13 @@ def test_bfloat16_swiglu_is_right_on_the_unit_the_cpu_has():
                           silu(x @ wg.T) * (x @ wu.T), f"swiglu {m}x{k}x{n} {_swiglu_leaves(kernel.latest)}")
 
 
-def test_a_small_bfloat16_prefill_gets_small_tiles_on_the_unit(monkeypatch):
+def test_a_small_bfloat16_prefill_gets_small_tiles_on_the_unit(cpu_flags):
     """gemm_epilogue.yaml: a bfloat16 C of at most 256 x 1024 (a small model's prefill) runs the unit's leaf in 128 x 128
     tiles, so that both cores get programs; a larger C the unit's leaf at the first point's tiles."""
     from septran.ops.logic.gemm_epilogue import gemm_epilogue
 
     def point(rows, cols, flags):
-        _with_flags(monkeypatch, flags)
+        cpu_flags(flags)
         k = septran.compile(gemm_epilogue("gelu"), mapping_file=mapping_path("cpu", "gemm_epilogue"))
         v = k.specialize(A=((rows, 64), "bfloat16"), B=((64, cols), "bfloat16"), bias=((cols,), "bfloat16"))
         p = v.choice.point

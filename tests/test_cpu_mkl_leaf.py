@@ -136,12 +136,10 @@ def _spec(args):
 
 
 @pytest.mark.parametrize("op", ["gemm", "bmm", "gemm_epilogue"])
-def test_an_intel_cpu_runs_float32_gemms_on_mkl_and_an_amd_one_on_openblas(cpu_maker, monkeypatch, op):
+def test_an_intel_cpu_runs_float32_gemms_on_mkl_and_an_amd_one_on_openblas(cpu_maker, cpu_flags, op):
     """gemm and bmm (B as stored: OpenBLAS is the faster on AMD's cores); the epilogue, whose B is a Linear's weight
     stored n x k (MKL the faster on Zen 4 and Intel), on MKL but on Zen 5 (an AMD CPU reporting VP2INTERSECT: OpenBLAS's
     AVX-512 kernels use its full-width units)."""
-    from septran.records import device
-
     amd = LEAF if op == "gemm_epilogue" else "gemm_leaf_blas"
     for vendor, flags, rows, want in (("GenuineIntel", (), 37, LEAF), ("AuthenticAMD", (), 37, amd),
                                       ("AuthenticAMD", ("avx512_vp2intersect",), 37, "gemm_leaf_blas"),
@@ -149,7 +147,7 @@ def test_an_intel_cpu_runs_float32_gemms_on_mkl_and_an_amd_one_on_openblas(cpu_m
                                       ("GenuineIntel", (), 4, "gemm_leaf_blas"),   # a decode step streams B
                                       ("GenuineIntel", (), 700, LEAF)):
         cpu_maker(vendor)
-        monkeypatch.setattr(device, "host_flags", lambda flags=flags: frozenset(flags))
+        cpu_flags(flags)
         kernel = _kernel(op)
         assert _leaves(kernel.specialize(**_spec(_args(op, rows, torch.float32)))) == {want}, (vendor, flags, rows)
 
@@ -174,14 +172,13 @@ def test_the_mkl_leaf_kernels_are_right_on_odd_shapes(cpu_maker, op):
         assert_flash_rule(out, ref, torch_out, f"{op} {rows} rows")
 
 
-def test_swiglu_runs_float32_on_mkl_and_is_right(cpu_maker, monkeypatch):
+def test_swiglu_runs_float32_on_mkl_and_is_right(cpu_maker, cpu_flags):
     """SwiGLU's gate and up GEMMs read Linear weights stored n x k: float32 calls of more than 16 rows run on MKL on
     any CPU but Zen 5 (test_shape_points.py); a decode step's rows stream the weights through OpenBLAS's leaf."""
     from septran.ops.logic.swiglu_mlp import swiglu_mlp
-    from septran.records import device
 
     cpu_maker("AuthenticAMD")
-    monkeypatch.setattr(device, "host_flags", lambda: frozenset())  # a Zen 4: no VP2INTERSECT
+    cpu_flags()  # a Zen 4: no VP2INTERSECT
     kernel = septran.compile(swiglu_mlp(transpose_b=True), mapping_file=mapping_path("cpu", "swiglu_mlp"))
     gen = torch.Generator().manual_seed(5)
     for rows, want in ((37, LEAF), (3, "gemm_leaf_blas")):

@@ -28,10 +28,8 @@ def test_run_bmm_on_cpu(monkeypatch, capsys):
     assert "T.Kernel(T.ceildiv(B_dim2, BN), T.ceildiv(A_dim1, BM), A_dim0)" in capsys.readouterr().out
 
 
-def test_run_gemm_epilogue_on_cpu(monkeypatch, capsys):
-    from septran.records import device
-
-    monkeypatch.setattr(device, "host_flags", lambda: frozenset())  # MKL's point: a CPU but Zen 5 (no VP2INTERSECT)
+def test_run_gemm_epilogue_on_cpu(monkeypatch, capsys, cpu_flags):
+    cpu_flags()  # MKL's point: a CPU but Zen 5 (no VP2INTERSECT)
     monkeypatch.setenv("SEPTRAN_TARGET", "cpu")
     monkeypatch.delenv("SEPTRAN_MAPPING", raising=False)
     run = _load(REPO / "examples" / "gemm_epilogue" / "run_gemm_epilogue.py")

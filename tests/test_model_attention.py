@@ -404,14 +404,13 @@ def test_few_queries_run_the_decode_mapping():
     assert "BM = 1" in attention_kernel("cpu", False, False, "none", decode=True).tilelang_source
 
 
-def test_long_sequences_run_the_large_tiles(monkeypatch):
+def test_long_sequences_run_the_large_tiles(cpu_flags):
     """512 queries and keys or more without the causal mask run attention_full.yaml's 256 x 256 point (two OpenBLAS
     calls per product where 64-key tiles made eight), or 128 x 128 at a head dim of at most 32: odd lengths (the
     last tiles overhang), a padding mask that hides the last keys, float16; a shorter call keeps the first point."""
     from septran.ops.attention import attention_kernel
-    from septran.records import device
 
-    monkeypatch.setattr(device, "host_flags", lambda: frozenset())  # no Zen 5 entry (entry 1: the scores' leaf)
+    cpu_flags()  # no Zen 5 entry (entry 1: the scores' leaf)
     q, k, v = _rand(1, 2, 515, 40, seed=11), _rand(1, 2, 600, 40, seed=12), _rand(1, 2, 600, 40, seed=13)
     pad = torch.ones(1, 1, 1, 600, dtype=torch.bool)
     pad[..., 530:] = False

@@ -53,11 +53,9 @@ def test_kernels_and_variants_render_in_jupyter():
     assert "<summary>explain()</summary>" in text and "tile program host" in variant._repr_markdown_()
 
 
-def test_mems_default_says_only_what_differs(tmp_path, monkeypatch):
+def test_mems_default_says_only_what_differs(tmp_path, cpu_flags):
     """Issue 12, item 6 (in part): `mems: {"*": LOCAL, ...}` gives every parameter and temp not named LOCAL."""
-    from septran.records import device
-
-    monkeypatch.setattr(device, "host_flags", lambda: frozenset())  # the shipped file's first point (the edited one
+    cpu_flags()  # the shipped file's first point (the edited one
     # drops shape_points: Zen 5's entry would set another leaf)
     shipped = mapping_path("cpu", "attention")
     short = edited_mapping(tmp_path, "cpu", "attention", (
