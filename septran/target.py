@@ -151,6 +151,7 @@ def load_target_file(path: Path) -> Target:
         two_kernels=_flag(d, "two_kernels"),
         one_tile_versions=_flag(d, "one_tile_versions"),
         clip_staged_loops=_flag(d, "clip_staged_loops"),
+        reuse_buffers=_flag(d, "reuse_buffers"),
         parallel_in_program=_flag(d, "parallel_in_program"),
         compile_flags=tuple(tlp.get("compile_flags", ())),
         pass_configs=MappingProxyType(dict(tlp.get("pass_configs", {}))),

@@ -1,7 +1,7 @@
 """Elementwise loops over a staged tile that overhangs its tensor, over its in-bounds part (lowering/clip_staged.py).
 
 A row of 1500 in a 4104-wide LOCAL tile: the exps and the scaling of a bfloat16 softmax ran over 4104 elements
-(its mapping now gives 16-bit rows 32768-wide tiles, which the loops make no slower).
+(its mapping now gives 16-bit rows 65536-wide tiles, which the loops make no slower).
 Checked: the programs' text (the loops over ``T.min(BN, ...)``, the in-place reads along them unguarded); a tile
 with a reader that reads past its end (a temp over the whole tile) keeps its whole loop; the results under the
 FlashAttention rule on rows that overhang the tile and rows that fill it; targets without the key.
@@ -33,7 +33,7 @@ def _loops(src: str) -> list[str]:
 def test_a_softmax_row_past_the_tile_loops_over_the_row():
     from septran.ops.logic import softmax as logic
     src = _source("softmax", logic.softmax(False), {"X": ((7, 1500), "bfloat16")})
-    assert "BN = 32768" in src  # every 16-bit softmax row in one tile (mappings/cpu/softmax.yaml)
+    assert "BN = 65536" in src  # every 16-bit softmax row up to 65536 in one tile (mappings/cpu/softmax.yaml)
     wide = [loop for loop in _loops(src) if "b in" in loop]
     assert wide == ["for a, b in T.grid(BM, T.min(BN, X_dim1)):"] * 2  # the exps and the scaling
 

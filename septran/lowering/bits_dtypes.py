@@ -14,7 +14,6 @@ import dataclasses
 
 from septran.errors import MappingError
 from septran.frontend import elementwise as el
-from septran.expr import Sym
 from septran.lowering import tile_ir as ir
 from septran.lowering.constants import Context
 
@@ -45,7 +44,7 @@ def _check(ctx: Context, stmt, held: dict) -> None:
         data = [n.of for n in el.nodes(stmt.expr) if isinstance(n, el.Elt)] + [stmt.store.of]
         touched = [s for s in data if s in held]
     else:
-        touched = [s for s in _syms(stmt) if s in held]
+        touched = [s for s in ir.syms(stmt) if s in held]
     if touched:
         p = held[touched[0]]
         what = {ir.Copy: "a copy (TileLang's T.copy)", ir.Fill: "a fill"}.get(type(stmt), "elementwise code")
@@ -65,17 +64,3 @@ def _refuse(ctx: Context, param: ir.TensorParam, what: str, why: ir.Why) -> None
         hint=f"stage {param.sym.name} in a memory whose copies convert it (mems), bind a leaf declared for "
              f"{param.dtype}, or delete {param.dtype} from keep_dtypes (then the program computes in "
              f"{ctx.target.converts.get(param.dtype, 'another type')})")
-
-
-def _syms(node):
-    """Every Sym a statement names, however deep (regions, element expressions, stores)."""
-    if isinstance(node, Sym):
-        yield node
-    elif dataclasses.is_dataclass(node) and not isinstance(node, type):
-        if isinstance(node, ir.Why):
-            return
-        for f in dataclasses.fields(node):
-            yield from _syms(getattr(node, f.name))
-    elif isinstance(node, (tuple, list)):
-        for item in node:
-            yield from _syms(item)

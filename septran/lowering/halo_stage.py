@@ -35,7 +35,7 @@ def stage_halo(st, op: fl.Operand, s: fl.Invoke, scopes, halo, resident) -> fl.V
     dtype = st.dtypes[view.of]
     why = Why(f"{op.param} of {s.caller_task.name} lives in {op.want.value} ({s.caller.name}.mems) with a halo "
               f"({s.caller.name}.halo): one {st._size(shape, op.param, halo.loc)} tile", mapping=halo.loc, logic=s.launch.loc)
-    buf = st._new_buffer(sym, shape, dtype, mem, why, halo.loc, stages=scope.stages)
+    buf = st._new_buffer(sym, shape, dtype, mem, why, halo.loc, stages=scope.stages, holds=view.of)
     res = resident(view.of, offsets, shape, buf, op.want.value, view.origin)
     res.source, res.scope = view, scope
     scope.residents.append(res)

@@ -25,7 +25,9 @@ from septran.lowering.flat_ir import format_flat
 from septran.lowering.flatten import flatten
 from septran.lowering.parallel_loops import parallel_loops
 from septran.lowering.place import place
+from septran.lowering.reuse_buffers import reuse_buffers
 from septran.lowering.stage import stage
+from septran.lowering.unused_buffers import drop_unused_buffers
 from septran.lowering.verify import verify
 from septran.lowering.writes import writes
 from septran.mapping.schema import Mapping
@@ -77,6 +79,12 @@ def lower(graph, mapping: Mapping, target: Target, spec: Specialization, shapes:
         # Outputs that several programs add into: one at a time, atomic adds (the mapping's combine), or refused.
         with internal_errors("combine", inputs):
             program = combine(ctx, program)
+        # A temporary no statement names (a logic's form that leaves it unused) is not allocated, nor counted.
+        with internal_errors("unused_buffers", inputs):
+            program = drop_unused_buffers(program)
+        # Where the target's buffers live for the whole program: one buffer for alike ones whose lives do not overlap.
+        with internal_errors("reuse_buffers", inputs):
+            program = reuse_buffers(ctx.target, program)
         # On what will be emitted: each memory holds what one program allocates.
         with internal_errors("capacity", inputs):
             program = check_capacity(ctx, program, consts.value)
@@ -95,4 +103,6 @@ def lower(graph, mapping: Mapping, target: Target, spec: Specialization, shapes:
     size, tile = small
     version = finish(frozenset(names) | general.names, {size: tile}, "-one-tile")
     with internal_errors("one_tile", inputs):
-        return one_tile.merge(general, version, size, tile, lambda p: check_capacity(ctx, p, consts.value))
+        # (the two versions' buffers alike share too: one of them runs)
+        return one_tile.merge(general, version, size, tile,
+                              lambda p: check_capacity(ctx, reuse_buffers(ctx.target, p), consts.value))

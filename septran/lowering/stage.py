@@ -186,7 +186,7 @@ class _Stager:
         why = Why(f"{op.param} of {s.caller_task.name} lives in {op.want.value} ({s.caller.name}.mems); "
                   f"{'accumulates' if reduce_first else 'holds'} one {self._size(shape, op.param, op.want.loc)} tile",
                   mapping=op.want.loc, logic=s.launch.loc)
-        buf = self._new_buffer(sym, shape, dtype, mem, why, op.want.loc, stages=scope.stages)
+        buf = self._new_buffer(sym, shape, dtype, mem, why, op.want.loc, stages=scope.stages, holds=view.of)
         res = _Resident(view.of, view.offsets, view.extents, buf, op.want.value, view.origin)
         scope.residents.append(res)
         tile = fl.View(sym, tuple(Const(0) for _ in shape), shape, op.want.value, True, view.origin)
@@ -308,7 +308,7 @@ class _Stager:
         outer = src if self.target.memories[src.space].is_global else dst
         sym = self.names.new(f"{param}_{mem.suffix}")
         buf_why = Why(f"{param} of {s.caller_task.name} passes through {via.value} ({s.caller.name}.copy.{param}.via)", mapping=via.loc)
-        self._new_buffer(sym, shape, self._staged(self.dtypes[outer.of]), mem, buf_why, via.loc)
+        self._new_buffer(sym, shape, self._staged(self.dtypes[outer.of]), mem, buf_why, via.loc, holds=outer.of)
         mid = fl.View(sym, tuple(Const(0) for _ in shape), shape, via.value, True, src.origin)
         hop = Why(why.text + f", through {via.value}", mapping=via.loc, logic=why.logic)
         if outer is src:
@@ -342,10 +342,11 @@ class _Stager:
         ``stage_dtypes`` says (cpu: float16 tiles in float32, converted by the vendor's copies)."""
         return self.ctx.mapping.staged_dtype(self._computed(dtype))
 
-    def _new_buffer(self, sym, shape, dtype: str, mem, why: Why, loc, stages: int = 1) -> ir.Buffer:
+    def _new_buffer(self, sym, shape, dtype: str, mem, why: Why, loc, stages: int = 1, holds=None) -> ir.Buffer:
         self.dtypes[sym] = dtype
         self.shapes[sym] = tuple(shape)
-        buf = ir.Buffer(sym, tuple(shape), dtype, mem.name, mem.alloc, why, stages=stages if mem.per_stage else 1)
+        buf = ir.Buffer(sym, tuple(shape), dtype, mem.name, mem.alloc, why, stages=stages if mem.per_stage else 1,
+                        holds=holds)
         self.buffers.append(buf)
         return buf
 

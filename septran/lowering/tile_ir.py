@@ -7,12 +7,14 @@ caused it (``kernel.explain()`` prints them).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from septran.errors import SourceLoc
 from septran.expr import Expr, Sym
+from septran.frontend import elementwise as el
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class Buffer:
     address: Optional[Sym] = None
     handle: bool = False
     stages: int = 1  # copies held at once (a pipelined loop's stages, in a memory that keeps one per stage)
+    holds: Optional[Sym] = None  # the tensor whose tiles it is staged from (None: a temp's own buffer)
 
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "int32": 4, "int64": 8, "bool": 1}
@@ -178,6 +181,30 @@ def statements(stmts):
             yield from statements(s.otherwise)
         else:
             yield s
+
+
+def syms(node):
+    """Every Sym a statement (or anything the tile program holds) names, however deep: regions, element
+    expressions (the buffers they load, their indices), stores; a ``Why`` names none."""
+    if isinstance(node, Sym):
+        yield node
+    elif isinstance(node, el.Elem):  # (no dataclass: a resolved expression's loads, stores and sizes)
+        for n in el.nodes(node):
+            if isinstance(n, el.Elt):
+                yield from syms(n.of)
+                yield from syms(n.index)
+            elif isinstance(n, el.Position):
+                yield from syms(n.start)
+            elif isinstance(n, el.Size):
+                yield from syms(n.expr)
+    elif dataclasses.is_dataclass(node) and not isinstance(node, type):
+        if isinstance(node, Why):
+            return
+        for f in dataclasses.fields(node):
+            yield from syms(getattr(node, f.name))
+    elif isinstance(node, (tuple, list)):
+        for item in node:
+            yield from syms(item)
 
 
 @dataclass(frozen=True)

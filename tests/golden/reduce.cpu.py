@@ -18,7 +18,6 @@ def reduce(
     # programs run in parallel over bx (schedule static)
     with T.Kernel(T.ceildiv(X_dim1, BN)) as bx:
         acc = T.alloc_local((BN,), "float32")
-        S = T.alloc_local((BK, BN), "float32")
         T.call_extern("int32", "septran_cpu_fill_zero_f32", acc.access_ptr("rw"), T.int64(1), T.Cast("int64", BN), T.int64(1))
         for k in T.serial(T.ceildiv(X_dim0, BK)):
             for r0, r1 in T.grid(T.min(BK, X_dim0 - k * BK), T.min(BN, X_dim1 - bx * BN)):

@@ -17,7 +17,6 @@ def reduce(
 ):
     with T.Kernel(T.ceildiv(X_dim1, BN), threads=128) as bx:
         acc = T.alloc_fragment((BN,), "float32")
-        S = T.alloc_fragment((BK, BN), "float32")
         X_local = T.alloc_fragment((BK, BN), "float16")
         Y_local = T.alloc_fragment((BN,), "float16")
         T.clear(acc)

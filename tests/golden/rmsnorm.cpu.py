@@ -20,7 +20,6 @@ def rmsnorm_sums(
     with T.Kernel(T.ceildiv(X_dim0, BM)) as bx:
         rstd = T.alloc_local((BM,), "float32")
         s = T.alloc_local((BM,), "float32")
-        S = T.alloc_local((BM, BN), "float32")
         Y_local = T.alloc_local((BM, BN), "float32")
         T.call_extern("int32", "septran_cpu_fill_zero_f32", rstd.access_ptr("rw"), T.int64(1), T.Cast("int64", BM), T.int64(1))
         T.call_extern("int32", "septran_cpu_reduce_sumsq_f32", s.access_ptr("rw"), X.access_ptr("rw", offset=bx * BM * X_dim1), T.Cast("int64", BM), T.Cast("int64", T.min(BN, X_dim1)), T.Cast("int64", X_dim1), 1)
