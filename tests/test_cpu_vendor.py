@@ -311,12 +311,14 @@ def test_reduce_over_no_columns_gives_the_identity(lib):
 
 
 @pytest.mark.parametrize("op", sorted(REDUCE))
-@pytest.mark.parametrize("cols", [1, 33, 511, 1300])  # float16 rows are widened 512 elements at a time
-def test_reduce_of_float16_rows_is_the_float32_reduction_of_their_values(lib, op, cols):
+@pytest.mark.parametrize("cols", [1, 33, 511, 1300])  # 16-bit rows are widened 512 elements at a time
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_reduce_of_16_bit_rows_is_the_float32_reduction_of_their_values(lib, op, cols, dtype):
     gen = torch.Generator().manual_seed(cols)
-    x, ld = strided(5, cols, 7, torch.float16, gen)
+    x, ld = strided(5, cols, 7, dtype, gen)
     out, want = torch.randn(5, generator=gen), torch.randn(5, generator=gen)
-    assert call(lib, f"septran_cpu_reduce_{op}_half", out, x, 5, cols, ld, 1) == 0
+    suffix = "half" if dtype == torch.float16 else "bfloat16"
+    assert call(lib, f"septran_cpu_reduce_{op}_{suffix}", out, x, 5, cols, ld, 1) == 0
     assert call(lib, f"septran_cpu_reduce_{op}", want, x.float().contiguous(), 5, cols, cols, 1) == 0
     if op in SUMS:  # the chunks' partial results joined in another order
         terms = x.double().abs() if op == "sum" else x.double() ** 2
@@ -564,3 +566,28 @@ def test_streamed_16_bit_rows_round_as_torch(lib, dst_dtype):
     assert dst.data_ptr() % 16 == 0
     assert call(lib, "septran_cpu_stream", dst, CODES[dst_dtype], src, 0, 3, 200, 200, 200) == 0
     torch.testing.assert_close(dst, src.to(dst_dtype), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("cols", [1, 15, 16, 17, 100, 511, 1300])  # 16 at a time in registers, the rest in chunks
+@pytest.mark.parametrize("centred,bias", [(False, False), (True, True), (True, False), (False, True)])
+def test_rows_affine_rounds_float32_math_once(lib, dtype, cols, centred, bias):
+    """y = ((x - c) * s) * w + b over strided rows: the float32 result of the same operations, rounded once to
+    the rows' type (a fused multiply-add may round one step less: within one float32 rounding of each term)."""
+    gen = torch.Generator().manual_seed(cols)
+    x, ldx = strided(6, cols, 3, dtype, gen)
+    y, ldy = strided(6, cols, 5, dtype, gen)
+    c, s = torch.randn(6, generator=gen), torch.randn(6, generator=gen)
+    w, b = torch.randn(cols, generator=gen).to(dtype), torch.randn(cols, generator=gen).to(dtype)
+    code = CODES[dtype]
+    fn = getattr(lib, "septran_cpu_rows_affine")
+    fn.restype = ctypes.c_int32
+    ptr = lambda t: ctypes.c_void_p(t.data_ptr()) if t is not None else ctypes.c_void_p(0)  # noqa: E731
+    rc = fn(ptr(y), ptr(x), ctypes.c_int32(code), ptr(c if centred else None), ptr(s), ptr(w), ptr(b if bias else None),
+            ctypes.c_int32(6), ctypes.c_int32(cols), ctypes.c_int32(ldy), ctypes.c_int32(ldx))
+    assert rc == 0
+    xf = x.double() - (c.double()[:, None] if centred else 0)
+    want = xf * s.double()[:, None] * w.double() + (b.double() if bias else 0)
+    bound = 4 * U32 * (xf.abs() * s.double().abs()[:, None] * w.double().abs() + (b.double().abs() if bias else 0))
+    ulp = {torch.float32: 0.0, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}[dtype]
+    assert ((y.double() - want).abs() <= bound + ulp * want.abs() + 2.0 ** -24).all()

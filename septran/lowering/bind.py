@@ -11,6 +11,7 @@ import difflib
 
 from septran.errors import LoweringError, MappingError
 from septran.frontend.ir import Launch, Loop, PrimCall, TaskDef, TaskGraph, walk
+from septran.lowering import compute_forms
 from septran.lowering.dynamic import check_dynamic
 from septran.mapping.schema import DEFAULT, InstanceMapping, Mapping
 from septran.target import Target
@@ -268,13 +269,17 @@ def _leaf_bindings(graph, target, inst, task, proc, launched) -> None:
         prims = [s for s, _ in walk(graph.tasks[leaf_task].body) if isinstance(s, PrimCall)]
         impl_ = target.leaves[impl.value]
         _cpu_flags(target, impl_, impl)
-        refused = [p for p in prims if not impl_.runs(p.signature)]
+        refused = [p for p in prims if not impl_.runs(p.signature) and not _runs_as_form(impl_, p)]
         if not prims or refused:
+            forms = compute_forms.described(impl_.implements)
             raise MappingError(
                 f"{impl.value} implements {', '.join(impl_.implements)}, but {leaf_task} calls "
-                + (", ".join(f"{p.name!r} ({p.signature.kind}, {p.loc})" for p in refused) or "no primitive"),
+                + (", ".join(f"{p.name!r} ({p.signature.kind}, {p.loc}"
+                             + (f": {p.signature.meaning}" if p.name == "compute" and forms else "") + ")"
+                             for p in refused) or "no primitive"),
                 impl.loc,
-                hint="bind an implementation that runs every primitive the leaf calls, or split the leaf",
+                hint=(f"{impl.value} computes a task.compute written as one of its forms ({forms}); "
+                      if forms else "") + "bind an implementation that runs every primitive the leaf calls, or split the leaf",
             )
         for prim in prims:
             unsupported = [f for f, on in prim.signature.flags.items() if on and f not in impl_.flags]
@@ -284,6 +289,12 @@ def _leaf_bindings(graph, target, inst, task, proc, launched) -> None:
                     impl.loc,
                     hint=f"{prim.signature.name}: {prim.signature.meaning}; transpose the data, or bind another implementation",
                 )
+
+
+def _runs_as_form(impl, prim) -> bool:
+    """A compute the implementation computes as one of its forms (lowering/compute_forms.py)."""
+    form = compute_forms.recognise(prim)
+    return form is not None and impl.runs(form.signature)
 
 
 def _cpu_flags(target, impl, binding) -> None:

@@ -17,6 +17,7 @@ from septran.errors import LoweringError
 from septran.expr import Dim, Expr, GlobalExtent, GlobalStart, Var, leaves, substitute
 from septran.frontend import elementwise as el
 from septran.frontend.ir import Param, PrimCall, Privilege, walk
+from septran.lowering import compute_forms
 from septran.lowering import elem_types
 from septran.lowering import flat_ir as fl
 from septran.lowering import index_reads
@@ -39,7 +40,10 @@ def lower_leaf(st, s: fl.Invoke, views: list) -> list:
     impl = st.target.leaves[s.binding.value]
     by_param = {p.name: views[k] for k, p in enumerate(s.callee.params)}
     scalars = dict(s.scalars)
-    return [_primitive(st, prim, s, by_param, scalars, impl) for prim in (p for p, _ in walk(s.callee.body) if isinstance(p, PrimCall))]
+    prims = [p for p, _ in walk(s.callee.body) if isinstance(p, PrimCall)]
+    # A compute the implementation runs as a vendor call of its form (compute_forms.py; bind.py checked it is one)
+    prims = [p if impl.runs(p.signature) else compute_forms.recognise(p) for p in prims]
+    return [_primitive(st, prim, s, by_param, scalars, impl) for prim in prims]
 
 
 def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
@@ -94,8 +98,13 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
     if sig.kind in ("reduce", "reduce_squares"):
         args = [(pname, _in_bounds(st, region)) for pname, region in args]
         _refuse_reducing_padding(st, impl, sig, prim, s, args, by_param)
+    written = ()
+    if sig.name in compute_forms.FORMS:  # the in-bounds part only, as the loops it replaces; Y is only written
+        args = [(pname, _in_bounds(st, region)) for pname, region in args]
+        written = tuple(k for k, p in enumerate(sig.privileges) if p is Privilege.WRITE)
     flags = tuple((f, bool(on)) for f, on in sig.flags.items())
-    return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, attrs=tuple(sig.attrs.items()))
+    return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, attrs=tuple(sig.attrs.items()),
+                       written=written)
 
 
 def _in_bounds(st, region):

@@ -125,6 +125,7 @@ class LeafCall:
     # (index, bound) pairs: the store happens only where every index is below its bound (the loop runs over a
     # whole tile that overhangs its tensor; lowering/combine.py)
     guard: tuple[tuple[Expr, Expr], ...] = ()
+    written: tuple[int, ...] = ()  # a vendor call's operands it only writes (a compute's form: Y), by position
 
 
 def told_in_bounds(call: LeafCall) -> bool:

@@ -169,8 +169,10 @@ def _regions(stmt):
             yield ("written" if stmt.op == "store" and name == "dst" else "read"), r
     elif isinstance(stmt, ir.LeafCall):
         # Elementwise code stores into its first operand; unless the expression reads that tensor too, the
-        # store only writes it. Any other leaf (a gemm's C +=) may read every operand.
+        # store only writes it. A compute's form (compute_forms.py) says which operands it only writes. Any other
+        # leaf (a gemm's C +=) may read every operand.
         stored = stmt.store.of if stmt.store is not None else None
         reads_stored = stored is not None and any(isinstance(e, el.Elt) and e.of == stored for e in el.nodes(stmt.expr))
         for k, (_, r) in enumerate(stmt.args):
-            yield ("written" if k == 0 and r.of == stored and not reads_stored else "read"), r
+            only_written = k in stmt.written or (k == 0 and r.of == stored and not reads_stored)
+            yield ("written" if only_written else "read"), r

@@ -282,6 +282,10 @@ class _Walker:
             extents = (x.valid or x.extents) if ir.told_in_bounds(call) else x.extents
             return _Tally(vector=float(math.prod(max(self.val(e, env), 0) for e in extents)),
                           nbytes=self.global_bytes(tuple(args.values()), env))
+        if kind in FORM_OPS:  # a compute's form (lowering/compute_forms.py): its ops on each in-bounds element
+            y = args["Y"]
+            elements = math.prod(max(self.val(e, env), 0) for e in (y.valid or y.extents))
+            return _Tally(vector=float(elements * FORM_OPS[kind]), nbytes=self.global_bytes(tuple(args.values()), env))
         note = f"leaf {call.impl} ({kind}) not counted"
         if note not in self.notes:
             self.notes.append(note)
@@ -368,6 +372,9 @@ def _loop_vars(body):
         elif isinstance(s, ir.Guarded):
             yield from _loop_vars(s.then)
             yield from _loop_vars(s.otherwise)
+
+
+FORM_OPS = {"row_scale": 2, "row_normalize": 4}  # the arithmetic of each form's element (compute_forms.FORMS)
 
 
 def _kind(call: ir.LeafCall, target: Target) -> str:

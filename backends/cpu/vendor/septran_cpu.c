@@ -358,22 +358,22 @@ static inline __attribute__((always_inline)) int32_t reduce_rows(float* out, con
   return 0;
 }
 
-/* float16 rows (a kernel's tensor reduced in place, without a float32 copy): widened a chunk at a time into a
- * stack buffer that stays in L1, reduced there, the chunks combined in order. */
+/* float16 or bfloat16 rows (a kernel's tensor reduced in place, without a float32 copy): widened a chunk at a time
+ * into a stack buffer that stays in L1, reduced there, the chunks combined in order. */
 enum { HALF_CHUNK = 512 };
 
 static inline __attribute__((always_inline)) int32_t reduce_half_rows(float* out, const void* x, const float* center,
                                                                       int32_t rows, int32_t cols, int32_t ldx,
                                                                       int32_t clear, row_fn row, join_fn join,
-                                                                      float init) {
+                                                                      float init, int32_t dtype) {
   if (rows < 0 || cols < 0 || ldx < 0) return SEPTRAN_CPU_E_ARGS;
   float chunk[HALF_CHUNK];
   for (int32_t i = 0; i < rows; i++) {
-    const _Float16* h = (const _Float16*)x + (size_t)i * (size_t)ldx;
+    const uint16_t* h = (const uint16_t*)x + (size_t)i * (size_t)ldx;
     float r = init;
     for (int32_t j = 0; j < cols; j += HALF_CHUNK) {
       int32_t n = cols - j < HALF_CHUNK ? cols - j : HALF_CHUNK;
-      half_to_float(chunk, h + j, n);
+      convert_row(chunk, SEPTRAN_CPU_F32, h + j, dtype, n);
       r = join(r, row(chunk, n, center ? center[i] : 0.0f));
     }
     out[i] = clear ? r : join(out[i], r);
@@ -386,7 +386,10 @@ static inline __attribute__((always_inline)) int32_t reduce_half_rows(float* out
     return reduce_rows(out, x, NULL, rows, cols, ldx, clear, row, join);                              \
   }                                                                                                   \
   int32_t name##_half(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear) {  \
-    return reduce_half_rows(out, x, NULL, rows, cols, ldx, clear, row, join, init);                   \
+    return reduce_half_rows(out, x, NULL, rows, cols, ldx, clear, row, join, init, SEPTRAN_CPU_F16);  \
+  }                                                                                                   \
+  int32_t name##_bfloat16(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear) { \
+    return reduce_half_rows(out, x, NULL, rows, cols, ldx, clear, row, join, init, SEPTRAN_CPU_BF16); \
   }
 
 REDUCE(septran_cpu_reduce_max, row_max, max2, -INFINITY)
@@ -403,7 +406,105 @@ int32_t septran_cpu_reduce_sumsq_dev(float* out, float* x, float* center, int32_
 
 int32_t septran_cpu_reduce_sumsq_dev_half(float* out, void* x, float* center, int32_t rows, int32_t cols, int32_t ldx,
                                           int32_t clear) {
-  return reduce_half_rows(out, x, center, rows, cols, ldx, clear, row_sumsq_dev, add2, 0.0f);
+  return reduce_half_rows(out, x, center, rows, cols, ldx, clear, row_sumsq_dev, add2, 0.0f, SEPTRAN_CPU_F16);
+}
+
+/* ---- the norms' write: y = ((x - c) * s) * w + b, a row at a time ------------------------- */
+
+/* A chunk of a row in L1: x (and w, b) widened into float32 where they are 16-bit, the arithmetic on
+ * float32 as the elementwise loops do it (one rounding, at the store), the result narrowed into y. w and b
+ * are widened once per chunk of columns for every row of the tile. */
+enum { ROWS_CHUNK = 512 };
+
+#if defined(__AVX512F__)
+/* 16 elements of a 16-bit row as floats, and back (float16: F16C; bfloat16: a shift, and float16_to_bf16). */
+static inline __m512 load16(const void* p, int32_t dtype) {
+  __m256i h = _mm256_loadu_si256((const __m256i*)p);
+  return dtype == SEPTRAN_CPU_F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline void store16(void* p, __m512 v, int32_t dtype) {
+  float f[16];
+  if (dtype == SEPTRAN_CPU_F16) {  /* in a register first: see float16_to_half */
+    __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __asm__("" : "+v"(h));
+    _mm256_storeu_si256((__m256i*)p, h);
+    return;
+  }
+  _mm512_storeu_ps(f, v);
+  _mm256_storeu_si256((__m256i*)p, float16_to_bf16(f));
+}
+
+/* The 16-bit rows in one pass, 16 elements at a time in registers (as inductor's code): the multiple of 16 of
+ * each row; the rest goes through the chunked path. */
+static int32_t rows_affine16(void* y, const void* x, int32_t dtype, const float* c, const float* s, const void* w,
+                             const void* b, int32_t rows, int32_t cols, int32_t ldy, int32_t ldx) {
+  for (int32_t i = 0; i < rows; i++) {
+    const uint16_t* xr = (const uint16_t*)x + (size_t)i * (size_t)ldx;
+    uint16_t* yr = (uint16_t*)y + (size_t)i * (size_t)ldy;
+    const __m512 ci = _mm512_set1_ps(c ? c[i] : 0.0f), si = _mm512_set1_ps(s[i]);
+    for (int32_t j = 0; j < cols; j += 16) {
+      __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(load16(xr + j, dtype), ci), si), load16((const uint16_t*)w + j, dtype));
+      if (b) v = _mm512_add_ps(v, load16((const uint16_t*)b + j, dtype));
+      store16(yr + j, v, dtype);
+    }
+  }
+  return 0;
+}
+#endif
+
+int32_t septran_cpu_rows_affine(void* y, const void* x, int32_t dtype, const float* c, const float* s, const void* w,
+                                const void* b, int32_t rows, int32_t cols, int32_t ldy, int32_t ldx) {
+  size_t es = elem_size(dtype);
+  if (!es || rows < 0 || cols < 0 || ldy < 0 || ldx < 0 || !s || !w) return SEPTRAN_CPU_E_ARGS;
+#if defined(__AVX512F__)
+  if (dtype != SEPTRAN_CPU_F32 && cols >= 16) {
+    int32_t head = cols & ~15;
+    rows_affine16(y, x, dtype, c, s, w, b, rows, head, ldy, ldx);
+    if (head == cols) return 0;
+    y = (char*)y + (size_t)head * es;
+    x = (const char*)x + (size_t)head * es;
+    w = (const char*)w + (size_t)head * es;
+    b = b ? (const char*)b + (size_t)head * es : NULL;
+    cols -= head;
+  }
+#endif
+  float xb[ROWS_CHUNK], wb[ROWS_CHUNK], bb[ROWS_CHUNK], yb[ROWS_CHUNK];
+  for (int32_t j0 = 0; j0 < cols; j0 += ROWS_CHUNK) {
+    int32_t n = cols - j0 < ROWS_CHUNK ? cols - j0 : ROWS_CHUNK;
+    const float* wf = wb;
+    const float* bf = bb;
+    if (dtype == SEPTRAN_CPU_F32) {
+      wf = (const float*)w + j0;
+      bf = b ? (const float*)b + j0 : NULL;
+    } else {
+      convert_row(wb, SEPTRAN_CPU_F32, (const char*)w + (size_t)j0 * es, dtype, n);
+      if (b) convert_row(bb, SEPTRAN_CPU_F32, (const char*)b + (size_t)j0 * es, dtype, n);
+      else bf = NULL;
+    }
+    for (int32_t i = 0; i < rows; i++) {
+      const char* xr = (const char*)x + ((size_t)i * (size_t)ldx + (size_t)j0) * es;
+      char* yr = (char*)y + ((size_t)i * (size_t)ldy + (size_t)j0) * es;
+      const float* xf = (const float*)xr;
+      float* yf = dtype == SEPTRAN_CPU_F32 ? (float*)yr : yb;
+      if (dtype != SEPTRAN_CPU_F32) {
+        convert_row(xb, SEPTRAN_CPU_F32, xr, dtype, n);
+        xf = xb;
+      }
+      const float ci = c ? c[i] : 0.0f, si = s[i];
+      if (c && bf) {
+        for (int32_t j = 0; j < n; j++) yf[j] = (xf[j] - ci) * si * wf[j] + bf[j];
+      } else if (c) {
+        for (int32_t j = 0; j < n; j++) yf[j] = (xf[j] - ci) * si * wf[j];
+      } else if (bf) {
+        for (int32_t j = 0; j < n; j++) yf[j] = xf[j] * si * wf[j] + bf[j];
+      } else {
+        for (int32_t j = 0; j < n; j++) yf[j] = xf[j] * si * wf[j];
+      }
+      if (dtype != SEPTRAN_CPU_F32) convert_row(yr, dtype, yb, SEPTRAN_CPU_F32, n);
+    }
+  }
+  return 0;
 }
 
 /* ---- GEMM ------------------------------------------------------------------------------ */

@@ -53,6 +53,11 @@ int32_t septran_cpu_reduce_max_half(float* out, void* x, int32_t rows, int32_t c
 int32_t septran_cpu_reduce_min_half(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
 int32_t septran_cpu_reduce_sum_half(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
 int32_t septran_cpu_reduce_sumsq_half(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
+/* And over bfloat16 x (a float32's top half). */
+int32_t septran_cpu_reduce_max_bfloat16(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
+int32_t septran_cpu_reduce_min_bfloat16(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
+int32_t septran_cpu_reduce_sum_bfloat16(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
+int32_t septran_cpu_reduce_sumsq_bfloat16(float* out, void* x, int32_t rows, int32_t cols, int32_t ldx, int32_t clear);
 /* out[i] = (clear ? 0 : out[i]) + the sum over j < cols of (x[i*ldx + j] - center[i])^2, in float32 (x float32, or
  * float16 for _half). */
 int32_t septran_cpu_reduce_sumsq_dev(float* out, float* x, float* center, int32_t rows, int32_t cols, int32_t ldx,
@@ -67,6 +72,12 @@ int32_t septran_cpu_reduce_sumsq_dev_half(float* out, void* x, float* center, in
 int32_t septran_cpu_moments(float* mean, float* m2, float* count, float* x, int32_t rows, int32_t cols, int32_t ldx);
 int32_t septran_cpu_moments_half(float* mean, float* m2, float* count, void* x, int32_t rows, int32_t cols,
                                  int32_t ldx);
+
+/* The norms' write, for rows x cols of y and x (both of dtype; ldy, ldx elements apart), c and s a row's float32
+ * statistics, w and b a column's weight and bias (of dtype): y[i, j] = ((x[i, j] - c[i]) * s[i]) * w[j] + b[j],
+ * computed in float32 and rounded once into y; c or b NULL: not subtracted, not added. y may be x. */
+int32_t septran_cpu_rows_affine(void* y, const void* x, int32_t dtype, const float* c, const float* s, const void* w,
+                                const void* b, int32_t rows, int32_t cols, int32_t ldy, int32_t ldx);
 
 /* A rows x cols tile: dst[i*ld_dst + j] = convert(src[i*ld_src + j]) where i < valid_rows and
  * j < valid_cols, else 0 (valid_* are clamped to [0, rows] and [0, cols]). */

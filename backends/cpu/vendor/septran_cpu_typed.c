@@ -7,6 +7,7 @@
  * target indexes with 64 bits (tl.config_index_bitwidth), so sizes and strides arrive as int64_t
  * (SepTran's emitter widens every one); flags stay int32_t. Tiles are far below 2^31 elements.
  */
+#include <stddef.h>
 #include <stdint.h>
 
 #include "septran_cpu.h"
@@ -80,6 +81,16 @@ REDUCE_F16(min)
 REDUCE_F16(sum)
 REDUCE_F16(sumsq)
 
+#define REDUCE_BF16(OP)                                                                                   \
+  int32_t septran_cpu_reduce_##OP##_bf16(f32* out, bf16* x, i64 rows, i64 cols, i64 ldx, int32_t clear) { \
+    return septran_cpu_reduce_##OP##_bfloat16(out, x, rows, cols, ldx, clear);                            \
+  }
+
+REDUCE_BF16(max)
+REDUCE_BF16(min)
+REDUCE_BF16(sum)
+REDUCE_BF16(sumsq)
+
 int32_t septran_cpu_reduce_sumsq_dev_f32(f32* out, f32* x, f32* center, i64 rows, i64 cols, i64 ldx, int32_t clear) {
   return septran_cpu_reduce_sumsq_dev(out, x, center, rows, cols, ldx, clear);
 }
@@ -87,3 +98,19 @@ int32_t septran_cpu_reduce_sumsq_dev_f32(f32* out, f32* x, f32* center, i64 rows
 int32_t septran_cpu_reduce_sumsq_dev_f16(f32* out, f16* x, f32* center, i64 rows, i64 cols, i64 ldx, int32_t clear) {
   return septran_cpu_reduce_sumsq_dev_half(out, x, center, rows, cols, ldx, clear);
 }
+
+/* The norms' write (lowering/compute_forms.py): RMSNorm's y = x * s[i] * w[j], LayerNorm's
+ * y = (x - c[i]) * s[i] * w[j] + b[j]; x, y, w, b of one type, the row statistics float32. */
+#define ROWS(T, C)                                                                                                   \
+  int32_t septran_cpu_row_scale_##T(T* y, T* x, f32* s, T* w, i64 rows, i64 cols, i64 ldy, i64 ldx) {             \
+    return septran_cpu_rows_affine(y, x, C, NULL, s, w, NULL, (int32_t)rows, (int32_t)cols, (int32_t)ldy,        \
+                                   (int32_t)ldx);                                                                    \
+  }                                                                                                                  \
+  int32_t septran_cpu_row_normalize_##T(T* y, T* x, f32* c, f32* s, T* w, T* b, i64 rows, i64 cols, i64 ldy,      \
+                                        i64 ldx) {                                                                   \
+    return septran_cpu_rows_affine(y, x, C, c, s, w, b, (int32_t)rows, (int32_t)cols, (int32_t)ldy, (int32_t)ldx); \
+  }
+
+ROWS(f32, SEPTRAN_CPU_F32)
+ROWS(f16, SEPTRAN_CPU_F16)
+ROWS(bf16, SEPTRAN_CPU_BF16)
