@@ -100,8 +100,9 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
         _refuse_reducing_padding(st, impl, sig, prim, s, args, by_param)
     written = ()
     if sig.name in compute_forms.FORMS:  # the in-bounds part only, as the loops it replaces; Y is only written
-        args = [(pname, _in_bounds(st, region)) for pname, region in args]
-        written = tuple(k for k, p in enumerate(sig.privileges) if p is Privilege.WRITE)
+        args = [(pname, _in_bounds(st, region)) for pname, region in args]  # (unless it is read too: Y = Y * ...)
+        written = tuple(k for k, p in enumerate(sig.privileges)
+                        if p is Privilege.WRITE and all(a is not prim.args[k] for j, a in enumerate(prim.args) if j != k))
     flags = tuple((f, bool(on)) for f, on in sig.flags.items())
     return ir.LeafCall(impl.name, impl.template(sig), tuple(args), why, flags, attrs=tuple(sig.attrs.items()),
                        written=written)
