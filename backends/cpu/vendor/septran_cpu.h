@@ -72,6 +72,9 @@ int32_t septran_cpu_reduce_sumsq_dev_half(float* out, void* x, float* center, in
 int32_t septran_cpu_moments(float* mean, float* m2, float* count, float* x, int32_t rows, int32_t cols, int32_t ldx);
 int32_t septran_cpu_moments_half(float* mean, float* m2, float* count, void* x, int32_t rows, int32_t cols,
                                  int32_t ldx);
+/* The same over bfloat16 x, as the kernels call it (int64_t sizes). */
+int32_t septran_cpu_moments_bf16(float* mean, float* m2, float* count, void* x, int64_t rows, int64_t cols,
+                                 int64_t ldx);
 
 /* The norms' write, for rows x cols of y and x (both of dtype; ldy, ldx elements apart), c and s a row's float32
  * statistics, w and b a column's weight and bias (of dtype): y[i, j] = ((x[i, j] - c[i]) * s[i]) * w[j] + b[j],
