@@ -342,6 +342,69 @@ static float max2(float a, float b) { return b > a ? b : a; }
 static float min2(float a, float b) { return b < a ? b : a; }
 static float add2(float a, float b) { return a + b; }
 
+#if defined(__AVX512F__)
+/* 16 elements of a 16-bit row as floats, and back (float16: F16C; bfloat16: a shift, and float16_to_bf16). */
+static inline __m512 load16(const void* p, int32_t dtype) {
+  __m256i h = _mm256_loadu_si256((const __m256i*)p);
+  return dtype == SEPTRAN_CPU_F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline void store16(void* p, __m512 v, int32_t dtype) {
+  float f[16];
+  if (dtype == SEPTRAN_CPU_F16) {  /* in a register first: see float16_to_half */
+    __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __asm__("" : "+v"(h));
+    _mm256_storeu_si256((__m256i*)p, h);
+    return;
+  }
+  _mm512_storeu_ps(f, v);
+  _mm256_storeu_si256((__m256i*)p, float16_to_bf16(f));
+}
+
+/* The 16-bit rows in one pass, 16 elements at a time in registers (as inductor's code): the multiple of 16 of
+ * each row; the rest goes through the chunked path. */
+static int32_t rows_affine16(void* y, const void* x, int32_t dtype, const float* c, const float* s, const void* w,
+                             const void* b, int32_t rows, int32_t cols, int32_t ldy, int32_t ldx) {
+  for (int32_t i = 0; i < rows; i++) {
+    const uint16_t* xr = (const uint16_t*)x + (size_t)i * (size_t)ldx;
+    uint16_t* yr = (uint16_t*)y + (size_t)i * (size_t)ldy;
+    const __m512 ci = _mm512_set1_ps(c ? c[i] : 0.0f), si = _mm512_set1_ps(s[i]);
+    for (int32_t j = 0; j < cols; j += 16) {
+      __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(load16(xr + j, dtype), ci), si), load16((const uint16_t*)w + j, dtype));
+      if (b) v = _mm512_add_ps(v, load16((const uint16_t*)b + j, dtype));
+      store16(yr + j, v, dtype);
+    }
+  }
+  return 0;
+}
+
+/* The sum of (x - c)^2 over a 16-bit row, widened in registers as it is read (four accumulators, so the adds
+ * overlap): one read of the row, where a chunk copy wrote it to L1 as floats and read it back. */
+static float row16_sumsq_dev(const void* x, int32_t n, float c, int32_t dtype) {
+  const uint16_t* h = (const uint16_t*)x;
+  const __m512 cv = _mm512_set1_ps(c);
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, v;
+  int32_t j = 0;
+  for (; j + 64 <= n; j += 64) {
+    v = _mm512_sub_ps(load16(h + j, dtype), cv);      a0 = _mm512_fmadd_ps(v, v, a0);
+    v = _mm512_sub_ps(load16(h + j + 16, dtype), cv); a1 = _mm512_fmadd_ps(v, v, a1);
+    v = _mm512_sub_ps(load16(h + j + 32, dtype), cv); a2 = _mm512_fmadd_ps(v, v, a2);
+    v = _mm512_sub_ps(load16(h + j + 48, dtype), cv); a3 = _mm512_fmadd_ps(v, v, a3);
+  }
+  for (; j + 16 <= n; j += 16) {
+    v = _mm512_sub_ps(load16(h + j, dtype), cv);
+    a0 = _mm512_fmadd_ps(v, v, a0);
+  }
+  float r = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  if (j < n) {
+    float tail[16];
+    convert_row(tail, SEPTRAN_CPU_F32, h + j, dtype, n - j);
+    for (int32_t k = 0; k < n - j; k++) r += (tail[k] - c) * (tail[k] - c);
+  }
+  return r;
+}
+#endif
+
 typedef float (*row_fn)(const float*, int32_t, float);
 typedef float (*join_fn)(float, float);
 
@@ -367,6 +430,15 @@ static inline __attribute__((always_inline)) int32_t reduce_half_rows(float* out
                                                                       int32_t clear, row_fn row, join_fn join,
                                                                       float init, int32_t dtype) {
   if (rows < 0 || cols < 0 || ldx < 0) return SEPTRAN_CPU_E_ARGS;
+#if defined(__AVX512F__)
+  if (row == row_sumsq_dev) { /* (a constant here: the function is inlined into each caller) */
+    for (int32_t i = 0; i < rows; i++) {
+      float r = row16_sumsq_dev((const uint16_t*)x + (size_t)i * (size_t)ldx, cols, center ? center[i] : 0.0f, dtype);
+      out[i] = clear ? r : join(out[i], r);
+    }
+    return 0;
+  }
+#endif
   float chunk[HALF_CHUNK];
   for (int32_t i = 0; i < rows; i++) {
     const uint16_t* h = (const uint16_t*)x + (size_t)i * (size_t)ldx;
@@ -416,42 +488,6 @@ int32_t septran_cpu_reduce_sumsq_dev_half(float* out, void* x, float* center, in
  * are widened once per chunk of columns for every row of the tile. */
 enum { ROWS_CHUNK = 512 };
 
-#if defined(__AVX512F__)
-/* 16 elements of a 16-bit row as floats, and back (float16: F16C; bfloat16: a shift, and float16_to_bf16). */
-static inline __m512 load16(const void* p, int32_t dtype) {
-  __m256i h = _mm256_loadu_si256((const __m256i*)p);
-  return dtype == SEPTRAN_CPU_F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-static inline void store16(void* p, __m512 v, int32_t dtype) {
-  float f[16];
-  if (dtype == SEPTRAN_CPU_F16) {  /* in a register first: see float16_to_half */
-    __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __asm__("" : "+v"(h));
-    _mm256_storeu_si256((__m256i*)p, h);
-    return;
-  }
-  _mm512_storeu_ps(f, v);
-  _mm256_storeu_si256((__m256i*)p, float16_to_bf16(f));
-}
-
-/* The 16-bit rows in one pass, 16 elements at a time in registers (as inductor's code): the multiple of 16 of
- * each row; the rest goes through the chunked path. */
-static int32_t rows_affine16(void* y, const void* x, int32_t dtype, const float* c, const float* s, const void* w,
-                             const void* b, int32_t rows, int32_t cols, int32_t ldy, int32_t ldx) {
-  for (int32_t i = 0; i < rows; i++) {
-    const uint16_t* xr = (const uint16_t*)x + (size_t)i * (size_t)ldx;
-    uint16_t* yr = (uint16_t*)y + (size_t)i * (size_t)ldy;
-    const __m512 ci = _mm512_set1_ps(c ? c[i] : 0.0f), si = _mm512_set1_ps(s[i]);
-    for (int32_t j = 0; j < cols; j += 16) {
-      __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(load16(xr + j, dtype), ci), si), load16((const uint16_t*)w + j, dtype));
-      if (b) v = _mm512_add_ps(v, load16((const uint16_t*)b + j, dtype));
-      store16(yr + j, v, dtype);
-    }
-  }
-  return 0;
-}
-#endif
 
 int32_t septran_cpu_rows_affine(void* y, const void* x, int32_t dtype, const float* c, const float* s, const void* w,
                                 const void* b, int32_t rows, int32_t cols, int32_t ldy, int32_t ldx) {
