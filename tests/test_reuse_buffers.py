@@ -5,8 +5,9 @@ Checked: the lives' rules on hand-made programs (statements one after another sh
 loop and a statement inside it, do not; a use inside a loop spans the loop; the two versions of a guarded program
 share; tiles of different tensors, temps, other shapes or types never share; a target without the key keeps
 every buffer); random nests of loops and guarded versions over writes and reads (hypothesis): every read sees the
-value it saw before the buffers were shared, loops run twice, either version; the shipped softmax: its unused tile of exps gone, a 16-bit row walked in 65536-wide tiles staged
-in one X and one Y buffer (five before, 1.25 MiB, over the stack's 1 MiB), right under the FlashAttention rule.
+value it saw before the buffers were shared, loops run twice, either version; the shipped softmax: its unused tile
+of exps gone, a 16-bit row walked in 65536-wide tiles staged in one X and one Y buffer (five before, 1.25 MiB, over
+the stack's 1 MiB), right under the FlashAttention rule.
 """
 from __future__ import annotations
 
