@@ -46,7 +46,15 @@ def test_the_first_tiles_of_a_process_run_at_a_whole_calls_speed():
     # one OpenMP thread: a call this large outside a parallel region would split over the threads, whose time the
     # probe's thread_time does not see
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", PROBE, str(path)], capture_output=True, text=True, timeout=120,
-                         check=True, env=env)
-    rates = json.loads(out.stdout)
-    assert rates["tile"] >= 0.6 * rates["whole"], rates
+    # Up to three fresh processes, the best counting: each starts cold, so the slowness this guards against shows in
+    # every one, where another test beside it on the cores (the suite's other worker) can slow one process's first
+    # calls (0.59 once in CI on a Zen 5 host, 0.81 to 0.92 idle, 0.28 cold)
+    tried = []
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", PROBE, str(path)], capture_output=True, text=True, timeout=120,
+                             check=True, env=env)
+        rates = json.loads(out.stdout)
+        tried.append(rates)
+        if rates["tile"] >= 0.6 * rates["whole"]:
+            return
+    pytest.fail(f"the first tiles ran under 0.6 of a whole call's rate in three fresh processes: {tried}")
