@@ -197,8 +197,9 @@ class Target:
     # Elementwise loops over a tile staged from one that overhangs its tensor run over its in-bounds part where no
     # reader needs the rest (lowering/clip_staged.py): their extents are then expressions, which plain loops take.
     clip_staged_loops: bool = False
-    # Buffers of one memory, type and shape whose lives do not overlap become one (lowering/reuse_buffers.py): a
-    # row walked three times stages it in one buffer, not three. Where every buffer lives for the whole program.
+    # Tiles of one tensor, in one memory, type and shape, whose lives do not overlap share a buffer
+    # (lowering/reuse_buffers.py): a row walked three times is staged in one buffer, not three. Where every buffer
+    # lives for the whole program.
     reuse_buffers: bool = False
     # The thread count of a program whose mapping names none (``threads: {default: 128}``); None: it must name one.
     default_threads: Optional[int] = None

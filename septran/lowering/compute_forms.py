@@ -29,6 +29,7 @@ FORMS = MappingProxyType({
         dims=("ij", "ij", "i", "i", "j", "j"), meaning="Y[i, j] = (X[i, j] - c[i]) * s[i] * w[j] + b[j]",
         own_type=("c", "s")),
 })
+ELEMENT_OPS = MappingProxyType({"row_scale": 2, "row_normalize": 4})  # each form's arithmetic per element (cost model)
 
 
 def recognise(prim: PrimCall) -> Optional[PrimCall]:

@@ -95,12 +95,13 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
     _check_declared_dtypes(st, impl, sig, declared, s)  # after the checks at the logic's line, which say more
     if sig.kind == "reduce_axis" and "{body}" in impl.template(sig):
         return reduce_loop.lower(st, prim, args, by_param, impl, why, _safe_index_names)
-    if sig.kind in ("reduce", "reduce_squares"):
+    form = sig.name in compute_forms.FORMS
+    if form or sig.kind in ("reduce", "reduce_squares"):  # (a form: the in-bounds part, as the loops it replaces)
         args = [(pname, _in_bounds(st, region)) for pname, region in args]
+    if sig.kind in ("reduce", "reduce_squares"):
         _refuse_reducing_padding(st, impl, sig, prim, s, args, by_param)
     written = ()
-    if sig.name in compute_forms.FORMS:  # the in-bounds part only, as the loops it replaces; Y is only written
-        args = [(pname, _in_bounds(st, region)) for pname, region in args]  # (unless it is read too: Y = Y * ...)
+    if form:  # its output is only written (unless it is read too: Y = Y * s * w)
         written = tuple(k for k, p in enumerate(sig.privileges)
                         if p is Privilege.WRITE and all(a is not prim.args[k] for j, a in enumerate(prim.args) if j != k))
     flags = tuple((f, bool(on)) for f, on in sig.flags.items())

@@ -12,7 +12,8 @@ reads as before; temporaries too.
 A buffer's life is conservative: from the first statement that names it to the last, and a use inside a loop spans
 the whole outermost loop around it (its value may pass from one trip to the next). The two versions of a program
 whose walks may run once (``Guarded``, lowering/one_tile.py) are laid out one after the other: one of them runs.
-Placed buffers (an address the vendor's calls name) and handles are left alone. Only targets that ask (``reuse_buffers: true``).
+Placed buffers (an address the vendor's calls name) and handles are left alone. Only targets that ask
+(``reuse_buffers: true``).
 """
 from __future__ import annotations
 
@@ -25,12 +26,7 @@ from septran.lowering import tile_ir as ir
 
 
 def reuse_buffers(target, program: ir.TileProgram) -> ir.TileProgram:
-    if not target.reuse_buffers:
-        return program
-    kernels = tuple(_reused(k) for k in (program.kernel, *program.after))
-    if all(new is old for new, old in zip(kernels, (program.kernel, *program.after))):
-        return program
-    return dataclasses.replace(program, kernel=kernels[0], after=kernels[1:])
+    return ir.each_kernel(program, _reused) if target.reuse_buffers else program
 
 
 def _reused(kernel: ir.KernelLaunch) -> ir.KernelLaunch:

@@ -229,6 +229,16 @@ class ParallelGrid:
         return f"programs run in parallel over {', '.join(s.name for s in self.syms)} (schedule {self.schedule})"
 
 
+def each_kernel(program: "TileProgram", fn: Callable[["KernelLaunch"], "KernelLaunch"]) -> "TileProgram":
+    """``program`` with ``fn`` applied to each of its kernels (``kernel``, then those ``after`` it); ``program``
+    itself where ``fn`` changed none."""
+    old = (program.kernel, *program.after)
+    new = tuple(fn(k) for k in old)
+    if all(a is b for a, b in zip(new, old)):
+        return program
+    return dataclasses.replace(program, kernel=new[0], after=new[1:])
+
+
 @dataclass(frozen=True)
 class TileProgram:
     name: str

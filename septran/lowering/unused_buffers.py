@@ -13,10 +13,7 @@ from septran.lowering import tile_ir as ir
 
 
 def drop_unused_buffers(program: ir.TileProgram) -> ir.TileProgram:
-    kernels = tuple(_used_only(k) for k in (program.kernel, *program.after))
-    if all(new is old for new, old in zip(kernels, (program.kernel, *program.after))):
-        return program
-    return dataclasses.replace(program, kernel=kernels[0], after=kernels[1:])
+    return ir.each_kernel(program, _used_only)
 
 
 def _used_only(kernel: ir.KernelLaunch) -> ir.KernelLaunch:

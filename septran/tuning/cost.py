@@ -55,6 +55,7 @@ from septran.errors import SepTranError
 from septran.expr import Const, Expr, Var, evaluate, leaves, substitute
 from septran.frontend import elementwise as el
 from septran.frontend.primitives import PRIMITIVES
+from septran.lowering import compute_forms
 from septran.lowering import tile_ir as ir
 from septran.lowering.tile_ir import DTYPE_BYTES, buffer_bytes
 from septran.target import Target
@@ -282,10 +283,11 @@ class _Walker:
             extents = (x.valid or x.extents) if ir.told_in_bounds(call) else x.extents
             return _Tally(vector=float(math.prod(max(self.val(e, env), 0) for e in extents)),
                           nbytes=self.global_bytes(tuple(args.values()), env))
-        if kind in FORM_OPS:  # a compute's form (lowering/compute_forms.py): its ops on each in-bounds element
+        if kind in compute_forms.ELEMENT_OPS:  # a compute's form: its arithmetic on each in-bounds element
             y = args["Y"]
             elements = math.prod(max(self.val(e, env), 0) for e in (y.valid or y.extents))
-            return _Tally(vector=float(elements * FORM_OPS[kind]), nbytes=self.global_bytes(tuple(args.values()), env))
+            return _Tally(vector=float(elements * compute_forms.ELEMENT_OPS[kind]),
+                          nbytes=self.global_bytes(tuple(args.values()), env))
         note = f"leaf {call.impl} ({kind}) not counted"
         if note not in self.notes:
             self.notes.append(note)
@@ -372,9 +374,6 @@ def _loop_vars(body):
         elif isinstance(s, ir.Guarded):
             yield from _loop_vars(s.then)
             yield from _loop_vars(s.otherwise)
-
-
-FORM_OPS = {"row_scale": 2, "row_normalize": 4}  # the arithmetic of each form's element (compute_forms.FORMS)
 
 
 def _kind(call: ir.LeafCall, target: Target) -> str:

@@ -483,11 +483,11 @@ int32_t septran_cpu_reduce_sumsq_dev_half(float* out, void* x, float* center, in
 
 /* ---- the norms' write: y = ((x - c) * s) * w + b, a row at a time ------------------------- */
 
-/* A chunk of a row in L1: x (and w, b) widened into float32 where they are 16-bit, the arithmetic on
- * float32 as the elementwise loops do it (one rounding, at the store), the result narrowed into y. w and b
- * are widened once per chunk of columns for every row of the tile. */
+/* float32 rows, and the 16-bit rows' last columns (all of them without AVX-512, where rows_affine16 takes the
+ * multiples of 16): a chunk of a row in L1, x (and w, b) widened into float32 where they are 16-bit, the
+ * arithmetic on float32 as the elementwise loops do it (one rounding, at the store), the result narrowed into y;
+ * w and b widened once per chunk of columns for every row of the tile. */
 enum { ROWS_CHUNK = 512 };
-
 
 int32_t septran_cpu_rows_affine(void* y, const void* x, int32_t dtype, const float* c, const float* s, const void* w,
                                 const void* b, int32_t rows, int32_t cols, int32_t ldy, int32_t ldx) {
