@@ -156,9 +156,9 @@ def cases(small: bool) -> list[dict]:
     r, c = (256, 1024) if small else (4096, 1024)
     for dtype, tag in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
         row_ops("rows16", r, c, dtype, tag)
-    # rows of widths no shape point names (about 2M elements a call): a tile that overhangs its row, a vocabulary's
-    # softmax
-    for c in ((300, 1500) if small else (700, 1500, 5000, 32000)):
+    # rows of widths no shape point names (about 2M elements a call): a tile that overhangs its row, vocabularies'
+    # softmaxes (32000: Llama 2's, 128256: Llama 3's, 256000: Gemma's)
+    for c in ((300, 1500) if small else (700, 1500, 5000, 32000, 128256, 256000)):
         for dtype, tag in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
             row_ops("rows_odd", (20_000 if small else 2_000_000) // c, c, dtype, tag,
                     ("softmax",) if c > 8192 else ("softmax", "layernorm", "rmsnorm"))

@@ -4,10 +4,13 @@ lives do not overlap share one buffer (lowering/reuse_buffers.py).
 Checked: the lives' rules on hand-made programs (statements one after another share; uses inside one loop, or a
 loop and a statement inside it, do not; a use inside a loop spans the loop; the two versions of a guarded program
 share; tiles of different tensors, temps, other shapes or types never share; a target without the key keeps
-every buffer); random nests of loops and guarded versions over writes and reads (hypothesis): every read sees the
-value it saw before the buffers were shared, loops run twice, either version; the shipped softmax: its unused tile
-of exps gone, a 16-bit row walked in 65536-wide tiles staged in one X and one Y buffer (five before, 1.25 MiB, over
-the stack's 1 MiB), right under the FlashAttention rule.
+every buffer); a buffer written first in each trip of the loop that holds all its uses lives within a trip; an
+elementwise statement that reads the last of one staged tile at the element it writes of another's first computes
+the second in the first's buffer, and nothing else does (a shifted read, another read of it, a value carried from
+a trip before); random nests of loops, guarded versions, writes, reads and such elementwise maps over tiles of two
+tensors (hypothesis): every read sees the value it saw before the buffers were shared, loops run twice, either
+version; the shipped softmax: its unused tile of exps gone, a 16-bit row of a vocabulary in one buffer (X's row,
+then its exps and Y's), in one 262128-wide tile or walked, right under the FlashAttention rule.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ from hypothesis import strategies as st
 import septran
 from conftest import assert_flash_rule
 from test_cpu_vendor import SETTINGS
-from septran.expr import Const, fresh
+from septran.expr import Const, Sym, Var, fresh
+from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 from septran.lowering.reuse_buffers import reuse_buffers
 from septran.lowering.unused_buffers import drop_unused_buffers
@@ -42,6 +46,14 @@ def _use(buf) -> ir.Fill:
     return ir.Fill(buf.sym, 0, WHY)
 
 
+def _map(src, dst, shift: int = 0) -> ir.LeafCall:
+    """dst[a] = exp(src[a + shift]), an elementwise leaf over a 64-element tile."""
+    a = Var(Sym("a"))
+    read = el.Elt(src.sym, (a + shift if shift else a,))
+    return ir.LeafCall("vector_loops", "for {indices} in T.grid(64):\n    {body}", (), WHY, store=el.Elt(dst.sym, (Var(Sym("a")),)),
+                       expr=el.Call("exp", (read,)), loop=("a",))
+
+
 def _loop(*body) -> ir.For:
     return ir.For(fresh("k"), Const(4), "serial", None, tuple(body), WHY)
 
@@ -58,6 +70,14 @@ def _kept(buffers, body, target=_Target()) -> list[str]:
     return [b.sym.name for b in program.kernel.buffers]
 
 
+OUT = fresh("out")
+
+
+def _read(buf) -> ir.Copy:
+    region = lambda sym: ir.Region(sym, (Const(0),), (Const(64),), True)  # noqa: E731
+    return ir.Copy(region(buf.sym), region(OUT), (), WHY)
+
+
 def test_tiles_of_one_tensor_one_after_another_share():
     a, b, c = _buf("a"), _buf("b"), _buf("c")
     assert _kept([a, b, c], [_loop(_use(a)), _loop(_use(b)), _use(c)]) == ["a"]
@@ -65,14 +85,14 @@ def test_tiles_of_one_tensor_one_after_another_share():
 
 def test_lives_that_overlap_do_not_share():
     a, b = _buf("a"), _buf("b")
-    assert _kept([a, b], [_loop(_use(a), _use(b))]) == ["a", "b"]  # one loop: each trip uses both
+    assert _kept([a, b], [_loop(_use(a), _use(b), _read(a), _read(b))]) == ["a", "b"]  # one loop: each trip uses both
     a, b = _buf("a"), _buf("b")
     assert _kept([a, b], [_use(a), _use(b), _use(a)]) == ["a", "b"]  # b between two uses of a
 
 
 def test_a_use_inside_a_loop_spans_the_outermost_loop():
     a, b = _buf("a"), _buf("b")  # a read in a later trip of the outer loop must still hold its value
-    assert _kept([a, b], [_loop(_loop(_use(a)), _loop(_use(b)))]) == ["a", "b"]
+    assert _kept([a, b], [_loop(_loop(_read(a)), _loop(_use(b)), _use(a))]) == ["a", "b"]
     a, b = _buf("a"), _buf("b")
     assert _kept([a, b], [_loop(_use(a)), _loop(_loop(_use(b)))]) == ["a"]
 
@@ -90,12 +110,35 @@ def test_only_alike_tiles_of_one_tensor_share():
     assert _kept(bufs, [_use(b) for b in bufs]) == ["a", "other", "temp", "wide", "half"]
 
 
-OUT = fresh("out")
+def test_a_buffer_written_first_in_each_trip_lives_within_a_trip():
+    a, b = _buf("a"), _buf("b")  # each trip writes a, then reads it; then b: they need not both live
+    assert _kept([a, b], [_loop(_use(a), _read(a), _use(b), _read(b))]) == ["a"]
+    a, b = _buf("a"), _buf("b")  # a read first: the value may come from the trip before
+    assert _kept([a, b], [_loop(_read(a), _use(a), _use(b), _read(b))]) == ["a", "b"]
+    a, b = _buf("a"), _buf("b")  # a written before the loop too: its value enters the loop
+    assert _kept([a, b], [_use(a), _loop(_read(a), _use(a), _use(b), _read(b))]) == ["a", "b"]
 
 
-def _read(buf) -> ir.Copy:
-    region = lambda sym: ir.Region(sym, (Const(0),), (Const(64),), True)  # noqa: E731
-    return ir.Copy(region(buf.sym), region(OUT), (), WHY)
+def _kept_also(buffers, body) -> list[tuple[str, tuple]]:
+    program = reuse_buffers(_Target(), _program(buffers, body))
+    return [(b.sym.name, tuple(t.name for t in b.also)) for b in program.kernel.buffers]
+
+
+def test_an_elementwise_statement_computes_a_tile_over_the_one_it_reads_last():
+    x, y = _buf("x", holds=X), _buf("y", holds=Y)
+    assert _kept_also([x, y], [_use(x), _map(x, y), _read(y)]) == [("x", ("Y",))]
+    x, y = _buf("x", holds=X), _buf("y", holds=Y)  # inside a loop whose trips write x first
+    assert _kept_also([x, y], [_loop(_use(x), _map(x, y), _read(y))]) == [("x", ("Y",))]
+    x, y = _buf("x", holds=X), _buf("y", holds=Y)  # a read of another element: not in place
+    assert _kept_also([x, y], [_use(x), _map(x, y, shift=1), _read(y)]) == [("x", ()), ("y", ())]
+    x, y = _buf("x", holds=X), _buf("y", holds=Y)  # x read after: it must keep its values
+    assert _kept_also([x, y], [_use(x), _map(x, y), _read(x), _read(y)]) == [("x", ()), ("y", ())]
+    x, y = _buf("x", holds=X), _buf("y", holds=Y)  # x written before the loop: each trip reads it again
+    assert _kept_also([x, y], [_use(x), _loop(_map(x, y), _read(y))]) == [("x", ()), ("y", ())]
+    x, y = _buf("x", holds=X), _buf("y", holds=Y)  # (a loop of one statement: its span is that statement's)
+    assert _kept_also([x, y], [_use(x), _loop(_map(x, y)), _read(y)]) == [("x", ()), ("y", ())]
+    x, y = _buf("x", holds=X), _buf("y", holds=Y, dtype="float16")  # other types
+    assert _kept_also([x, y], [_use(x), _map(x, y), _read(y)]) == [("x", ()), ("y", ())]
 
 
 def _run(body, pick_then: bool) -> list:
@@ -112,6 +155,9 @@ def _run(body, pick_then: bool) -> list:
                 go(s.then if pick_then else s.otherwise)
             elif isinstance(s, ir.Fill):
                 held[s.dst] = s.value
+            elif isinstance(s, ir.LeafCall):  # an elementwise map: garbage in, garbage out
+                src = held.get(s.expr.args[0].of)
+                held[s.store.of] = None if src is None else ("map", src)
             else:
                 seen.append(held.get(s.src.of))
     go(body)
@@ -119,9 +165,10 @@ def _run(body, pick_then: bool) -> list:
 
 
 def _programs():
-    """Random nests of loops and guarded versions over writes and reads of four alike buffers of one tensor."""
+    """Random nests of loops and guarded versions over writes, reads and maps of four alike buffers, two tiles of
+    each of two tensors."""
     pool = st.integers(0, 3)
-    leaf = st.one_of(st.tuples(st.just("w"), pool), st.tuples(st.just("r"), pool))
+    leaf = st.one_of(st.tuples(st.just("w"), pool), st.tuples(st.just("r"), pool), st.tuples(st.just("m"), pool, pool))
     return st.recursive(st.lists(leaf, min_size=1, max_size=4),
                         lambda inner: st.lists(st.one_of(leaf, st.tuples(st.just("loop"), inner),
                                                          st.tuples(st.just("guard"), inner, inner)), min_size=1, max_size=4),
@@ -131,7 +178,7 @@ def _programs():
 @settings(max_examples=300, **SETTINGS)
 @given(shape=_programs())
 def test_every_read_sees_what_it_saw_before_the_buffers_were_shared(shape):
-    bufs = [_buf(f"b{k}") for k in range(4)]
+    bufs = [_buf(f"b{k}", holds=X if k < 2 else Y) for k in range(4)]
     writes = iter(range(1, 10_000))
 
     def build(items):
@@ -141,6 +188,8 @@ def test_every_read_sees_what_it_saw_before_the_buffers_were_shared(shape):
                 out.append(ir.Fill(bufs[item[1]].sym, float(next(writes)), WHY))
             elif item[0] == "r":
                 out.append(_read(bufs[item[1]]))
+            elif item[0] == "m":
+                out.append(_map(bufs[item[1]], bufs[item[2]]))
             elif item[0] == "loop":
                 out.append(_loop(*build(item[1])))
             else:
@@ -176,13 +225,15 @@ def test_softmax_rows_leave_the_tile_of_exps_unallocated():
 
 
 @pytest.mark.build
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_a_16_bit_row_walked_in_wide_tiles_stages_one_buffer_per_tensor(dtype):
+@pytest.mark.parametrize("dtype,cols", [(torch.bfloat16, 70_001), (torch.float16, 70_001), (torch.bfloat16, 300_007)],
+                         ids=["bf16", "fp16", "bf16-walked"])
+def test_a_16_bit_vocabulary_row_lives_in_one_buffer(dtype, cols):
     from septran.ops.logic import softmax as logic
     kernel = septran.compile(logic.softmax(False), mapping_file="mappings/cpu/softmax.yaml")
-    x = (3 * torch.randn(3, 70_001, generator=torch.Generator().manual_seed(70))).to(dtype)
+    x = (3 * torch.randn(3, cols, generator=torch.Generator().manual_seed(70))).to(dtype)
     out = kernel(x)
     src = kernel.latest.tilelang_source
-    allocs = [line.strip().split(" =")[0] for line in src.splitlines() if "T.alloc_local((BM, BN)" in line]
-    assert "BN = 65536" in src and allocs == ["X_local", "Y_local"]
-    assert_flash_rule(out, torch.softmax(x.double(), -1), torch.softmax(x, -1), f"3x70001 {dtype}")
+    allocs = [line.strip() for line in src.splitlines() if "T.alloc_local((BM, BN)" in line]
+    assert "BN = 262128" in src and allocs == ['X_local = T.alloc_local((BM, BN), "float32")  # then Y\'s, computed in place']
+    assert ("for k in T.serial" in src) == (cols > 262128)
+    assert_flash_rule(out, torch.softmax(x.double(), -1), torch.softmax(x, -1), f"3x{cols} {dtype}")

@@ -37,6 +37,8 @@ def _entries(*lines: str) -> str:
      "no call reaches this entry: the entry at line 16 holds for every call", 17),
     (("{cpu_flags: [avx512f], point: {%s: 64}}" % BM, "{cpu_flags: [avx512f, amx_bf16], point: {%s: 16}}" % BM),
      "no call reaches", 17),
+    (("{ranks: {A: 2}, point: {%s: 64}}" % BM, "{ranks: {A: 2}, dtypes: {A: bfloat16}, point: {%s: 16}}" % BM),
+     "no call reaches", 17),
 ])
 def test_an_entry_that_can_never_act_is_refused_at_its_line(lines, message, line):
     with pytest.raises(MappingError, match=message) as err:
@@ -56,6 +58,8 @@ def test_an_entry_that_can_never_act_is_refused_at_its_line(lines, message, line
     ("{above: {A: [64]}, point: {%s: 64}}" % BM, "{above: {A: [16]}, point: {%s: 16}}" % BM),
     ("{cpu_vendor: GenuineIntel, point: {%s: 64}}" % BM, "{threads: 1, point: {%s: 16}}" % BM),
     ("{threads: 1, point: {%s: 64}}" % BM, "{threads: 2, point: {%s: 16}}" % BM),
+    ("{ranks: {A: 2}, point: {%s: 64}}" % BM, "{ranks: {A: 3}, point: {%s: 16}}" % BM),
+    ("{ranks: {A: 2}, point: {%s: 64}}" % BM, "{when: {A: [16]}, point: {%s: 16}}" % BM),
     # it sets a dimension the entry above leaves
     ("{when: {A: [64]}, continue: true, point: {%s: 64}}" % BM,
      "{when: {A: [16]}, point: {%s: 16, gemm_host.tunables.BN: 16}}" % BM),

@@ -77,6 +77,8 @@ def test_the_first_entry_whose_bounds_hold(shapes, want):
     ("shape_points:\n  - {cpu_vendor: intel, point: {gemm_host.tunables.BM: 16}}\n", "`cpu_vendor` is a /proc/cpuinfo"),
     ("shape_points:\n  - {threads: 1, continue: yes please, point: {gemm_host.tunables.BM: 16}}\n", "`continue` is true or false"),
     ("shape_points:\n  - {continue: true, point: {gemm_host.tunables.BM: 16}}\n", "has the key `point`, one or more of"),
+    ("shape_points:\n  - {ranks: {A: two}, point: {gemm_host.tunables.BM: 16}}\n", "must be a number of axes"),
+    ("shape_points:\n  - {ranks: [2], point: {gemm_host.tunables.BM: 16}}\n", "`ranks` maps parameters"),
 ])
 def test_bad_entries_are_located_errors(tail, message):
     with pytest.raises(MappingError, match=message) as err:
@@ -409,3 +411,17 @@ def test_zen_5_computes_attention_scores_on_openblas(name):
 
     assert point("AuthenticAMD", {"avx512_vp2intersect"}) == "gemm_leaf_blas"
     assert point("AuthenticAMD", {"avx512_bf16"}) == point("GenuineIntel", {"avx512_vp2intersect"}) == "gemm_leaf_mkl"
+
+
+def test_an_entry_may_ask_for_a_number_of_axes():
+    """``ranks: {X: 2}``: the entry holds for calls whose X has that many axes (one logic builds tasks of several
+    ranks); the bucket's name says so; a parameter it names must be one of the entry's."""
+    from septran.mapping import shape_points
+
+    entries = parse_mapping(SPACE + "shape_points:\n  - {ranks: {A: 2}, above: {A: [null, 8]}, point: {gemm_host.tunables.BM: 16}}\n",
+                            "m.yaml").shape_points
+    assert entries[0].matches({"A": (4, 16)}, {}, ()) and not entries[0].matches({"A": (4, 4)}, {}, ())
+    assert not entries[0].matches({"A": (1, 4, 16)}, {}, ())
+    assert entries[0].bounds_text() == "A>[*, 8]; A:rank2"
+    with pytest.raises(MappingError, match="not a parameter of the entry task"):
+        entries[0].matches({"B": (4, 16)}, {}, ())

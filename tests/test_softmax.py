@@ -45,7 +45,8 @@ def test_rows_staged_on_chip_reduce_only_their_part_inside_the_tensor(tmp_path, 
     x = torch.randn(5, cols, generator=torch.Generator().manual_seed(cols)) - 5  # all negative: a padding 0 would be the max
     fn = torch.log_softmax if log else torch.softmax
     out = k(x)
-    assert "X_local" in k.latest.tilelang_source and "Y_local" in k.latest.tilelang_source
+    src = k.latest.tilelang_source  # (softmax: Y's tile of exps in X's buffer, computed over the row: reuse_buffers)
+    assert "X_local = T.alloc" in src and ("Y_local = T.alloc" in src or "# then Y's, computed in place" in src)
     assert_flash_rule(out, fn(x.double(), dim=-1), fn(x, dim=-1), f"5x{cols}")
 
 

@@ -337,7 +337,8 @@ def emit(program: ir.TileProgram, version: str) -> str:
         placed = {b.sym: b for b in k.buffers if b.address is not None}
         for b in k.buffers:
             if b.alloc is not None:
-                w.line(2, f"{b.sym.name} = T.{b.alloc}({_shape(b.shape)}, \"{b.dtype}\")")
+                also = f"  # then {', '.join(t.name for t in b.also)}'s, computed in place" if b.also else ""
+                w.line(2, f"{b.sym.name} = T.{b.alloc}({_shape(b.shape)}, \"{b.dtype}\"){also}")
             elif b.handle:
                 w.line(2, f"{b.sym.name} = T.alloc_var(\"int32\")  # the vendor's handle for this tile")
         shapes = {p.sym: p.shape for p in program.params} | {b.sym: b.shape for b in k.buffers if b.alloc is not None}

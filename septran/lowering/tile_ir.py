@@ -68,6 +68,7 @@ class Buffer:
     handle: bool = False
     stages: int = 1  # copies held at once (a pipelined loop's stages, in a memory that keeps one per stage)
     holds: Optional[Sym] = None  # the tensor whose tiles it is staged from (None: a temp's own buffer)
+    also: tuple[Sym, ...] = ()  # other tensors whose tiles it holds later, each computed in place (reuse_buffers)
 
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "int32": 4, "int64": 8, "bool": 1}
