@@ -32,8 +32,9 @@ KERNEL_FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno"]  # as the
 
 
 def write_target(folder: Path, libraries: str = f"[{OPENBLAS}]", extra: str = "",
-                 sources: tuple = ("septran_cpu.c", "septran_cpu_gemv.c")) -> Path:
-    """A target file whose vendor library builds ``sources`` (of backends/cpu/vendor) with ``libraries``."""
+                 sources: tuple = ("septran_cpu.c", "septran_cpu_gemv.c"), march: str = "native") -> Path:
+    """A target file whose vendor library builds ``sources`` (of backends/cpu/vendor) with ``libraries``, for
+    ``march`` (g++'s -march: this CPU, or an older level of x86-64 that it runs)."""
     path = folder / "target.yaml"
     path.write_text(f"""\
 name: vendor_probe
@@ -44,7 +45,7 @@ procs: {{HOST: {{memories: [GLOBAL], grid: true}}}}
 memories: {{GLOBAL: {{}}}}
 vendor:
   sources: [{", ".join(str(VENDOR / s) for s in sources)}]
-  cflags: [-O3, -march=native, -fopenmp]
+  cflags: [-O3, -march={march}, -fopenmp]
   libraries: {libraries}
   include: [{VENDOR / "septran_cpu_math.h"}]
 {extra}""")

@@ -117,7 +117,7 @@ def _stage(k: str, c: str) -> None:
     STAGING.mkdir(exist_ok=True)
     path = STAGING / f"{k}.c"
     if not path.exists():
-        tmp = STAGING / f".{k}.{os.getpid()}.tmp"
+        tmp = STAGING / f".{k}.{os.getpid()}.{threading.get_ident()}.tmp"  # (threads of one process record at once)
         tmp.write_text(c)
         os.replace(tmp, path)
 
