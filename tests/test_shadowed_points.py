@@ -39,6 +39,7 @@ def _entries(*lines: str) -> str:
      "no call reaches", 17),
     (("{ranks: {A: 2}, point: {%s: 64}}" % BM, "{ranks: {A: 2}, dtypes: {A: bfloat16}, point: {%s: 16}}" % BM),
      "no call reaches", 17),
+    (("{numel: {A: 5000}, point: {%s: 64}}" % BM, "{numel: {A: 4000}, point: {%s: 16}}" % BM), "no call reaches", 17),
 ])
 def test_an_entry_that_can_never_act_is_refused_at_its_line(lines, message, line):
     with pytest.raises(MappingError, match=message) as err:
@@ -60,6 +61,7 @@ def test_an_entry_that_can_never_act_is_refused_at_its_line(lines, message, line
     ("{threads: 1, point: {%s: 64}}" % BM, "{threads: 2, point: {%s: 16}}" % BM),
     ("{ranks: {A: 2}, point: {%s: 64}}" % BM, "{ranks: {A: 3}, point: {%s: 16}}" % BM),
     ("{ranks: {A: 2}, point: {%s: 64}}" % BM, "{when: {A: [16]}, point: {%s: 16}}" % BM),
+    ("{numel: {A: 4000}, point: {%s: 64}}" % BM, "{numel: {A: 5000}, point: {%s: 16}}" % BM),
     # it sets a dimension the entry above leaves
     ("{when: {A: [64]}, continue: true, point: {%s: 64}}" % BM,
      "{when: {A: [16]}, point: {%s: 16, gemm_host.tunables.BN: 16}}" % BM),

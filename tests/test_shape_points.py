@@ -79,6 +79,8 @@ def test_the_first_entry_whose_bounds_hold(shapes, want):
     ("shape_points:\n  - {continue: true, point: {gemm_host.tunables.BM: 16}}\n", "has the key `point`, one or more of"),
     ("shape_points:\n  - {ranks: {A: two}, point: {gemm_host.tunables.BM: 16}}\n", "must be a number of axes"),
     ("shape_points:\n  - {ranks: [2], point: {gemm_host.tunables.BM: 16}}\n", "`ranks` maps parameters"),
+    ("shape_points:\n  - {numel: {A: -1}, point: {gemm_host.tunables.BM: 16}}\n", "must be a number of elements"),
+    ("shape_points:\n  - {numel: 100, point: {gemm_host.tunables.BM: 16}}\n", "`numel` maps parameters"),
 ])
 def test_bad_entries_are_located_errors(tail, message):
     with pytest.raises(MappingError, match=message) as err:
@@ -425,3 +427,12 @@ def test_an_entry_may_ask_for_a_number_of_axes():
     assert entries[0].bounds_text() == "A>[*, 8]; A:rank2"
     with pytest.raises(MappingError, match="not a parameter of the entry task"):
         entries[0].matches({"B": (4, 16)}, {}, ())
+
+
+def test_an_entry_may_ask_for_at_most_so_many_elements():
+    """``numel: {A: 1000}``: the entry holds for calls whose A has at most 1000 elements, whatever its shape."""
+    entries = parse_mapping(SPACE + "shape_points:\n  - {numel: {A: 1000}, point: {gemm_host.tunables.BM: 16}}\n",
+                            "m.yaml").shape_points
+    assert entries[0].matches({"A": (10, 100)}, {}, ()) and entries[0].matches({"A": (1000, 1)}, {}, ())
+    assert not entries[0].matches({"A": (10, 101)}, {}, ())
+    assert entries[0].bounds_text() == "A.numel<=1000"

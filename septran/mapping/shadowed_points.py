@@ -8,8 +8,8 @@ entry without ``continue`` holds for every such call (no call reaches it). The c
 that set BM to 8, so no row ran blocks of 2.
 
 "Holds for every call it holds for" is judged on the conditions as written: each of the earlier entry's bounds
-is met by a bound of this one at least as tight, its types, ranks and CPU flags are among this one's, its maker and
-thread bound are this one's or absent. An earlier entry that holds on other grounds (bounds that cover it
+is met by a bound of this one at least as tight (element counts too), its types, ranks and CPU flags are among
+this one's, its maker and thread bound are this one's or absent. An earlier entry that holds on other grounds (bounds that cover it
 together, say) is not seen, so what is refused is dead, and some dead entries pass.
 """
 from __future__ import annotations
@@ -47,6 +47,8 @@ def _implies(e, p) -> bool:
     if any(e.dtypes.get(name) != want for name, want in p.dtypes.items()):
         return False
     if any(e.ranks.get(name) != want for name, want in p.ranks.items()):
+        return False
+    if any(e.numel.get(name, most + 1) > most for name, most in p.numel.items()):
         return False
     if not set(p.cpu_flags) <= set(e.cpu_flags):
         return False

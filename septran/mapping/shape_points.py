@@ -11,7 +11,8 @@ the first entry whose bounds every named dimension meets is the call's point::
 ``when`` names entry parameters, each with a list of upper bounds by axis (``null``: any size; axes past the
 list: any size); ``above`` the same with lower bounds, which the sizes must exceed (``above: {C: [384, 384]}``:
 more than 384 rows and columns); ``ranks`` the number of axes (``ranks: {X: 2}``: X is a matrix; one logic may
-build tasks of several ranks, whose tiles differ in what they hold). An entry may also ask for element types and CPU features, e.g. a bfloat16 GEMM on a CPU with
+build tasks of several ranks, whose tiles differ in what they hold); ``numel`` the most elements (``numel: {X:
+2097152}``: a tensor that stays in a cache of some size, whatever its shape). An entry may also ask for element types and CPU features, e.g. a bfloat16 GEMM on a CPU with
 AMX (``dtypes: {A: bfloat16}``: the program's type of A; ``cpu_flags: [amx_bf16]``: /proc/cpuinfo's flags),
 for a CPU maker (``cpu_vendor: GenuineIntel``: /proc/cpuinfo's ``vendor_id``; a library tuned for one maker's cores),
 and for at most so many threads (``threads: 1``: the thread count the kernels run on at the call, torch's; a
@@ -33,6 +34,7 @@ The call's bucket is then the entries it met, in order (``bucket``), its point t
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping as TMapping, Optional
@@ -59,6 +61,7 @@ class ShapePoint:
     cpu_vendor: Optional[str] = None  # /proc/cpuinfo's vendor_id the host must report (GenuineIntel); None: any
     goes_on: bool = False  # `continue: true`: a call it holds for goes on to the next entry it meets
     ranks: TMapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # parameter -> its number of axes
+    numel: TMapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # parameter -> at most so many elements
 
     def bounds_text(self) -> str:
         """The bounds as one line: ``A<=[1]; C<=[*, 256]`` (then ``C>[384, 384]``, ``A:bfloat16``, ``cpu:amx_bf16``,
@@ -69,6 +72,7 @@ class ShapePoint:
                   for name, bounds in sorted(self.above.items())]
         parts += [f"{name}:{d}" for name, d in sorted(self.dtypes.items())] + [f"cpu:{f}" for f in self.cpu_flags]
         parts += [f"{name}:rank{r}" for name, r in sorted(self.ranks.items())]
+        parts += [f"{name}.numel<={n}" for name, n in sorted(self.numel.items())]
         parts += [] if self.cpu_vendor is None else [f"vendor:{self.cpu_vendor}"]
         parts += [] if self.threads is None else [f"threads<={self.threads}"]
         return "; ".join(parts)
@@ -101,11 +105,15 @@ class ShapePoint:
                                self.loc, hint=f"parameters: {', '.join(params)}")
 
     def holds(self, shapes: TMapping[str, tuple]) -> bool:
-        """Whether every bounded dimension of ``shapes`` (parameter -> sizes) is within its bounds, and every
-        parameter ``ranks`` names has that many axes."""
+        """Whether every bounded dimension of ``shapes`` (parameter -> sizes) is within its bounds, every
+        parameter ``ranks`` names has that many axes, and every one ``numel`` names at most that many elements."""
         for name, rank in self.ranks.items():
             self._check_named(name, shapes)
             if len(shapes[name]) != rank:
+                return False
+        for name, most in self.numel.items():
+            self._check_named(name, shapes)
+            if math.prod(shapes[name]) > most:
                 return False
         for bounds_by_name, above in ((self.when, False), (self.above, True)):
             for name, bounds in bounds_by_name.items():
@@ -137,7 +145,8 @@ def _entry(item: Located, dims: dict) -> ShapePoint:
     keys = set(d) if isinstance(d, LocatedDict) else set()
     if "point" not in keys or not keys & _CONDITIONS or keys - _CONDITIONS - {"point", "continue"}:
         raise MappingError("a shape_points entry has the key `point`, one or more of `when`, `above`, "
-                           "`ranks`, `dtypes`, `cpu_flags`, `cpu_vendor`, `threads`, and may have `continue`", item.loc,
+                           "`ranks`, `numel`, `dtypes`, `cpu_flags`, `cpu_vendor`, `threads`, and may have `continue`",
+                           item.loc,
                            hint="e.g. `- {when: {A: [16]}, point: {gemm_host.tunables.BM: 16}}`")
     point_val = d["point"]
     if not isinstance(point_val.value, LocatedDict):
@@ -162,10 +171,11 @@ def _entry(item: Located, dims: dict) -> ShapePoint:
         point[path] = value.value
     return ShapePoint(MappingProxyType(when), MappingProxyType(point), item.loc, _dtypes(d.get("dtypes")),
                       _flags(d.get("cpu_flags")), _threads(d.get("threads")), MappingProxyType(above),
-                      _vendor(d.get("cpu_vendor")), _goes_on(d.get("continue")), _ranks(d.get("ranks")))
+                      _vendor(d.get("cpu_vendor")), _goes_on(d.get("continue")), _ranks(d.get("ranks")),
+                      _numel(d.get("numel")))
 
 
-_CONDITIONS = {"when", "above", "ranks", "dtypes", "cpu_flags", "cpu_vendor", "threads"}
+_CONDITIONS = {"when", "above", "ranks", "numel", "dtypes", "cpu_flags", "cpu_vendor", "threads"}
 
 
 def _bounds(val: Optional[Located], key: str, item: Located) -> dict:
@@ -214,6 +224,19 @@ def _ranks(val: Optional[Located]) -> TMapping[str, int]:
         if isinstance(r.value, bool) or not isinstance(r.value, int) or not 0 <= r.value <= 16:
             raise MappingError(f"shape_points: ranks.{name} must be a number of axes (0 to 16), got {r.value!r}", r.loc)
     return MappingProxyType({name: r.value for name, r in val.value.items()})
+
+
+def _numel(val: Optional[Located]) -> TMapping[str, int]:
+    if val is None:
+        return MappingProxyType({})
+    if not isinstance(val.value, LocatedDict) or not val.value:
+        raise MappingError("shape_points: `numel` maps parameters to their most elements", val.loc,
+                           hint="e.g. `numel: {X: 2097152}`: X has at most 2097152 elements (8 MB of float32)")
+    for name, n in val.value.items():
+        if isinstance(n.value, bool) or not isinstance(n.value, int) or not 0 <= n.value <= MAX_BOUND:
+            raise MappingError(f"shape_points: numel.{name} must be a number of elements (an integer from 0), "
+                               f"got {n.value!r}", n.loc)
+    return MappingProxyType({name: n.value for name, n in val.value.items()})
 
 
 def _flags(val: Optional[Located]) -> tuple[str, ...]:
