@@ -46,12 +46,12 @@ def _use(buf) -> ir.Fill:
     return ir.Fill(buf.sym, 0, WHY)
 
 
-def _map(src, dst, shift: int = 0) -> ir.LeafCall:
-    """dst[a] = exp(src[a + shift]), an elementwise leaf over a 64-element tile."""
-    a = Var(Sym("a"))
+def _map(src, dst, shift: int = 0, at=None) -> ir.LeafCall:
+    """dst[a] = exp(src[a + shift]), an elementwise leaf over a 64-element tile (dst[at] = exp(src[at]) where given)."""
+    a = Var(Sym("a")) if at is None else at
     read = el.Elt(src.sym, (a + shift if shift else a,))
-    return ir.LeafCall("vector_loops", "for {indices} in T.grid(64):\n    {body}", (), WHY, store=el.Elt(dst.sym, (Var(Sym("a")),)),
-                       expr=el.Call("exp", (read,)), loop=("a",))
+    return ir.LeafCall("vector_loops", "for {indices} in T.grid(64):\n    {body}", (), WHY,
+                       store=el.Elt(dst.sym, (Var(Sym("a")) if at is None else at,)), expr=el.Call("exp", (read,)), loop=("a",))
 
 
 def _loop(*body) -> ir.For:
@@ -137,6 +137,8 @@ def test_an_elementwise_statement_computes_a_tile_over_the_one_it_reads_last():
     assert _kept_also([x, y], [_use(x), _loop(_map(x, y), _read(y))]) == [("x", ()), ("y", ())]
     x, y = _buf("x", holds=X), _buf("y", holds=Y)  # (a loop of one statement: its span is that statement's)
     assert _kept_also([x, y], [_use(x), _loop(_map(x, y)), _read(y)]) == [("x", ()), ("y", ())]
+    x, y = _buf("x", holds=X), _buf("y", holds=Y)  # every trip stores one element: a later trip would read it changed
+    assert _kept_also([x, y], [_use(x), _map(x, y, at=Const(0)), _read(y)]) == [("x", ()), ("y", ())]
     x, y = _buf("x", holds=X), _buf("y", holds=Y, dtype="float16")  # other types
     assert _kept_also([x, y], [_use(x), _map(x, y), _read(y)]) == [("x", ()), ("y", ())]
 

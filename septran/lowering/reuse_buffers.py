@@ -42,7 +42,7 @@ def _reused(kernel: ir.KernelLaunch) -> ir.KernelLaunch:
     groups: dict = {}
     for b in kernel.buffers:
         if _sharable(b) and b.sym in lives:
-            groups.setdefault((b.holds, b.space, b.dtype, b.shape, b.stages, b.alloc), []).append(b)
+            groups.setdefault((b.holds, *_kind(b)), []).append(b)
     instead: dict[Sym, Sym] = {}
     for bufs in groups.values():
         slots: list[list] = []  # [buffer kept, the last position it is used at]
@@ -90,6 +90,8 @@ def _over(s, at: int, reach: dict, plain: dict):
     """(the tile read, the tile written) where statement ``s`` at position ``at`` may write the one over the other."""
     if not isinstance(s, ir.LeafCall) or not isinstance(s.store, el.Elt) or s.expr is None or s.atomic:
         return None
+    if sorted(_key(i) for i in s.store.index) != sorted(("Var", ("sym", n, 0)) for n in s.loop):
+        return None  # each trip of the loop stores an element of its own (its indices, each once)
     out = plain.get(s.store.of)
     if out is None or reach[out.sym].get(at) != (at, at, False) or _life(reach[out.sym])[0] != at:
         return None  # (its first use, and not one a loop around it extends)
@@ -120,8 +122,13 @@ def _key(node):
     return node if isinstance(node, (int, float, str, bool, type(None))) else ("?", id(node))
 
 
+def _kind(b: ir.Buffer) -> tuple:
+    """What two buffers that may be one must share."""
+    return b.space, b.dtype, b.shape, b.stages, b.alloc
+
+
 def _alike(a: ir.Buffer, b: ir.Buffer) -> bool:
-    return (a.space, a.dtype, a.shape, a.stages, a.alloc) == (b.space, b.dtype, b.shape, b.stages, b.alloc)
+    return _kind(a) == _kind(b)
 
 
 @dataclasses.dataclass
