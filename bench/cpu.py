@@ -247,6 +247,10 @@ def run_case(case: dict, threads: list[int], mapping_dir: Path, rounds: int, sam
             # where eager's and SepTran's times doubled)
             torch._dynamo.reset()
             torch._inductor.config.cpp.threads = torch.get_num_threads()
+            # compiled in this process, so that no pool of compile workers starts up beside the timing: with one, the
+            # first block's "other" read 0.5 and 0.6 of a core in two runs (softmax 4096x1024 at 2 threads 0.94x torch
+            # in one, 1.38 alone), without it 0.2
+            torch._inductor.config.compile_threads = 1
             compiled = torch.compile(case["inductor_of"], dynamic=False)
             fns["inductor"] = lambda: compiled(*inputs)
         row["waited_s"] = wait_idle(idle_s)
