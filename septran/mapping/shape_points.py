@@ -215,27 +215,24 @@ def _dtypes(val: Optional[Located]) -> TMapping[str, str]:
 
 
 def _ranks(val: Optional[Located]) -> TMapping[str, int]:
-    if val is None:
-        return MappingProxyType({})
-    if not isinstance(val.value, LocatedDict) or not val.value:
-        raise MappingError("shape_points: `ranks` maps parameters to their numbers of axes", val.loc,
-                           hint="e.g. `ranks: {X: 2}`: X is a matrix")
-    for name, r in val.value.items():
-        if isinstance(r.value, bool) or not isinstance(r.value, int) or not 0 <= r.value <= 16:
-            raise MappingError(f"shape_points: ranks.{name} must be a number of axes (0 to 16), got {r.value!r}", r.loc)
-    return MappingProxyType({name: r.value for name, r in val.value.items()})
+    return _counts(val, "ranks", "their numbers of axes", "a number of axes (0 to 16)", 16,
+                   "e.g. `ranks: {X: 2}`: X is a matrix")
 
 
 def _numel(val: Optional[Located]) -> TMapping[str, int]:
+    return _counts(val, "numel", "their most elements", "a number of elements (an integer from 0)", MAX_BOUND,
+                   "e.g. `numel: {X: 2097152}`: X has at most 2097152 elements (8 MB of float32)")
+
+
+def _counts(val: Optional[Located], key: str, what: str, each: str, most: int, example: str) -> TMapping[str, int]:
+    """A condition that maps parameters to integers from 0 to ``most`` (``ranks``, ``numel``)."""
     if val is None:
         return MappingProxyType({})
     if not isinstance(val.value, LocatedDict) or not val.value:
-        raise MappingError("shape_points: `numel` maps parameters to their most elements", val.loc,
-                           hint="e.g. `numel: {X: 2097152}`: X has at most 2097152 elements (8 MB of float32)")
+        raise MappingError(f"shape_points: `{key}` maps parameters to {what}", val.loc, hint=example)
     for name, n in val.value.items():
-        if isinstance(n.value, bool) or not isinstance(n.value, int) or not 0 <= n.value <= MAX_BOUND:
-            raise MappingError(f"shape_points: numel.{name} must be a number of elements (an integer from 0), "
-                               f"got {n.value!r}", n.loc)
+        if isinstance(n.value, bool) or not isinstance(n.value, int) or not 0 <= n.value <= most:
+            raise MappingError(f"shape_points: {key}.{name} must be {each}, got {n.value!r}", n.loc)
     return MappingProxyType({name: n.value for name, n in val.value.items()})
 
 
