@@ -47,10 +47,11 @@ def test_explain_says_which_loops_run_over_the_in_bounds_part():
 
 def test_a_norm_reads_its_weights_in_place_unguarded():
     from septran.ops.logic import layernorm as logic
-    # float32 weights beside bfloat16 rows: staged rows, weights in place (rows of one 16-bit type go through the
-    # vendor's row_affine instead, which takes the row's extent)
+    # a float32 weight and a bfloat16 bias beside bfloat16 rows: staged rows, the weight in place (rows whose
+    # weight and bias share a type, theirs or float32, go through the vendor's row_affine instead, which takes the
+    # row's extent)
     src = _source("layernorm", logic.layernorm_logic, {"X": ((7, 1500), "bfloat16"), "W": ((1500,), "float32"),
-                                                      "B": ((1500,), "float32")})
+                                                      "B": ((1500,), "bfloat16")})
     assert "for i, j in T.grid(T.min(BM, X_dim0 - bx * BM), T.min(BN, X_dim1)):" in _loops(src)  # 7 rows in 4s
     assert "T.if_then_else(j < X_dim1" not in src  # the loop keeps every read inside the row
 

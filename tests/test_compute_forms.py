@@ -96,6 +96,25 @@ def test_the_norms_through_the_form_match_torch(tmp_path, op, dtype, rows, cols)
 
 
 @pytest.mark.build
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("rows,cols", [(5, 768), (6, 4097), (300, 17)])
+def test_float32_weights_beside_16_bit_rows_go_through_the_form(op, dtype, rows, cols):
+    """A model that keeps its norms' weights in float32: 16-bit rows with a float32 W (and B) run the form in place
+    with the weights as they are (the shipped mappings), right under the FlashAttention rule."""
+    logic = RMS.rmsnorm_logic if op == "rmsnorm" else LN.layernorm_logic
+    k = septran.compile(logic, mapping_file=f"mappings/cpu/{op}.yaml")
+    x, w, b = _inputs(rows, cols, torch.float32, rows + cols)
+    x = x.to(dtype)
+    out = _call(k, op, x, w, b)
+    src = k.latest.tilelang_source
+    short = "f16" if dtype == torch.float16 else "bf16"
+    assert out.dtype == dtype and f"{'row_scale' if op == 'rmsnorm' else 'row_normalize'}_{short}_wf32" in src
+    ref, theirs = _refs(op, x, w, b)
+    assert_flash_rule(out, ref, theirs, f"{op} {rows}x{cols} {dtype} with float32 weights")
+
+
+@pytest.mark.build
 def test_x_staged_on_chip_feeds_the_form(tmp_path):
     """X in a LOCAL float32 tile (float32 rows: one type for X, W and Y), walked in 1024-wide tiles over 4097."""
     k = _kernel(tmp_path, "rmsnorm", ("X: GLOBAL, W: GLOBAL, rstd", "X: LOCAL, W: GLOBAL, rstd"))
@@ -135,8 +154,8 @@ def test_y_on_chip_or_two_types_are_refused(tmp_path):
     x, w, _ = _inputs(4, 64, torch.float32, 2)
     with pytest.raises(septran.LoweringError, match="row_affine takes Y in GLOBAL"):
         k(x, w, eps=1e-6)
-    k = _kernel(tmp_path, "rmsnorm", ("X: GLOBAL, W: GLOBAL, rstd", "X: GLOBAL, W: LOCAL, rstd"))
-    x, w, _ = _inputs(4, 64, torch.float16, 3)  # W staged widens it to float32 beside float16 rows
+    k = _kernel(tmp_path, "rmsnorm", ("X: GLOBAL, W: GLOBAL, rstd", "X: LOCAL, W: GLOBAL, rstd"))
+    x, w, _ = _inputs(4, 64, torch.float16, 3)  # X staged widens it to float32 beside a float16 weight
     with pytest.raises(septran.SepTranError, match="row_scale"):
         k(x, w, eps=1e-6)
 

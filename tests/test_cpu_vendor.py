@@ -569,26 +569,43 @@ def test_streamed_16_bit_rows_round_as_torch(lib, dst_dtype):
     torch.testing.assert_close(dst, src.to(dst_dtype), rtol=0, atol=0, equal_nan=True)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("dtype,w_dtype", [(torch.float32, torch.float32), (torch.float16, torch.float16),
+                                           (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32),
+                                           (torch.bfloat16, torch.float32)],
+                         ids=["fp32", "fp16", "bf16", "fp16-wfp32", "bf16-wfp32"])
 @pytest.mark.parametrize("cols", [1, 15, 16, 17, 100, 511, 1300])  # 16 at a time in registers, the rest in chunks
 @pytest.mark.parametrize("centred,bias", [(False, False), (True, True), (True, False), (False, True)])
-def test_rows_affine_rounds_float32_math_once(lib, dtype, cols, centred, bias):
-    """y = ((x - c) * s) * w + b over strided rows: the float32 result of the same operations, rounded once to
-    the rows' type (a fused multiply-add may round one step less: within one float32 rounding of each term)."""
+def test_rows_affine_rounds_float32_math_once(lib, dtype, w_dtype, cols, centred, bias):
+    """y = ((x - c) * s) * w + b over strided rows, w and b of the rows' type or float32: the float32 result of
+    the same operations, rounded once to the rows' type (a fused multiply-add may round one step less: within one
+    float32 rounding of each term)."""
     gen = torch.Generator().manual_seed(cols)
     x, ldx = strided(6, cols, 3, dtype, gen)
     y, ldy = strided(6, cols, 5, dtype, gen)
     c, s = torch.randn(6, generator=gen), torch.randn(6, generator=gen)
-    w, b = torch.randn(cols, generator=gen).to(dtype), torch.randn(cols, generator=gen).to(dtype)
-    code = CODES[dtype]
-    fn = getattr(lib, "septran_cpu_rows_affine")
+    w, b = torch.randn(cols, generator=gen).to(w_dtype), torch.randn(cols, generator=gen).to(w_dtype)
+    fn = getattr(lib, "septran_cpu_rows_affine_w")
     fn.restype = ctypes.c_int32
     ptr = lambda t: ctypes.c_void_p(t.data_ptr()) if t is not None else ctypes.c_void_p(0)  # noqa: E731
-    rc = fn(ptr(y), ptr(x), ctypes.c_int32(code), ptr(c if centred else None), ptr(s), ptr(w), ptr(b if bias else None),
-            ctypes.c_int32(6), ctypes.c_int32(cols), ctypes.c_int32(ldy), ctypes.c_int32(ldx))
+    rc = fn(ptr(y), ptr(x), ctypes.c_int32(CODES[dtype]), ptr(c if centred else None), ptr(s), ptr(w),
+            ptr(b if bias else None), ctypes.c_int32(CODES[w_dtype]), ctypes.c_int32(6), ctypes.c_int32(cols),
+            ctypes.c_int32(ldy), ctypes.c_int32(ldx))
     assert rc == 0
     xf = x.double() - (c.double()[:, None] if centred else 0)
     want = xf * s.double()[:, None] * w.double() + (b.double() if bias else 0)
     bound = 4 * U32 * (xf.abs() * s.double().abs()[:, None] * w.double().abs() + (b.double().abs() if bias else 0))
     ulp = {torch.float32: 0.0, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}[dtype]
     assert ((y.double() - want).abs() <= bound + ulp * want.abs() + 2.0 ** -24).all()
+
+
+def test_rows_affine_refuses_weights_of_a_third_type(lib):
+    """w and b are of the rows' type or float32: a float16 weight beside float32 rows (or bfloat16 beside float16)
+    is refused, not read as another type."""
+    x, y, s_, w = torch.ones(2, 16), torch.empty(2, 16), torch.ones(2), torch.ones(16).half()
+    fn = getattr(lib, "septran_cpu_rows_affine_w")
+    fn.restype = ctypes.c_int32
+    ptr = lambda t: ctypes.c_void_p(t.data_ptr())  # noqa: E731
+    for rows_code, w_code in ((CODES[torch.float32], CODES[torch.float16]), (CODES[torch.float16], CODES[torch.bfloat16])):
+        rc = fn(ptr(y), ptr(x), ctypes.c_int32(rows_code), ctypes.c_void_p(0), ptr(s_), ptr(w), ctypes.c_void_p(0),
+                ctypes.c_int32(w_code), ctypes.c_int32(2), ctypes.c_int32(16), ctypes.c_int32(16), ctypes.c_int32(16))
+        assert rc != 0

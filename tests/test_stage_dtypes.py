@@ -77,10 +77,11 @@ def test_norms_stage_float16_tensors_in_float32_tiles(op, x_dtype, w_dtype, y_dt
     from test_norms import run_mixed
     for rows, cols in ((3, 257), (1030, 1024)):  # a plain store, and a streamed one (> 4 MB)
         src = run_mixed(op, x_dtype, w_dtype, y_dtype, rows, cols)
-        if x_dtype == w_dtype == y_dtype == torch.float16:
-            # one type for X, W (B) and Y: the write as one vendor call, in place (mappings/cpu/rmsnorm.yaml,
-            # layernorm.yaml)
-            call = "septran_cpu_row_scale_f16" if op == "rmsnorm" else "septran_cpu_row_normalize_f16"
+        if x_dtype == y_dtype == torch.float16 and w_dtype in (torch.float16, torch.float32):
+            # one type for X and Y, W (B) of it or float32: the write as one vendor call, in place
+            # (mappings/cpu/rmsnorm.yaml, layernorm.yaml)
+            w = "f16" if w_dtype == torch.float16 else "f32"
+            call = ("septran_cpu_row_scale_f16_w" if op == "rmsnorm" else "septran_cpu_row_normalize_f16_w") + w
             assert call in src and "septran_cpu_load_f32_f16" not in src
             continue
         assert ("septran_cpu_load_f32_f16" in src) == (torch.float16 in (x_dtype, w_dtype))

@@ -7,7 +7,8 @@ widens a chunk of the row in L1, computes and narrows it reads X and writes Y wh
 does. A leaf implementation says which forms it computes (target.yaml ``implements: [row_scale, row_normalize]``);
 a mapping binds a leaf task to it; a compute whose expression is a form's, operand for operand and in the order
 written, then runs as that implementation's call, typed and checked as any primitive's (its operands' memories,
-one element type for X, W and B, the row statistics float32). A compute that is no form is refused at the binding,
+one element type for X and Y, W and B of X's type or another the implementation declares (``WEIGHTS``), the row
+statistics float32). A compute that is no form is refused at the binding,
 saying which forms the implementation computes. The logic is unchanged: other targets run the same compute as loops.
 """
 from __future__ import annotations
@@ -30,6 +31,9 @@ FORMS = MappingProxyType({
         own_type=("c", "s")),
 })
 ELEMENT_OPS = MappingProxyType({"row_scale": 2, "row_normalize": 4})  # each form's arithmetic per element (cost model)
+# The forms' per-column operands: of X's type, or of another type an implementation's operand_dtypes allows beside it
+# (the cpu's: a float32 weight and bias beside 16-bit rows, as a model that keeps its norms' weights in float32 has)
+WEIGHTS = ("w", "b")
 
 
 def recognise(prim: PrimCall) -> Optional[PrimCall]:

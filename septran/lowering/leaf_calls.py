@@ -85,8 +85,12 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
                                 f"{st.dtypes[region.of]}", prim.loc,
                                 hint="call the kernel on float tensors, or convert in a task.compute into a float temp "
                                      "(task.cast)")
+    # (a form's weights may have another type where the implementation declares which: a float32 weight beside 16-bit
+    # rows; its table is checked below)
+    weights = compute_forms.WEIGHTS if sig.name in compute_forms.FORMS and (
+        impl.operand_dtypes.get(sig.name) or impl.operand_dtypes.get(sig.kind)) else ()
     read = {st.dtypes[r.of]: pname for k, (pname, r) in enumerate(args)
-            if sig.privileges[k] is Privilege.READ and pname not in sig.own_type}
+            if sig.privileges[k] is Privilege.READ and pname not in sig.own_type + weights}
     if len(read) > 1:
         raise LoweringError(f"{prim.name} reads its operands in one element type, but "
                             + ", ".join(f"{p} is {d}" for d, p in read.items()), prim.loc,

@@ -361,17 +361,22 @@ static inline void store16(void* p, __m512 v, int32_t dtype) {
   _mm256_storeu_si256((__m256i*)p, float16_to_bf16(f));
 }
 
+/* 16 elements of a weight row from element j, of the rows' 16-bit type or float32 (wdtype) */
+static inline __m512 load_weights(const void* w, int32_t j, int32_t wdtype) {
+  return wdtype == SEPTRAN_CPU_F32 ? _mm512_loadu_ps((const float*)w + j) : load16((const uint16_t*)w + j, wdtype);
+}
+
 /* The 16-bit rows in one pass, 16 elements at a time in registers (as inductor's code): the multiple of 16 of
  * each row; the rest goes through the chunked path. */
 static int32_t rows_affine16(void* y, const void* x, int32_t dtype, const float* c, const float* s, const void* w,
-                             const void* b, int32_t rows, int32_t cols, int32_t ldy, int32_t ldx) {
+                             const void* b, int32_t wdtype, int32_t rows, int32_t cols, int32_t ldy, int32_t ldx) {
   for (int32_t i = 0; i < rows; i++) {
     const uint16_t* xr = (const uint16_t*)x + (size_t)i * (size_t)ldx;
     uint16_t* yr = (uint16_t*)y + (size_t)i * (size_t)ldy;
     const __m512 ci = _mm512_set1_ps(c ? c[i] : 0.0f), si = _mm512_set1_ps(s[i]);
     for (int32_t j = 0; j < cols; j += 16) {
-      __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(load16(xr + j, dtype), ci), si), load16((const uint16_t*)w + j, dtype));
-      if (b) v = _mm512_add_ps(v, load16((const uint16_t*)b + j, dtype));
+      __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(load16(xr + j, dtype), ci), si), load_weights(w, j, wdtype));
+      if (b) v = _mm512_add_ps(v, load_weights(b, j, wdtype));
       store16(yr + j, v, dtype);
     }
   }
@@ -491,17 +496,24 @@ enum { ROWS_CHUNK = 512 };
 
 int32_t septran_cpu_rows_affine(void* y, const void* x, int32_t dtype, const float* c, const float* s, const void* w,
                                 const void* b, int32_t rows, int32_t cols, int32_t ldy, int32_t ldx) {
-  size_t es = elem_size(dtype);
-  if (!es || rows < 0 || cols < 0 || ldy < 0 || ldx < 0 || !s || !w) return SEPTRAN_CPU_E_ARGS;
+  return septran_cpu_rows_affine_w(y, x, dtype, c, s, w, b, dtype, rows, cols, ldy, ldx);
+}
+
+int32_t septran_cpu_rows_affine_w(void* y, const void* x, int32_t dtype, const float* c, const float* s, const void* w,
+                                  const void* b, int32_t wdtype, int32_t rows, int32_t cols, int32_t ldy, int32_t ldx) {
+  size_t es = elem_size(dtype), ws = elem_size(wdtype);
+  if (!es || !ws || (wdtype != dtype && wdtype != SEPTRAN_CPU_F32) || rows < 0 || cols < 0 || ldy < 0 || ldx < 0 ||
+      !s || !w)
+    return SEPTRAN_CPU_E_ARGS;
 #if defined(__AVX512F__)
   if (dtype != SEPTRAN_CPU_F32 && cols >= 16) {
     int32_t head = cols & ~15;
-    rows_affine16(y, x, dtype, c, s, w, b, rows, head, ldy, ldx);
+    rows_affine16(y, x, dtype, c, s, w, b, wdtype, rows, head, ldy, ldx);
     if (head == cols) return 0;
     y = (char*)y + (size_t)head * es;
     x = (const char*)x + (size_t)head * es;
-    w = (const char*)w + (size_t)head * es;
-    b = b ? (const char*)b + (size_t)head * es : NULL;
+    w = (const char*)w + (size_t)head * ws;
+    b = b ? (const char*)b + (size_t)head * ws : NULL;
     cols -= head;
   }
 #endif
@@ -510,12 +522,12 @@ int32_t septran_cpu_rows_affine(void* y, const void* x, int32_t dtype, const flo
     int32_t n = cols - j0 < ROWS_CHUNK ? cols - j0 : ROWS_CHUNK;
     const float* wf = wb;
     const float* bf = bb;
-    if (dtype == SEPTRAN_CPU_F32) {
+    if (wdtype == SEPTRAN_CPU_F32) {
       wf = (const float*)w + j0;
       bf = b ? (const float*)b + j0 : NULL;
     } else {
-      convert_row(wb, SEPTRAN_CPU_F32, (const char*)w + (size_t)j0 * es, dtype, n);
-      if (b) convert_row(bb, SEPTRAN_CPU_F32, (const char*)b + (size_t)j0 * es, dtype, n);
+      convert_row(wb, SEPTRAN_CPU_F32, (const char*)w + (size_t)j0 * ws, wdtype, n);
+      if (b) convert_row(bb, SEPTRAN_CPU_F32, (const char*)b + (size_t)j0 * ws, wdtype, n);
       else bf = NULL;
     }
     for (int32_t i = 0; i < rows; i++) {

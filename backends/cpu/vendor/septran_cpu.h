@@ -81,6 +81,9 @@ int32_t septran_cpu_moments_bf16(float* mean, float* m2, float* count, void* x, 
  * computed in float32 and rounded once into y; c or b NULL: not subtracted, not added. y may be x. */
 int32_t septran_cpu_rows_affine(void* y, const void* x, int32_t dtype, const float* c, const float* s, const void* w,
                                 const void* b, int32_t rows, int32_t cols, int32_t ldy, int32_t ldx);
+/* The same with w and b of wdtype: the rows' type, or float32 (a weight kept in float32 beside 16-bit rows). */
+int32_t septran_cpu_rows_affine_w(void* y, const void* x, int32_t dtype, const float* c, const float* s, const void* w,
+                                  const void* b, int32_t wdtype, int32_t rows, int32_t cols, int32_t ldy, int32_t ldx);
 
 /* A rows x cols tile: dst[i*ld_dst + j] = convert(src[i*ld_src + j]) where i < valid_rows and
  * j < valid_cols, else 0 (valid_* are clamped to [0, rows] and [0, cols]). */

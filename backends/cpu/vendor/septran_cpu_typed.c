@@ -100,17 +100,21 @@ int32_t septran_cpu_reduce_sumsq_dev_f16(f32* out, f16* x, f32* center, i64 rows
 }
 
 /* The norms' write (lowering/compute_forms.py): RMSNorm's y = x * s[i] * w[j], LayerNorm's
- * y = (x - c[i]) * s[i] * w[j] + b[j]; x, y, w, b of one type, the row statistics float32. */
-#define ROWS(T, C)                                                                                                   \
-  int32_t septran_cpu_row_scale_##T(T* y, T* x, f32* s, T* w, i64 rows, i64 cols, i64 ldy, i64 ldx) {             \
-    return septran_cpu_rows_affine(y, x, C, NULL, s, w, NULL, (int32_t)rows, (int32_t)cols, (int32_t)ldy,        \
-                                   (int32_t)ldx);                                                                    \
-  }                                                                                                                  \
-  int32_t septran_cpu_row_normalize_##T(T* y, T* x, f32* c, f32* s, T* w, T* b, i64 rows, i64 cols, i64 ldy,      \
-                                        i64 ldx) {                                                                   \
-    return septran_cpu_rows_affine(y, x, C, c, s, w, b, (int32_t)rows, (int32_t)cols, (int32_t)ldy, (int32_t)ldx); \
+ * y = (x - c[i]) * s[i] * w[j] + b[j]; x and y of one type (T), w and b of that type or float32 (W), the row
+ * statistics float32: septran_cpu_row_scale_<T>_w<W>. */
+#define ROWS(T, C, W, WC)                                                                                              \
+  int32_t septran_cpu_row_scale_##T##_w##W(T* y, T* x, f32* s, W* w, i64 rows, i64 cols, i64 ldy, i64 ldx) {         \
+    return septran_cpu_rows_affine_w(y, x, C, NULL, s, w, NULL, WC, (int32_t)rows, (int32_t)cols, (int32_t)ldy,     \
+                                     (int32_t)ldx);                                                                   \
+  }                                                                                                                    \
+  int32_t septran_cpu_row_normalize_##T##_w##W(T* y, T* x, f32* c, f32* s, W* w, W* b, i64 rows, i64 cols, i64 ldy,  \
+                                               i64 ldx) {                                                             \
+    return septran_cpu_rows_affine_w(y, x, C, c, s, w, b, WC, (int32_t)rows, (int32_t)cols, (int32_t)ldy,           \
+                                     (int32_t)ldx);                                                                   \
   }
 
-ROWS(f32, SEPTRAN_CPU_F32)
-ROWS(f16, SEPTRAN_CPU_F16)
-ROWS(bf16, SEPTRAN_CPU_BF16)
+ROWS(f32, SEPTRAN_CPU_F32, f32, SEPTRAN_CPU_F32)
+ROWS(f16, SEPTRAN_CPU_F16, f16, SEPTRAN_CPU_F16)
+ROWS(bf16, SEPTRAN_CPU_BF16, bf16, SEPTRAN_CPU_BF16)
+ROWS(f16, SEPTRAN_CPU_F16, f32, SEPTRAN_CPU_F32)
+ROWS(bf16, SEPTRAN_CPU_BF16, f32, SEPTRAN_CPU_F32)
