@@ -26,8 +26,9 @@ def _loads_of_x(src: str) -> int:
 
 @pytest.mark.build
 def test_a_row_in_one_tile_is_staged_once_for_every_pass(layernorm):
-    # float32 weights beside float16 rows: the staged path (rows of one 16-bit type read X in place instead)
-    x, w, b = torch.randn(5, 768).half(), torch.randn(768), torch.randn(768)
+    # a float32 weight and a float16 bias beside float16 rows: the staged path (rows whose weight and bias share a
+    # type, theirs or float32, read X in place instead)
+    x, w, b = torch.randn(5, 768).half(), torch.randn(768), torch.randn(768).half()
     layernorm(x, w, b)
     assert _loads_of_x(layernorm.latest.device_source) == 1  # was 3: one per pass (the passes are two now)
     assert "T.serial" not in layernorm.latest.tilelang_source  # the two walks over one column tile are no loops
