@@ -9,8 +9,8 @@ that set BM to 8, so no row ran blocks of 2.
 
 "Holds for every call it holds for" is judged on the conditions as written: each of the earlier entry's bounds
 is met by a bound of this one at least as tight (element counts too), its types, ranks and CPU flags are among
-this one's, its maker and thread bound are this one's or absent. An earlier entry that holds on other grounds (bounds that cover it
-together, say) is not seen, so what is refused is dead, and some dead entries pass.
+this one's, its maker and thread bound are this one's or absent. An earlier entry that holds on other grounds
+(bounds that cover it together, say) is not seen, so what is refused is dead, and some dead entries pass.
 """
 from __future__ import annotations
 
