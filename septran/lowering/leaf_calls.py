@@ -85,10 +85,10 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
                                 f"{st.dtypes[region.of]}", prim.loc,
                                 hint="call the kernel on float tensors, or convert in a task.compute into a float temp "
                                      "(task.cast)")
+    form = sig.name in compute_forms.FORMS
     # (a form's weights may have another type where the implementation declares which: a float32 weight beside 16-bit
     # rows; its table is checked below)
-    weights = compute_forms.WEIGHTS if sig.name in compute_forms.FORMS and (
-        impl.operand_dtypes.get(sig.name) or impl.operand_dtypes.get(sig.kind)) else ()
+    weights = compute_forms.WEIGHTS if form and _declared_combos(impl, sig) else ()
     read = {st.dtypes[r.of]: pname for k, (pname, r) in enumerate(args)
             if sig.privileges[k] is Privilege.READ and pname not in sig.own_type + weights}
     if len(read) > 1:
@@ -99,7 +99,6 @@ def _primitive(st, prim: PrimCall, s: fl.Invoke, by_param, scalars, impl):
     _check_declared_dtypes(st, impl, sig, declared, s)  # after the checks at the logic's line, which say more
     if sig.kind == "reduce_axis" and "{body}" in impl.template(sig):
         return reduce_loop.lower(st, prim, args, by_param, impl, why, _safe_index_names)
-    form = sig.name in compute_forms.FORMS
     if form or sig.kind in ("reduce", "reduce_squares"):  # (a form: the in-bounds part, as the loops it replaces)
         args = [(pname, _in_bounds(st, region)) for pname, region in args]
     if sig.kind in ("reduce", "reduce_squares"):
@@ -199,13 +198,19 @@ def _check_reduced_extent(st, impl, sig, k, pname, view, binding) -> None:
             )
 
 
+def _declared_combos(impl, sig) -> tuple:
+    """The operand types the implementation declares for this primitive (target.yaml operand_dtypes), by its name
+    or its kind; () where it declares none."""
+    return impl.operand_dtypes.get(sig.name) or impl.operand_dtypes.get(sig.kind) or ()
+
+
 def _check_declared_dtypes(st, impl, sig, operands: list, s: fl.Invoke) -> None:
     """Every operand, outputs and temps included, has a type the implementation's functions are declared for
     (target.yaml: operand_dtypes), all of them in one declared combination: a float16 temp handed to a function
     that writes floats into it would be overwritten past its end; a type the vendor has no function for would
     reach the linker; a float16 accumulator fed bfloat16 operands would reach nvcc's static assertion.
     ``operands``: (leaf parameter, its view, the caller's parameter)."""
-    combos = impl.operand_dtypes.get(sig.name) or impl.operand_dtypes.get(sig.kind) or ()
+    combos = _declared_combos(impl, sig)
     if not combos:
         return
     dtypes = {pname: st.dtypes[view.of] for pname, view, _ in operands}

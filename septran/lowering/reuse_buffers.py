@@ -27,7 +27,7 @@ import copy
 import dataclasses
 import string
 
-from septran.expr import Expr, Sym
+from septran.expr import Expr, Sym, Var
 from septran.frontend import elementwise as el
 from septran.lowering import tile_ir as ir
 
@@ -37,8 +37,8 @@ def reuse_buffers(target, program: ir.TileProgram) -> ir.TileProgram:
 
 
 def _reused(kernel: ir.KernelLaunch) -> ir.KernelLaunch:
-    kernel = _in_place(kernel)
-    lives = _lives(_walk(kernel.body))
+    kernel, reach = _in_place(kernel)
+    lives = {sym: _life(r) for sym, r in reach.items()}
     groups: dict = {}
     for b in kernel.buffers:
         if _sharable(b) and b.sym in lives:
@@ -69,17 +69,18 @@ def _sharable(b: ir.Buffer) -> bool:
     return b.address is None and not b.handle and b.holds is not None
 
 
-def _in_place(kernel: ir.KernelLaunch) -> ir.KernelLaunch:
+def _in_place(kernel: ir.KernelLaunch):
     """Where an elementwise statement is the last use of one staged tile and the first of another alike, and computes
     each element from the first's element at the same index only (``Y = exp(X - m)``), the second is computed over
-    the first, in its buffer: a softmax row staged once, not twice (its exps where its inputs were)."""
+    the first, in its buffer: a softmax row staged once, not twice (its exps where its inputs were). The kernel, and
+    its reaches (``_reaches``) as they are then."""
     while True:
         walked = _walk(kernel.body)
         reach = _reaches(walked)
         plain = {b.sym: b for b in kernel.buffers if _sharable(b) and b.sym in reach}
         pair = next(filter(None, (_over(s, at, reach, plain) for at, (s, _) in enumerate(walked.stmts))), None)
         if pair is None:
-            return kernel
+            return kernel, reach
         kept, gone = pair
         merged = dataclasses.replace(kept, also=kept.also + (gone.holds,) + gone.also)
         kernel = dataclasses.replace(kernel, buffers=tuple(merged if b is kept else b for b in kernel.buffers if b is not gone),
@@ -90,7 +91,8 @@ def _over(s, at: int, reach: dict, plain: dict):
     """(the tile read, the tile written) where statement ``s`` at position ``at`` may write the one over the other."""
     if not isinstance(s, ir.LeafCall) or not isinstance(s.store, el.Elt) or s.expr is None or s.atomic:
         return None
-    if sorted(_key(i) for i in s.store.index) != sorted(("Var", ("sym", n, 0)) for n in s.loop):
+    at_store = _key(s.store.index)
+    if sorted(at_store) != sorted(_key(Var(Sym(n))) for n in s.loop):
         return None  # each trip of the loop stores an element of its own (its indices, each once)
     out = plain.get(s.store.of)
     if out is None or reach[out.sym].get(at) != (at, at, False) or _life(reach[out.sym])[0] != at:
@@ -103,7 +105,6 @@ def _over(s, at: int, reach: dict, plain: dict):
         if src is None or src is out or not _alike(src, out) or reach[src.sym].get(at) != (at, at, False) or \
                 _life(reach[src.sym])[1] != at:
             continue
-        at_store = _key(s.store.index)
         same = sum(1 for m in el.nodes(s.expr) if isinstance(m, el.Elt) and m.of is src.sym and _key(m.index) == at_store)
         if same == sum(1 for x in named if x is src.sym):  # every read of it is the element written: no other
             return src, out
@@ -211,12 +212,8 @@ def _writes_first(s, sym: Sym) -> bool:
     return False
 
 
-def _lives(walked: _Walked) -> dict[Sym, tuple[int, int]]:
-    """Each named Sym's (first, last) position in the program's statements, loops extending them (``_reaches``)."""
-    return {sym: _life(r) for sym, r in _reaches(walked).items()}
-
-
 def _life(reach: dict[int, tuple[int, int, bool]]) -> tuple[int, int]:
+    """A Sym's (first, last) position in the program's statements, loops extending them (``_reaches``)."""
     return min(r[0] for r in reach.values()), max(r[1] for r in reach.values())
 
 
